@@ -1,0 +1,1 @@
+"""kirim: notification delivery that never sends the same notification twice."""

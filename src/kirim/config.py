@@ -1,0 +1,190 @@
+"""Configuration: ``kirim.toml`` (or ``--config FILE``), then the environment.
+
+```toml
+database = "sqlite:///kirim.db"
+[worker]
+lease = 30
+max_attempts = 8
+[channels.push]
+provider = "webhook"
+url = "http://127.0.0.1:8080/push"
+timeout = 10
+idempotent = true
+on_unknown = "assume_sent"   # or "hold", "retry"
+```
+
+``KIRIM_DATABASE_URL`` overrides ``database``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from kirim.channels import Channel
+from kirim.errors import ConfigError
+from kirim.model import OnUnknown
+from kirim.providers.base import Provider
+from kirim.worker import WorkerSettings
+
+DEFAULT_DATABASE = "sqlite:///kirim.db"
+DEFAULT_MAX_PAYLOAD = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChannelConfig:
+    name: str
+    provider: str = "webhook"
+    on_unknown: OnUnknown = OnUnknown.ASSUME_SENT
+    lookup: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self) -> Channel:
+        return Channel(
+            name=self.name,
+            provider=build_provider(self.name, self.provider, self.options),
+            on_unknown=self.on_unknown,
+            lookup=self.lookup,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Config:
+    database: str = DEFAULT_DATABASE
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+    max_attempts: int = 8
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
+    source: str | None = None
+
+
+_WORKER_KEYS = {f.name for f in fields(WorkerSettings)} | {"max_attempts"}
+_CHANNEL_KEYS = {
+    "provider",
+    "on_unknown",
+    "lookup",
+    "url",
+    "timeout",
+    "idempotent",
+    "headers",
+    "token",
+}
+
+
+def load_config(path: str | Path | None = None, *, database: str | None = None) -> Config:
+    """Read ``path`` (or ``./kirim.toml`` if it exists); apply the environment and overrides."""
+    data: dict[str, Any] = {}
+    source = None
+    if path is not None or Path("kirim.toml").exists():
+        file = Path(path) if path is not None else Path("kirim.toml")
+        try:
+            data = tomllib.loads(file.read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(file)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        source = str(file)
+    return parse_config(data, database=database, source=source)
+
+
+def parse_config(
+    data: Mapping[str, Any], *, database: str | None = None, source: str | None = None
+) -> Config:
+    where = source or "config"
+    unknown = set(data) - {"database", "max_payload_bytes", "worker", "channels"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    db = database or os.environ.get("KIRIM_DATABASE_URL") or data.get("database")
+    worker_data = dict(_table(data, "worker", where))
+    bad = set(worker_data) - _WORKER_KEYS
+    if bad:
+        raise ConfigError(f"{where}: unknown [worker] key(s) {', '.join(sorted(bad))}")
+    max_attempts = _number(worker_data.pop("max_attempts", 8), "worker.max_attempts", where)
+    if max_attempts < 1:
+        raise ConfigError(f"{where}: worker.max_attempts must be at least 1")
+    for key, value in worker_data.items():
+        _number(value, f"worker.{key}", where)
+    try:
+        worker = WorkerSettings(**worker_data)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: [worker]: {exc}") from None
+    channels = {
+        name: _channel(name, spec, where) for name, spec in _table(data, "channels", where).items()
+    }
+    limit = _number(data.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD), "max_payload_bytes", where)
+    return Config(
+        database=str(db or DEFAULT_DATABASE),
+        max_payload_bytes=int(limit),
+        max_attempts=int(max_attempts),
+        worker=worker,
+        channels=channels,
+        source=source,
+    )
+
+
+def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
+    if not isinstance(spec, Mapping):
+        raise ConfigError(f"{where}: [channels.{name}] must be a table")
+    bad = set(spec) - _CHANNEL_KEYS
+    if bad:
+        raise ConfigError(f"{where}: unknown [channels.{name}] key(s) {', '.join(sorted(bad))}")
+    try:
+        on_unknown = OnUnknown(spec.get("on_unknown", "assume_sent"))
+    except ValueError:
+        raise ConfigError(
+            f"{where}: channels.{name}.on_unknown must be assume_sent, hold or retry"
+        ) from None
+    provider = spec.get("provider", "webhook")
+    options = {k: v for k, v in spec.items() if k not in ("provider", "on_unknown", "lookup")}
+    if provider == "webhook" and not isinstance(options.get("url"), str):
+        raise ConfigError(f"{where}: channels.{name}.url is required for a webhook")
+    return ChannelConfig(
+        name=name,
+        provider=provider,
+        on_unknown=on_unknown,
+        lookup=bool(spec.get("lookup", False)),
+        options=options,
+    )
+
+
+def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
+    """``webhook``, or ``module:factory`` called with the channel's options."""
+    if kind == "webhook":
+        from kirim.providers.webhook import WebhookProvider
+
+        return WebhookProvider(
+            options["url"],
+            timeout=float(options.get("timeout", 10)),
+            idempotent=bool(options.get("idempotent", False)),
+            headers=dict(options.get("headers", {})),
+            token=options.get("token"),
+        )
+    module_name, _, attr = kind.partition(":")
+    if not attr:
+        raise ConfigError(
+            f"channels.{channel}.provider must be 'webhook' or 'package.module:factory'"
+        )
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"channels.{channel}.provider {kind!r}: {exc}") from None
+    provider: Provider = factory(**options)
+    return provider
+
+
+def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: [{key}] must be a table")
+    return value
+
+
+def _number(value: Any, key: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: {key} must be a number, not {value!r}")
+    return value

@@ -1,0 +1,275 @@
+"""``Kirim``: the application object. ``notify()`` records a delivery and its job.
+
+The async class is the core; ``SyncKirim`` is a thin wrapper that runs it on a
+private event loop, for code that is not async.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from kirim.channels import Channel
+from kirim.clock import Clock, SystemClock
+from kirim.config import Config
+from kirim.errors import (
+    IdempotencyKeyReused,
+    InvalidNotification,
+    PayloadTooLarge,
+    UnknownChannel,
+)
+from kirim.keys import canonical_json, default_key, payload_hash
+from kirim.model import Attempt, Delivery, DeliveryStatus, Job
+from kirim.observe.logging import get_logger
+from kirim.store import open_store
+from kirim.store.base import NewDelivery, Store
+from kirim.testing import Checkpoints
+from kirim.worker import Worker, WorkerSettings
+
+T = TypeVar("T")
+SendAfter = datetime | timedelta | float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification:
+    """What ``notify`` says: the delivery, and whether this call created it."""
+
+    delivery_id: int
+    idempotency_key: str
+    created: bool
+    status: DeliveryStatus
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotifyRequest:
+    event_id: str
+    recipient: str
+    channel: str
+    payload: Any
+    key: str | None = None
+    send_after: SendAfter = None
+
+
+class Kirim:
+    """Notifications on one store, with the channels of one configuration."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        store: Store | None = None,
+        channels: Mapping[str, Channel] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config or Config()
+        self.store = store or open_store(self.config.database)
+        self.clock = clock or SystemClock()
+        self._channels = dict(channels) if channels is not None else None
+        self.log = get_logger()
+
+    @property
+    def channel_names(self) -> set[str]:
+        if self._channels is not None:
+            return set(self._channels)
+        return set(self.config.channels)
+
+    def channels(self) -> dict[str, Channel]:
+        """The channels, with their providers built (once)."""
+        if self._channels is None:
+            self._channels = {n: c.build() for n, c in self.config.channels.items()}
+        return self._channels
+
+    async def open(self, *, migrate: bool = False) -> Kirim:
+        await self.store.open()
+        if migrate:
+            await self.store.migrate()
+        else:
+            await self.store.check_schema()
+        return self
+
+    async def close(self) -> None:
+        if self._channels is not None:
+            for channel in self._channels.values():
+                await channel.provider.aclose()
+        await self.store.close()
+
+    async def __aenter__(self) -> Kirim:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    async def notify(
+        self,
+        event_id: str,
+        recipient: str,
+        channel: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        send_after: SendAfter = None,
+    ) -> Notification:
+        """Record one notification; the same key again returns the existing delivery.
+
+        Raises ``InvalidNotification`` (nothing written) or ``IdempotencyKeyReused``.
+        """
+        request = NotifyRequest(
+            event_id=event_id,
+            recipient=recipient,
+            channel=channel,
+            payload=payload,
+            key=key,
+            send_after=send_after,
+        )
+        return (await self.notify_many([request]))[0]
+
+    async def notify_many(self, requests: Sequence[NotifyRequest]) -> list[Notification]:
+        """Record many notifications in one transaction (all validated first)."""
+        now = self.clock.now()
+        items = [self._validate(r, now) for r in requests]
+        results = await self.store.enqueue(items, now=now)
+        out = []
+        for item, result in zip(items, results, strict=True):
+            d = result.delivery
+            if not result.created and d.payload_hash != item.payload_hash:
+                raise IdempotencyKeyReused(item.idempotency_key, d.id)
+            self.log.info(
+                "enqueued" if result.created else "enqueue_conflict",
+                notification_id=d.id,
+                event_id=d.event_id,
+                idempotency_key=d.idempotency_key,
+                channel=d.channel,
+                job_id=None if result.job is None else result.job.id,
+            )
+            out.append(
+                Notification(
+                    delivery_id=d.id,
+                    idempotency_key=d.idempotency_key,
+                    created=result.created,
+                    status=d.status,
+                )
+            )
+        return out
+
+    def _validate(self, r: NotifyRequest, now: float) -> NewDelivery:
+        for name in ("event_id", "recipient", "channel"):
+            value = getattr(r, name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)
+            if not isinstance(value, str) or not value.strip():
+                raise InvalidNotification(f"{name} is required (a non-empty string)")
+        event_id, recipient = str(r.event_id), str(r.recipient)
+        if r.channel not in self.channel_names:
+            known = ", ".join(sorted(self.channel_names)) or "none configured"
+            raise UnknownChannel(f"unknown channel {r.channel!r} (known: {known})")
+        try:
+            text = canonical_json(r.payload)
+        except (TypeError, ValueError) as exc:
+            raise InvalidNotification(f"payload is not JSON: {exc}") from None
+        size = len(text.encode())
+        if size > self.config.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload is {size} bytes, over the limit of {self.config.max_payload_bytes}"
+            )
+        if r.key is not None and (not isinstance(r.key, str) or not r.key.strip()):
+            raise InvalidNotification("key must be a non-empty string")
+        return NewDelivery(
+            idempotency_key=r.key or default_key(event_id, recipient, r.channel),
+            event_id=event_id,
+            recipient=recipient,
+            channel=r.channel,
+            payload_json=text,
+            payload_hash=payload_hash(text),
+            run_at=_run_at(r.send_after, now),
+            max_attempts=self.config.max_attempts,
+        )
+
+    # -- reading and operating -------------------------------------------------------
+
+    async def get(self, key_or_id: str | int) -> tuple[Delivery, Job | None, list[Attempt]] | None:
+        delivery = await self.store.get_delivery(str(key_or_id))
+        if delivery is None:
+            return None
+        job = await self.store.get_job(delivery.id)
+        attempts = await self.store.get_attempts(delivery.id)
+        return delivery, job, attempts
+
+    def worker(
+        self,
+        *,
+        settings: WorkerSettings | None = None,
+        worker_id: str | None = None,
+        checkpoints: Checkpoints | None = None,
+    ) -> Worker:
+        """A worker on this store and these channels."""
+        return Worker(
+            self.store,
+            self.channels(),
+            settings=settings or self.config.worker,
+            worker_id=worker_id,
+            clock=self.clock,
+            checkpoints=checkpoints,
+        )
+
+
+def _run_at(send_after: SendAfter, now: float) -> float:
+    if send_after is None:
+        return now
+    if isinstance(send_after, timedelta):
+        return now + send_after.total_seconds()
+    if isinstance(send_after, datetime):
+        if send_after.tzinfo is None:
+            raise InvalidNotification("send_after must be timezone-aware")
+        return send_after.timestamp()
+    if isinstance(send_after, int | float) and not isinstance(send_after, bool):
+        return float(send_after)
+    raise InvalidNotification("send_after must be a datetime, a timedelta or epoch seconds")
+
+
+class SyncKirim:
+    """The same API for code without an event loop."""
+
+    def __init__(self, config: Config | None = None, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self.app = Kirim(config, **kwargs)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def open(self, *, migrate: bool = False) -> SyncKirim:
+        self._run(self.app.open(migrate=migrate))
+        return self
+
+    def close(self) -> None:
+        try:
+            self._run(self.app.close())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> SyncKirim:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def notify(
+        self,
+        event_id: str,
+        recipient: str,
+        channel: str,
+        payload: Any,
+        *,
+        key: str | None = None,
+        send_after: SendAfter = None,
+    ) -> Notification:
+        return self._run(
+            self.app.notify(event_id, recipient, channel, payload, key=key, send_after=send_after)
+        )
+
+    def get(self, key_or_id: str | int) -> tuple[Delivery, Job | None, list[Attempt]] | None:
+        return self._run(self.app.get(key_or_id))

@@ -1,0 +1,137 @@
+"""The three records of kirim and their statuses.
+
+A *delivery* is the business fact (one per idempotency key), a *job* is the
+technical carrier that a worker leases, and an *attempt* is one outbound provider
+request, written before the request leaves.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class DeliveryStatus(enum.StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    SENT = "sent"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    IN_DOUBT = "in_doubt"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_DELIVERY
+
+
+FINAL_DELIVERY = frozenset(
+    {
+        DeliveryStatus.SENT,
+        DeliveryStatus.CONFIRMED,
+        DeliveryStatus.FAILED,
+        DeliveryStatus.CANCELED,
+    }
+)
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRY_SCHEDULED = "retry_scheduled"
+    COMPLETED = "completed"
+    DEAD = "dead"
+
+
+#: Job statuses a worker may claim (when due).
+CLAIMABLE_JOB = frozenset({JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED})
+
+
+class AttemptStatus(enum.StrEnum):
+    REQUESTED = "requested"
+    SUCCEEDED = "succeeded"
+    FAILED_PERMANENT = "failed_permanent"
+    FAILED_TRANSIENT = "failed_transient"
+    UNKNOWN = "unknown"
+
+    @property
+    def in_doubt(self) -> bool:
+        """The request may have reached the provider and its fate is not known."""
+        return self in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)
+
+
+class Doubt(enum.StrEnum):
+    """Why a delivery's outcome is, or was, uncertain."""
+
+    ASSUMED_SENT = "assumed_sent"  # at-most-once: an earlier request may have arrived
+    HELD = "held"  # parked for an operator
+    RESOLVED = "resolved"  # a late success or a lookup settled it
+
+
+class OnUnknown(enum.StrEnum):
+    """What a channel does when an earlier request may have reached a provider
+    that does not honour idempotency keys."""
+
+    ASSUME_SENT = "assume_sent"
+    HOLD = "hold"
+    RETRY = "retry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Delivery:
+    id: int
+    idempotency_key: str
+    event_id: str
+    recipient: str
+    channel: str
+    payload: Any
+    payload_hash: str
+    status: DeliveryStatus
+    claim_token: str | None
+    claimed_by: str | None
+    claim_expires_at: float | None
+    provider_message_id: str | None
+    doubt: Doubt | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+    sent_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    id: int
+    delivery_id: int
+    status: JobStatus
+    run_at: float
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_token: str | None
+    lease_expires_at: float | None
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt:
+    id: int
+    delivery_id: int
+    job_id: int
+    number: int
+    provider_request_id: str
+    worker_id: str
+    status: AttemptStatus
+    provider_message_id: str | None
+    error: str | None
+    requested_at: float
+    completed_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueResult:
+    delivery: Delivery
+    job: Job | None
+    created: bool

@@ -1,0 +1,50 @@
+"""The provider seam: one method, ``send``, with failures classified right here.
+
+A provider raises ``PermanentFailure`` (refused for good), ``TransientFailure``
+(certainly not processed) or ``AmbiguousFailure`` (may have been processed);
+anything else it raises is treated as ambiguous, because kirim cannot know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Message:
+    """What a provider is asked to deliver."""
+
+    delivery_id: int
+    idempotency_key: str
+    provider_request_id: str
+    event_id: str
+    recipient: str
+    channel: str
+    payload: Any
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sent:
+    """The provider accepted the message."""
+
+    provider_message_id: str | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    #: True when the provider deduplicates requests by ``idempotency_key``, so that
+    #: sending again with the same key can never reach the user twice.
+    idempotent: bool
+
+    async def send(self, message: Message) -> Sent: ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Reconcilable(Protocol):
+    """A provider that can say whether it already accepted a key."""
+
+    async def lookup(self, idempotency_key: str) -> Sent | None: ...

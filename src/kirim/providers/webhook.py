@@ -1,0 +1,111 @@
+"""An HTTP webhook provider on httpx, sending ``Idempotency-Key`` and ``X-Request-Id``.
+
+Failures are classified at this seam:
+
+- connection refused or not established, pool exhausted, 408, 429: the request was
+  certainly not processed → ``TransientFailure`` (429/503 ``Retry-After`` honoured)
+- any other 4xx → ``PermanentFailure``
+- timeouts and broken connections after the request was written, 5xx →
+  ``AmbiguousFailure``: the provider may have acted on it
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+import httpx
+
+from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
+from kirim.providers.base import Message, Sent
+
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class WebhookProvider:
+    """POST the message as JSON to ``url``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        idempotent: bool = True,
+        headers: dict[str, str] | None = None,
+        token: str | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = url
+        self.idempotent = idempotent
+        self._headers = dict(headers or {})
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._client = client or httpx.AsyncClient(
+            timeout=timeout, limits=httpx.Limits(max_connections=100)
+        )
+
+    def __repr__(self) -> str:  # never show the headers: they may hold credentials
+        return f"WebhookProvider(url={self.url!r}, idempotent={self.idempotent})"
+
+    async def send(self, message: Message) -> Sent:
+        body: dict[str, Any] = {
+            "delivery_id": message.delivery_id,
+            "event_id": message.event_id,
+            "recipient": message.recipient,
+            "channel": message.channel,
+            "payload": message.payload,
+            "attempt": message.attempt,
+        }
+        headers = {
+            **self._headers,
+            "Idempotency-Key": message.idempotency_key,
+            "X-Request-Id": message.provider_request_id,
+        }
+        try:
+            response = await self._client.post(self.url, json=body, headers=headers)
+        except _NOT_SENT as exc:
+            raise TransientFailure(f"not sent: {type(exc).__name__}: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise AmbiguousFailure(f"no answer: {type(exc).__name__}: {exc}") from exc
+        return self._classify(response)
+
+    def _classify(self, response: httpx.Response) -> Sent:
+        code = response.status_code
+        if 200 <= code < 300:
+            message_id = response.headers.get("X-Message-Id")
+            if message_id is None:
+                try:
+                    data = response.json()
+                except ValueError:
+                    data = None
+                if isinstance(data, dict) and data.get("id") is not None:
+                    message_id = str(data["id"])
+            return Sent(provider_message_id=message_id)
+        text = response.text[:200]
+        if code in (408, 429):
+            raise TransientFailure(
+                f"HTTP {code}: {text}",
+                status_code=code,
+                retry_after=retry_after(response.headers.get("Retry-After")),
+            )
+        if 400 <= code < 500:
+            raise PermanentFailure(f"HTTP {code}: {text}", status_code=code)
+        raise AmbiguousFailure(f"HTTP {code}: {text}", status_code=code)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,29 @@
+"""Storage backends behind one protocol."""
+
+from __future__ import annotations
+
+from kirim.errors import ConfigError
+from kirim.store.base import Store
+
+
+def open_store(url: str) -> Store:
+    """The backend for a database URL (``sqlite:///…`` or ``postgresql://…``); not yet opened."""
+    if url.startswith("sqlite:"):
+        from kirim.store.sqlite import SQLiteStore
+
+        return SQLiteStore(url)
+    if url.startswith(("postgresql:", "postgres:")):
+        try:
+            from kirim.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigError(
+                "PostgreSQL needs the postgres extra: pip install 'kirim[postgres]'"
+            ) from exc
+        store: Store = PostgresStore(url)
+        return store
+    raise ConfigError(
+        f"unsupported database URL {url!r}; use sqlite:///path.db or postgresql://host/db"
+    )
+
+
+__all__ = ["Store", "open_store"]

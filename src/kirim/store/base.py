@@ -1,0 +1,213 @@
+"""The storage interface every backend implements, and the values it exchanges.
+
+Each method is one transaction. Batch methods take many items and return one
+result per item in the same order, so a worker can group the writes of many
+in-flight deliveries into one commit. All times are epoch seconds given by the
+caller's clock, so that tests can drive leases without sleeping.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    EnqueueResult,
+    Job,
+    JobStatus,
+)
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewDelivery:
+    idempotency_key: str
+    event_id: str
+    recipient: str
+    channel: str
+    payload_json: str
+    payload_hash: str
+    run_at: float
+    max_attempts: int
+
+
+class ClaimKind(enum.StrEnum):
+    CLAIMED = "claimed"  # the delivery is ours: go on
+    NOOP = "noop"  # the delivery was already final; the job was completed
+    BUSY = "busy"  # another worker holds an unexpired claim; the job was put back
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    kind: ClaimKind
+    job: Job
+    delivery: Delivery
+    token: str
+    #: earlier attempts that may have reached the provider (requested/unknown)
+    doubtful: tuple[Attempt, ...] = ()
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    job_id: int
+    delivery_id: int
+    token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Intent:
+    """A write-ahead attempt row, committed only if the claim token still holds."""
+
+    delivery_id: int
+    job_id: int
+    token: str
+    number: int
+    provider_request_id: str
+    worker_id: str
+    requested_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptOutcome:
+    provider_request_id: str
+    status: AttemptStatus
+    provider_message_id: str | None
+    error: str | None
+    completed_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finish:
+    """The end of one claim: attempt outcome, delivery status and job state at once.
+
+    The delivery and job are written only if ``token`` still holds; the attempt
+    outcome is written in any case, and a late success still marks the delivery sent.
+    """
+
+    delivery_id: int
+    job_id: int
+    token: str
+    now: float
+    attempt: AttemptOutcome | None
+    delivery_status: DeliveryStatus
+    doubt: Doubt | None = None
+    provider_message_id: str | None = None
+    error: str | None = None
+    job_status: JobStatus = JobStatus.COMPLETED
+    run_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FinishResult:
+    committed: bool  # False: the token was stale and the transition was rejected
+    delivery_status: DeliveryStatus | None  # the status written (or found after a late success)
+    job_status: JobStatus | None
+    late_success: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Reaped:
+    job_id: int
+    delivery_id: int
+    attempt: int
+    owner: str | None
+    dead: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeadLetter:
+    delivery: Delivery
+    job: Job
+
+
+class Store(Protocol):
+    """One backend. Implementations: SQLiteStore, PostgresStore."""
+
+    url: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> int:
+        """Apply pending migrations; return the schema version."""
+        ...
+
+    async def check_schema(self) -> None:
+        """Raise SchemaError when the schema is missing or newer than the code."""
+        ...
+
+    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
+        """Insert deliveries and their jobs; an existing key returns the existing row."""
+        ...
+
+    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
+        """Lease up to ``limit`` due jobs and claim their deliveries."""
+        ...
+
+    async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
+        """Extend job leases and delivery claims; False where the token was lost."""
+        ...
+
+    async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        """Insert attempt rows where the claim token still holds."""
+        ...
+
+    async def finish(self, items: Sequence[Finish]) -> list[FinishResult]: ...
+
+    async def reap(self, *, now: float) -> list[Reaped]:
+        """Return jobs whose lease expired to the queue (or to the dead letters)."""
+        ...
+
+    async def release(self, leases: Sequence[Lease], *, now: float) -> None:
+        """Give back leases at shutdown: jobs return to the queue now, and delivery
+        claims expire so that the next claimer takes over (and sees any attempt)."""
+        ...
+
+    async def next_run_at(self) -> float | None:
+        """The run_at of the earliest claimable job, if any."""
+        ...
+
+    async def in_flight(self) -> int:
+        """Jobs currently running."""
+        ...
+
+    async def get_delivery(self, key_or_id: str) -> Delivery | None: ...
+
+    async def get_job(self, delivery_id: int) -> Job | None:
+        """The delivery's most recent job."""
+        ...
+
+    async def get_attempts(self, delivery_id: int) -> list[Attempt]: ...
+
+    async def list_deliveries(
+        self,
+        *,
+        status: DeliveryStatus | None = None,
+        channel: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Delivery]: ...
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
+
+    async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
+        """Requeue a dead-lettered delivery; the operator releases any earlier doubt."""
+        ...
+
+    async def cancel(self, delivery_id: int, *, now: float) -> bool:
+        """Cancel a delivery that is not in flight and not sent."""
+        ...
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        """{"deliveries": {status: n}, "jobs": {status: n}}."""
+        ...

@@ -1,0 +1,243 @@
+"""The state machine of a claim, written once over a backend's named queries.
+
+A backend supplies ``Ops``: run one named query of its own ``queries.sql`` inside
+the transaction it opened. Everything here runs inside that one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from kirim.keys import new_token
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+)
+from kirim.store.base import Claim, ClaimKind, Finish, FinishResult, Reaped
+
+Row = Mapping[str, Any]
+
+
+class Ops(Protocol):
+    def one(self, name: str, args: Sequence[Any]) -> Row | None: ...
+
+    def all(self, name: str, args: Sequence[Any]) -> list[Row]: ...
+
+    def run(self, name: str, args: Sequence[Any]) -> int:
+        """Execute; return the number of rows changed."""
+        ...
+
+
+def delivery_from(row: Row) -> Delivery:
+    payload = row["payload"]
+    return Delivery(
+        id=row["id"],
+        idempotency_key=row["idempotency_key"],
+        event_id=row["event_id"],
+        recipient=row["recipient"],
+        channel=row["channel"],
+        payload=json.loads(payload) if isinstance(payload, str) else payload,
+        payload_hash=row["payload_hash"],
+        status=DeliveryStatus(row["status"]),
+        claim_token=row["claim_token"],
+        claimed_by=row["claimed_by"],
+        claim_expires_at=row["claim_expires_at"],
+        provider_message_id=row["provider_message_id"],
+        doubt=Doubt(row["doubt"]) if row["doubt"] else None,
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        sent_at=row["sent_at"],
+    )
+
+
+def job_from(row: Row) -> Job:
+    return Job(
+        id=row["id"],
+        delivery_id=row["delivery_id"],
+        status=JobStatus(row["status"]),
+        run_at=row["run_at"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        lease_owner=row["lease_owner"],
+        lease_token=row["lease_token"],
+        lease_expires_at=row["lease_expires_at"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def attempt_from(row: Row) -> Attempt:
+    return Attempt(
+        id=row["id"],
+        delivery_id=row["delivery_id"],
+        job_id=row["job_id"],
+        number=row["number"],
+        provider_request_id=row["provider_request_id"],
+        worker_id=row["worker_id"],
+        status=AttemptStatus(row["status"]),
+        provider_message_id=row["provider_message_id"],
+        error=row["error"],
+        requested_at=row["requested_at"],
+        completed_at=row["completed_at"],
+    )
+
+
+def claim(ops: Ops, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
+    """Lease due jobs and claim their deliveries (DESIGN steps 1–3)."""
+    until = now + lease
+    claims = []
+    for due in ops.all("select_due_jobs", (now, limit)):
+        token = new_token()
+        job_row = ops.one("lease_job", (worker_id, token, until, now, due["id"]))
+        if job_row is None:
+            continue
+        job = job_from(job_row)
+        current = delivery_from(_must(ops.one("delivery_by_id", (job.delivery_id,))))
+        claims.append(_claim_delivery(ops, job, current, token, worker_id, now, until))
+    return claims
+
+
+def _claim_delivery(
+    ops: Ops, job: Job, current: Delivery, token: str, worker_id: str, now: float, until: float
+) -> Claim:
+    def noop(delivery: Delivery, reason: str) -> Claim:
+        ops.run("finish_job", ("completed", None, reason, now, job.id, token))
+        return Claim(kind=ClaimKind.NOOP, job=job, delivery=delivery, token=token, reason=reason)
+
+    if current.status is not DeliveryStatus.PENDING and current.status is not (
+        DeliveryStatus.PROCESSING
+    ):
+        return noop(current, f"delivery already {current.status}")
+    if current.status is DeliveryStatus.PENDING:
+        row = ops.one("claim_pending_delivery", (token, worker_id, until, now, job.delivery_id))
+    else:
+        row = ops.one("take_over_delivery", (token, worker_id, until, now, job.delivery_id, now))
+    if row is None:
+        retry_at = current.claim_expires_at if current.claim_expires_at is not None else now
+        ops.run("release_busy_job", (retry_at, now, job.id, token))
+        return Claim(
+            kind=ClaimKind.BUSY,
+            job=job,
+            delivery=current,
+            token=token,
+            reason=f"delivery claimed by {current.claimed_by}",
+        )
+    delivery = delivery_from(row)
+    success = ops.one("succeeded_attempt", (delivery.id,))
+    if success is not None:
+        ops.run("late_success_delivery", (success["provider_message_id"], now, now, delivery.id))
+        done = delivery_from(_must(ops.one("delivery_by_id", (delivery.id,))))
+        return noop(done, "an earlier attempt succeeded")
+    doubtful = tuple(attempt_from(r) for r in ops.all("doubtful_attempts", (delivery.id,)))
+    return Claim(kind=ClaimKind.CLAIMED, job=job, delivery=delivery, token=token, doubtful=doubtful)
+
+
+def finish(ops: Ops, it: Finish) -> FinishResult:
+    """Outcome, delivery status and job state in one go, fenced by the token (step 6)."""
+    if it.attempt is not None:
+        a = it.attempt
+        ops.run(
+            "complete_attempt",
+            (str(a.status), a.provider_message_id, a.error, a.completed_at, a.provider_request_id),
+        )
+    status, doubt, message_id, job_status = (
+        it.delivery_status,
+        it.doubt,
+        it.provider_message_id,
+        it.job_status,
+    )
+    if status not in (DeliveryStatus.SENT, DeliveryStatus.CONFIRMED):
+        # A success recorded by any attempt (even a stale one) outranks a failure now.
+        success = ops.one("succeeded_attempt", (it.delivery_id,))
+        if success is not None:
+            status, job_status = DeliveryStatus.SENT, JobStatus.COMPLETED
+            message_id = success["provider_message_id"]
+            doubt = Doubt.RESOLVED if doubt is not None else None
+    changed = ops.run(
+        "finish_delivery",
+        (
+            str(status),
+            None if doubt is None else str(doubt),
+            message_id,
+            it.error,
+            str(status),
+            it.now,
+            it.now,
+            it.delivery_id,
+            it.token,
+        ),
+    )
+    if changed == 1:
+        ops.run(
+            "finish_job",
+            (str(job_status), it.run_at, it.error, it.now, it.job_id, it.token),
+        )
+        return FinishResult(committed=True, delivery_status=status, job_status=job_status)
+    # Stale token: the transition is rejected, but a success is a fact worth keeping.
+    if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
+        ops.run(
+            "late_success_delivery",
+            (it.attempt.provider_message_id, it.now, it.now, it.delivery_id),
+        )
+        ops.run("late_success_jobs", (it.now, it.delivery_id))
+        return FinishResult(
+            committed=False,
+            delivery_status=DeliveryStatus.SENT,
+            job_status=JobStatus.COMPLETED,
+            late_success=True,
+        )
+    return FinishResult(committed=False, delivery_status=None, job_status=None)
+
+
+def reap(ops: Ops, now: float) -> list[Reaped]:
+    """Jobs whose lease expired go back to the queue, or die on their final attempt."""
+    out = []
+    for row in ops.all("expired_jobs", (now,)):
+        dead = row["attempts"] >= row["max_attempts"]
+        if dead:
+            ops.run("kill_expired_job", (now, row["id"], row["lease_token"]))
+            ops.run("park_expired_delivery", (now, row["delivery_id"], row["lease_token"]))
+        else:
+            ops.run("requeue_expired_job", (now, now, row["id"], row["lease_token"]))
+        out.append(
+            Reaped(
+                job_id=row["id"],
+                delivery_id=row["delivery_id"],
+                attempt=row["attempts"],
+                owner=row["lease_owner"],
+                dead=dead,
+            )
+        )
+    return out
+
+
+def retry_dead(ops: Ops, delivery_id: int, now: float) -> bool:
+    """An operator sends a dead-lettered delivery again, releasing any earlier doubt."""
+    if ops.run("revive_delivery", (now, now, delivery_id)) != 1:
+        return False
+    ops.run("bury_dead_jobs", (now, delivery_id))
+    ops.one("insert_job_for_retry", (delivery_id, now, now, now, delivery_id))
+    return True
+
+
+def cancel(ops: Ops, delivery_id: int, now: float) -> bool:
+    """Cancel a delivery that is neither in flight nor sent."""
+    if ops.run("cancel_delivery", (now, delivery_id)) != 1:
+        return False
+    ops.run("cancel_jobs", (now, delivery_id))
+    return True
+
+
+def _must(row: Row | None) -> Row:
+    if row is None:
+        raise LookupError("row vanished inside a transaction")
+    return row

@@ -1,0 +1,217 @@
+-- name: insert_delivery
+-- Insert a delivery unless its idempotency key exists.
+INSERT INTO kirim_deliveries
+    (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
+     created_at, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, 'pending', ?, ?)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: insert_job
+-- Insert the job that carries a delivery.
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+VALUES (?, 'queued', ?, ?, ?, ?)
+RETURNING id;
+
+-- name: select_due_jobs
+-- The due jobs, oldest first.
+SELECT id FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled') AND run_at <= ?
+ORDER BY run_at, id
+LIMIT ?;
+
+-- name: lease_job
+-- Lease one claimable job with a fresh token.
+UPDATE kirim_jobs
+SET status = 'running', attempts = attempts + 1, lease_owner = ?, lease_token = ?,
+    lease_expires_at = ?, updated_at = ?
+WHERE id = ? AND status IN ('queued', 'retry_scheduled')
+RETURNING *;
+
+-- name: claim_pending_delivery
+-- pending -> processing; 0 rows when another worker got there first.
+UPDATE kirim_deliveries
+SET status = 'processing', claim_token = ?, claimed_by = ?, claim_expires_at = ?, updated_at = ?
+WHERE id = ? AND status = 'pending'
+RETURNING *;
+
+-- name: take_over_delivery
+-- Take over a processing delivery whose claim expired.
+UPDATE kirim_deliveries
+SET claim_token = ?, claimed_by = ?, claim_expires_at = ?, updated_at = ?
+WHERE id = ? AND status = 'processing'
+  AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+RETURNING *;
+
+-- name: doubtful_attempts
+-- Attempts that may have reached the provider, since the operator's last release.
+SELECT a.* FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
+WHERE a.delivery_id = ? AND a.status IN ('requested', 'unknown')
+  AND a.requested_at >= COALESCE(d.released_at, 0)
+ORDER BY a.id;
+
+-- name: succeeded_attempt
+-- Any attempt of the delivery that succeeded.
+SELECT provider_message_id FROM kirim_attempts
+WHERE delivery_id = ? AND status = 'succeeded'
+ORDER BY id LIMIT 1;
+
+-- name: insert_attempt_fenced
+-- Write-ahead attempt intent, only while the claim token holds.
+INSERT INTO kirim_attempts
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at)
+SELECT ?, ?, ?, ?, ?, 'requested', ?
+WHERE EXISTS (SELECT 1 FROM kirim_deliveries
+              WHERE id = ? AND claim_token = ? AND status = 'processing');
+
+-- name: complete_attempt
+-- Record a request's outcome; a fact is recorded whatever the claim's fate.
+UPDATE kirim_attempts
+SET status = ?, provider_message_id = COALESCE(?, provider_message_id), error = ?,
+    completed_at = ?
+WHERE provider_request_id = ? AND status IN ('requested', 'unknown');
+
+-- name: finish_delivery
+-- Write the delivery's new status, fenced by the claim token; releases the claim.
+UPDATE kirim_deliveries
+SET status = ?, doubt = ?, provider_message_id = COALESCE(?, provider_message_id),
+    last_error = ?, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    sent_at = CASE WHEN ? IN ('sent', 'confirmed') THEN ? ELSE sent_at END, updated_at = ?
+WHERE id = ? AND claim_token = ?;
+
+-- name: finish_job
+-- Write the job's new state, fenced by the lease token; releases the lease.
+UPDATE kirim_jobs
+SET status = ?, run_at = COALESCE(?, run_at), last_error = ?, lease_owner = NULL,
+    lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+WHERE id = ? AND lease_token = ?;
+
+-- name: late_success_delivery
+-- A success reported after the claim was lost still makes the delivery sent.
+UPDATE kirim_deliveries
+SET status = 'sent', provider_message_id = COALESCE(provider_message_id, ?),
+    doubt = CASE WHEN doubt IS NULL THEN NULL ELSE 'resolved' END,
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    sent_at = COALESCE(sent_at, ?), updated_at = ?
+WHERE id = ?;
+
+-- name: late_success_jobs
+-- ... and ends whatever job still carries it.
+UPDATE kirim_jobs
+SET status = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'completed by a late success', updated_at = ?
+WHERE delivery_id = ? AND status IN ('queued', 'running', 'retry_scheduled', 'dead');
+
+-- name: heartbeat_job
+-- Extend a job lease while the token holds.
+UPDATE kirim_jobs SET lease_expires_at = ?, updated_at = ?
+WHERE id = ? AND lease_token = ? AND status = 'running';
+
+-- name: heartbeat_delivery
+-- Extend the delivery claim while the token holds.
+UPDATE kirim_deliveries SET claim_expires_at = ?
+WHERE id = ? AND claim_token = ?;
+
+-- name: expired_jobs
+-- Running jobs whose lease expired.
+SELECT id, delivery_id, attempts, max_attempts, lease_owner, lease_token FROM kirim_jobs
+WHERE status = 'running' AND lease_expires_at < ?
+ORDER BY lease_expires_at
+LIMIT 1000;
+
+-- name: requeue_expired_job
+-- Back to the queue with no token: the next claim gets a new one.
+UPDATE kirim_jobs
+SET status = 'queued', run_at = ?, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, last_error = 'lease expired', updated_at = ?
+WHERE id = ? AND lease_token = ?;
+
+-- name: kill_expired_job
+-- The lease expired on the final attempt: dead letter.
+UPDATE kirim_jobs
+SET status = 'dead', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'lease expired on the final attempt', updated_at = ?
+WHERE id = ? AND lease_token = ?;
+
+-- name: park_expired_delivery
+-- The delivery of a job that died with its lease: in doubt if a request may have left.
+UPDATE kirim_deliveries
+SET status = CASE WHEN EXISTS (
+        SELECT 1 FROM kirim_attempts a
+        WHERE a.delivery_id = kirim_deliveries.id AND a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(kirim_deliveries.released_at, 0))
+    THEN 'in_doubt' ELSE 'failed' END,
+    doubt = CASE WHEN EXISTS (
+        SELECT 1 FROM kirim_attempts a
+        WHERE a.delivery_id = kirim_deliveries.id AND a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(kirim_deliveries.released_at, 0))
+    THEN 'held' ELSE doubt END,
+    last_error = 'lease expired on the final attempt',
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = ?
+WHERE id = ? AND claim_token = ? AND status = 'processing';
+
+-- name: release_busy_job
+-- Another worker holds the delivery: put the job back, not counting this claim.
+UPDATE kirim_jobs
+SET status = 'retry_scheduled', run_at = ?, attempts = attempts - 1, lease_owner = NULL,
+    lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+WHERE id = ? AND lease_token = ?;
+
+-- name: next_run_at
+-- When the earliest claimable job is due.
+SELECT MIN(run_at) FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
+
+-- name: count_running
+-- Jobs in flight.
+SELECT COUNT(*) FROM kirim_jobs WHERE status = 'running';
+
+-- name: delivery_by_id
+-- One delivery.
+SELECT * FROM kirim_deliveries WHERE id = ?;
+
+-- name: revive_delivery
+-- Operator retry: a failed or in-doubt delivery becomes pending; earlier doubt released.
+UPDATE kirim_deliveries
+SET status = 'pending', doubt = NULL, released_at = ?, last_error = NULL,
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL, updated_at = ?
+WHERE id = ? AND status IN ('failed', 'in_doubt', 'canceled')
+  AND EXISTS (SELECT 1 FROM kirim_jobs j WHERE j.delivery_id = kirim_deliveries.id
+              AND j.status = 'dead');
+
+-- name: bury_dead_jobs
+-- The dead job is replaced by a fresh one.
+UPDATE kirim_jobs SET status = 'completed', last_error = 'retried by operator', updated_at = ?
+WHERE delivery_id = ? AND status = 'dead';
+
+-- name: insert_job_for_retry
+-- A fresh job with the old job's max_attempts.
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+SELECT ?, 'queued', ?, max_attempts, ?, ? FROM kirim_jobs
+WHERE delivery_id = ? ORDER BY id DESC LIMIT 1
+RETURNING id;
+
+-- name: cancel_delivery
+-- Cancel what is neither in flight nor sent.
+UPDATE kirim_deliveries
+SET status = 'canceled', updated_at = ?
+WHERE id = ? AND status IN ('pending', 'failed', 'in_doubt');
+
+-- name: cancel_jobs
+-- Its jobs stop.
+UPDATE kirim_jobs
+SET status = 'completed', last_error = 'canceled', lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = ?
+WHERE delivery_id = ? AND status IN ('queued', 'retry_scheduled', 'dead');
+
+-- name: release_job
+-- Shutdown: the job goes back to the queue at once, this claim not counted.
+UPDATE kirim_jobs
+SET status = 'queued', run_at = ?, attempts = attempts - 1, lease_owner = NULL,
+    lease_token = NULL, lease_expires_at = NULL, last_error = 'released at shutdown',
+    updated_at = ?
+WHERE id = ? AND lease_token = ? AND status = 'running';
+
+-- name: release_delivery
+-- Shutdown: the claim expires now, so the next claimer takes over at once.
+UPDATE kirim_deliveries SET claim_expires_at = ? - 1
+WHERE id = ? AND claim_token = ? AND status = 'processing';

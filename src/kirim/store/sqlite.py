@@ -1,0 +1,395 @@
+"""SQLite backend: one file, WAL, ``BEGIN IMMEDIATE`` for every write.
+
+Each store owns one connection used from one dedicated thread, so a whole
+transaction (a batch of claims, intents or outcomes) costs one hop off the event
+loop. Several worker processes on one file are safe: writers serialise on the
+database lock and wait up to ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
+
+from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
+from kirim.store import logic
+from kirim.store.base import (
+    SCHEMA_VERSION,
+    Claim,
+    DeadLetter,
+    Finish,
+    FinishResult,
+    Intent,
+    Lease,
+    NewDelivery,
+    Reaped,
+)
+from kirim.store.logic import Row, attempt_from, delivery_from, job_from
+from kirim.store.sqlfiles import load_queries, migrations
+
+T = TypeVar("T")
+Q = load_queries("sqlite")
+_SYNC = {"off", "normal", "full", "extra"}
+
+
+def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
+    """``sqlite:///rel.db`` → ``rel.db``; ``sqlite:////abs.db`` → ``/abs.db``."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or not parts.path or parts.path == "/":
+        raise ConfigError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
+    params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    return parts.path[1:], params
+
+
+class _SQLiteOps:
+    """Named queries on one connection, for the shared claim logic."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def one(self, name: str, args: Sequence[Any]) -> Row | None:
+        row: Row | None = self.conn.execute(Q[name], args).fetchone()
+        return row
+
+    def all(self, name: str, args: Sequence[Any]) -> list[Row]:
+        return list(self.conn.execute(Q[name], args).fetchall())
+
+    def run(self, name: str, args: Sequence[Any]) -> int:
+        return self.conn.execute(Q[name], args).rowcount
+
+
+class SQLiteStore:
+    """The embedded backend (``sqlite:///kirim.db``)."""
+
+    def __init__(self, url: str, *, busy_timeout: float = 30.0) -> None:
+        self.url = url
+        self.path, params = sqlite_path(url)
+        self.synchronous = params.get("synchronous", "full").lower()
+        if self.synchronous not in _SYNC:
+            raise ConfigError(
+                f"synchronous must be one of {sorted(_SYNC)}, not {self.synchronous!r}"
+            )
+        self.busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- plumbing -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kirim-sqlite")
+        self._conn = await self._call(self._connect)
+
+    def _connect(self) -> sqlite3.Connection:
+        if self.path != ":memory:":
+            parent = Path(self.path).parent
+            if not parent.exists():
+                raise ConfigError(f"directory {str(parent)!r} of the database does not exist")
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.busy_timeout
+        )
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._call(conn.close)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        if self._executor is None:
+            raise StoreError("store is not open")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn)
+
+    async def _tx(self, fn: Callable[[sqlite3.Connection], T], *, write: bool = True) -> T:
+        """Run ``fn`` in one transaction on the store's thread."""
+
+        def run() -> T:
+            conn = self._conn
+            if conn is None:
+                raise StoreError("store is not open")
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                result = fn(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+
+        try:
+            return await self._call(run)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite: {exc}") from exc
+
+    # -- schema -------------------------------------------------------------------
+
+    async def migrate(self) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS kirim_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+            )
+            current = _version(conn)
+            if current > SCHEMA_VERSION:
+                raise SchemaError(_too_new(current))
+            for version, sql in migrations("sqlite"):
+                if version > current:
+                    for statement in _statements(sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO kirim_meta (key, value) VALUES ('schema_version', ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (str(version),),
+                    )
+                    current = version
+            return current
+
+        return await self._tx(run)
+
+    async def check_schema(self) -> None:
+        def run(conn: sqlite3.Connection) -> int:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kirim_meta'"
+            ).fetchone()
+            return _version(conn) if exists else 0
+
+        version = await self._tx(run, write=False)
+        if version == 0:
+            raise SchemaError(f"{self.url} has no kirim schema; run `kirim init` first")
+        if version > SCHEMA_VERSION:
+            raise SchemaError(_too_new(version))
+        if version < SCHEMA_VERSION:
+            raise SchemaError(
+                f"{self.url} has schema version {version}, this kirim needs {SCHEMA_VERSION}; "
+                "run `kirim init` to migrate"
+            )
+
+    # -- write path ---------------------------------------------------------------
+
+    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
+        def run(conn: sqlite3.Connection) -> list[EnqueueResult]:
+            out = []
+            for it in items:
+                row = conn.execute(
+                    Q["insert_delivery"],
+                    (
+                        it.idempotency_key,
+                        it.event_id,
+                        it.recipient,
+                        it.channel,
+                        it.payload_json,
+                        it.payload_hash,
+                        now,
+                        now,
+                    ),
+                ).fetchone()
+                if row is None:
+                    existing = conn.execute(
+                        "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?",
+                        (it.idempotency_key,),
+                    ).fetchone()
+                    out.append(
+                        EnqueueResult(
+                            delivery=delivery_from(existing),
+                            job=_latest_job(conn, existing["id"]),
+                            created=False,
+                        )
+                    )
+                    continue
+                conn.execute(
+                    Q["insert_job"], (row["id"], it.run_at, it.max_attempts, now, now)
+                ).fetchone()
+                delivery = conn.execute(
+                    "SELECT * FROM kirim_deliveries WHERE id = ?", (row["id"],)
+                ).fetchone()
+                out.append(
+                    EnqueueResult(
+                        delivery=delivery_from(delivery),
+                        job=_latest_job(conn, row["id"]),
+                        created=True,
+                    )
+                )
+            return out
+
+        return await self._tx(run)
+
+    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
+        return await self._tx(
+            lambda conn: logic.claim(_SQLiteOps(conn), worker_id, now, lease, limit)
+        )
+
+    async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
+        def run(conn: sqlite3.Connection) -> list[bool]:
+            until = now + lease
+            held = []
+            for it in leases:
+                ok = conn.execute(Q["heartbeat_job"], (until, now, it.job_id, it.token)).rowcount
+                conn.execute(Q["heartbeat_delivery"], (until, it.delivery_id, it.token))
+                held.append(ok == 1)
+            return held
+
+        return await self._tx(run)
+
+    async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        def run(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                conn.execute(
+                    Q["insert_attempt_fenced"],
+                    (
+                        it.delivery_id,
+                        it.job_id,
+                        it.number,
+                        it.provider_request_id,
+                        it.worker_id,
+                        it.requested_at,
+                        it.delivery_id,
+                        it.token,
+                    ),
+                ).rowcount
+                == 1
+                for it in intents
+            ]
+
+        return await self._tx(run)
+
+    async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
+        return await self._tx(lambda conn: [logic.finish(_SQLiteOps(conn), it) for it in items])
+
+    async def reap(self, *, now: float) -> list[Reaped]:
+        return await self._tx(lambda conn: logic.reap(_SQLiteOps(conn), now))
+
+    async def release(self, leases: Sequence[Lease], *, now: float) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            for it in leases:
+                conn.execute(Q["release_job"], (now, now, it.job_id, it.token))
+                conn.execute(Q["release_delivery"], (now, it.delivery_id, it.token))
+
+        await self._tx(run)
+
+    async def next_run_at(self) -> float | None:
+        row = await self._tx(lambda c: c.execute(Q["next_run_at"]).fetchone(), write=False)
+        return None if row is None or row[0] is None else float(row[0])
+
+    async def in_flight(self) -> int:
+        row = await self._tx(lambda c: c.execute(Q["count_running"]).fetchone(), write=False)
+        return int(row[0])
+
+    # -- read path and operator actions -------------------------------------------
+
+    async def get_delivery(self, key_or_id: str) -> Delivery | None:
+        def run(conn: sqlite3.Connection) -> Delivery | None:
+            row = conn.execute(
+                "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?", (key_or_id,)
+            ).fetchone()
+            if row is None and key_or_id.isdigit():
+                row = conn.execute(
+                    "SELECT * FROM kirim_deliveries WHERE id = ?", (int(key_or_id),)
+                ).fetchone()
+            return None if row is None else delivery_from(row)
+
+        return await self._tx(run, write=False)
+
+    async def get_job(self, delivery_id: int) -> Job | None:
+        return await self._tx(lambda c: _latest_job(c, delivery_id), write=False)
+
+    async def get_attempts(self, delivery_id: int) -> list[Attempt]:
+        rows = await self._tx(
+            lambda c: c.execute(
+                "SELECT * FROM kirim_attempts WHERE delivery_id = ? ORDER BY id", (delivery_id,)
+            ).fetchall(),
+            write=False,
+        )
+        return [attempt_from(r) for r in rows]
+
+    async def list_deliveries(
+        self,
+        *,
+        status: DeliveryStatus | None = None,
+        channel: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        sql = "SELECT * FROM kirim_deliveries WHERE id > ?"
+        args: list[Any] = [after_id]
+        if status is not None:
+            sql += " AND status = ?"
+            args.append(str(status))
+        if channel is not None:
+            sql += " AND channel = ?"
+            args.append(channel)
+        sql += " ORDER BY id LIMIT ?"
+        args.append(limit)
+        rows = await self._tx(lambda c: c.execute(sql, args).fetchall(), write=False)
+        return [delivery_from(r) for r in rows]
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        def run(conn: sqlite3.Connection) -> list[DeadLetter]:
+            rows = conn.execute(
+                "SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT ?", (limit,)
+            ).fetchall()
+            out = []
+            for job in rows:
+                d = conn.execute(
+                    "SELECT * FROM kirim_deliveries WHERE id = ?", (job["delivery_id"],)
+                ).fetchone()
+                out.append(DeadLetter(delivery=delivery_from(d), job=job_from(job)))
+            return out
+
+        return await self._tx(run, write=False)
+
+    async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
+        return await self._tx(lambda c: logic.retry_dead(_SQLiteOps(c), delivery_id, now))
+
+    async def cancel(self, delivery_id: int, *, now: float) -> bool:
+        return await self._tx(lambda c: logic.cancel(_SQLiteOps(c), delivery_id, now))
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            d = conn.execute(
+                "SELECT status, COUNT(*) FROM kirim_deliveries GROUP BY status"
+            ).fetchall()
+            j = conn.execute("SELECT status, COUNT(*) FROM kirim_jobs GROUP BY status").fetchall()
+            return {"deliveries": {r[0]: r[1] for r in d}, "jobs": {r[0]: r[1] for r in j}}
+
+        return await self._tx(run, write=False)
+
+
+def _latest_job(conn: sqlite3.Connection, delivery_id: int) -> Job | None:
+    row = conn.execute(
+        "SELECT * FROM kirim_jobs WHERE delivery_id = ? ORDER BY id DESC LIMIT 1", (delivery_id,)
+    ).fetchone()
+    return None if row is None else job_from(row)
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _too_new(version: int) -> str:
+    return (
+        f"the database has schema version {version} but this kirim knows only up to "
+        f"{SCHEMA_VERSION}; upgrade kirim"
+    )
+
+
+def _statements(sql: str) -> list[str]:
+    lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

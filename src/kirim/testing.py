@@ -1,0 +1,192 @@
+"""Helpers for testing code that uses kirim, and kirim itself.
+
+- ``ManualClock``: time that moves only when the test says so.
+- ``FlakyProvider``: an in-process provider with latency, failures,
+  accept-then-time-out, and a count of requests per idempotency key.
+- ``Checkpoints``: pause a worker at a named point (``after_claim``,
+  ``before_provider_request``, ``after_provider_response``, ``before_commit``) so a
+  test can interleave two workers exactly, or make it die there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
+from kirim.providers.base import Message, Sent
+
+CHECKPOINTS = ("after_claim", "before_provider_request", "after_provider_response", "before_commit")
+
+
+class ManualClock:
+    """A clock for tests: ``now`` changes only through ``advance`` or ``set``."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    def set(self, now: float) -> None:
+        self._now = now
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+class WorkerCrashed(BaseException):
+    """Raised inside a worker at a checkpoint to make it die on the spot.
+
+    It derives from BaseException so that no ``except Exception`` in the worker
+    turns the crash into a tidy shutdown: nothing more is written, as after SIGKILL.
+    """
+
+
+@dataclass
+class Pause:
+    """One armed checkpoint; the worker that reaches it waits for the test."""
+
+    name: str
+    worker_id: str | None
+    _reached: asyncio.Event = field(default_factory=asyncio.Event)
+    _go: asyncio.Event = field(default_factory=asyncio.Event)
+    _crash: bool = False
+    context: dict[str, Any] = field(default_factory=dict)
+
+    async def reached(self, within: float = 10.0) -> dict[str, Any]:
+        """Wait until a worker stands at the checkpoint; return its context."""
+        await asyncio.wait_for(self._reached.wait(), within)
+        return self.context
+
+    def release(self) -> None:
+        """Let the worker go on."""
+        self._go.set()
+
+    def crash(self) -> None:
+        """Make the worker die at the checkpoint, writing nothing more."""
+        self._crash = True
+        self._go.set()
+
+
+class Checkpoints:
+    """Named pause points inside a worker."""
+
+    def __init__(self) -> None:
+        self._armed: list[Pause] = []
+        self.passed: list[tuple[str, str, int]] = []  # (checkpoint, worker_id, delivery_id)
+
+    def pause(self, name: str, *, worker_id: str | None = None) -> Pause:
+        """Arm ``name`` once (for one worker, or any): the next arrival waits."""
+        if name not in CHECKPOINTS:
+            raise ValueError(f"unknown checkpoint {name!r}; one of {', '.join(CHECKPOINTS)}")
+        pause = Pause(name=name, worker_id=worker_id)
+        self._armed.append(pause)
+        return pause
+
+    async def hit(self, name: str, *, worker_id: str, delivery_id: int, **context: Any) -> None:
+        """Called by the worker at each checkpoint."""
+        self.passed.append((name, worker_id, delivery_id))
+        for pause in self._armed:
+            if pause.name == name and pause.worker_id in (None, worker_id):
+                self._armed.remove(pause)
+                pause.context = {"worker_id": worker_id, "delivery_id": delivery_id, **context}
+                pause._reached.set()
+                await pause._go.wait()
+                if pause._crash:
+                    raise WorkerCrashed(f"{worker_id} crashed at {name}")
+                return
+
+
+Behaviour = str  # "ok", "transient", "permanent", "ambiguous", "accept_then_timeout"
+
+
+class FlakyProvider:
+    """An in-process provider that misbehaves on purpose.
+
+    ``script`` lists the behaviour of the first requests in order (then ``ok``):
+    ``ok``, ``transient`` (refused, not processed), ``permanent`` (4xx),
+    ``ambiguous`` (5xx, not processed), ``accept_then_timeout`` (delivered, then the
+    answer is lost). ``idempotent=True`` makes it deduplicate by key as a provider
+    that honours Idempotency-Key does.
+    """
+
+    def __init__(
+        self,
+        *,
+        idempotent: bool = True,
+        script: list[Behaviour] | None = None,
+        latency: float = 0.0,
+        on_request: Callable[[Message], Awaitable[None]] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.idempotent = idempotent
+        self.script = list(script or [])
+        self.latency = latency
+        self.on_request = on_request
+        self.retry_after = retry_after
+        self.requests: list[Message] = []
+        self.per_key: Counter[str] = Counter()  # every request seen
+        self.delivered: Counter[str] = Counter()  # what the user received
+        self._message_ids: dict[str, str] = {}
+        self._ids = itertools.count(1001)
+
+    def received(self, key: str) -> int:
+        return self.per_key[key]
+
+    def effective(self, key: str) -> int:
+        """How many times the user received the notification with this key."""
+        return self.delivered[key]
+
+    async def send(self, message: Message) -> Sent:
+        behaviour = self.script.pop(0) if self.script else "ok"
+        self.requests.append(message)
+        self.per_key[message.idempotency_key] += 1
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        if behaviour == "transient":
+            raise TransientFailure("refused (test)", status_code=429, retry_after=self.retry_after)
+        if behaviour == "permanent":
+            raise PermanentFailure("rejected (test)", status_code=400)
+        if behaviour == "ambiguous":
+            raise AmbiguousFailure("HTTP 503 (test)", status_code=503)
+        sent = self._deliver(message.idempotency_key)
+        if self.on_request is not None:
+            await self.on_request(message)
+        if behaviour == "accept_then_timeout":
+            raise AmbiguousFailure("read timeout after the request was accepted (test)")
+        return sent
+
+    def _deliver(self, key: str) -> Sent:
+        if self.idempotent and key in self._message_ids:
+            return Sent(provider_message_id=self._message_ids[key])
+        self.delivered[key] += 1
+        message_id = f"p-{next(self._ids)}"
+        self._message_ids.setdefault(key, message_id)
+        return Sent(provider_message_id=message_id)
+
+    async def lookup(self, idempotency_key: str) -> Sent | None:
+        """Whether this provider already accepted ``idempotency_key``."""
+        if idempotency_key in self._message_ids:
+            return Sent(provider_message_id=self._message_ids[idempotency_key])
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+__all__ = [
+    "CHECKPOINTS",
+    "Checkpoints",
+    "FlakyProvider",
+    "ManualClock",
+    "Pause",
+    "WorkerCrashed",
+]

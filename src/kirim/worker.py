@@ -1,0 +1,592 @@
+"""The worker: claim, decide, write ahead, send, commit (DESIGN.md, worker protocol).
+
+One asyncio process runs up to ``concurrency`` deliveries at once. Claims, attempt
+intents and outcomes of concurrent deliveries are grouped into shared transactions
+(``Batcher``). A heartbeat renews the job lease and the delivery claim of all work
+in flight; a reaper returns expired leases to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kirim.batching import Batcher
+from kirim.channels import Channel
+from kirim.clock import Clock, SystemClock
+from kirim.errors import (
+    AmbiguousFailure,
+    PermanentFailure,
+    StoreError,
+    TransientFailure,
+)
+from kirim.keys import new_request_id
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
+from kirim.observe.logging import get_logger
+from kirim.providers.base import Message, Reconcilable, Sent
+from kirim.store.base import (
+    AttemptOutcome,
+    Claim,
+    ClaimKind,
+    Finish,
+    FinishResult,
+    Intent,
+    Lease,
+    Store,
+)
+from kirim.testing import Checkpoints
+from kirim.worker_stats import WorkerStats
+
+RESULT = {
+    AttemptStatus.SUCCEEDED: "success",
+    AttemptStatus.FAILED_PERMANENT: "failed_permanent",
+    AttemptStatus.FAILED_TRANSIENT: "failed_transient",
+    AttemptStatus.UNKNOWN: "unknown",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    lease: float = 30.0
+    concurrency: int = 10
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    heartbeat_interval: float | None = None  # default: lease / 3
+    reap_interval: float | None = None  # default: min(lease / 2, 5)
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    shutdown_grace: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.lease <= 0:
+            raise ValueError("lease must be positive")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease / 3
+
+    @property
+    def reap_every(self) -> float:
+        return self.reap_interval or min(self.lease / 2, 5.0)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+class Worker:
+    def __init__(
+        self,
+        store: Store,
+        channels: Mapping[str, Channel],
+        *,
+        settings: WorkerSettings | None = None,
+        worker_id: str | None = None,
+        clock: Clock | None = None,
+        checkpoints: Checkpoints | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.channels = dict(channels)
+        self.settings = settings or WorkerSettings()
+        self.worker_id = worker_id or default_worker_id()
+        self.clock = clock or SystemClock()
+        self.checkpoints = checkpoints
+        self.rng = rng or random.Random()
+        self.stats = WorkerStats()
+        self.log = get_logger(worker_id=self.worker_id)
+        self._leases: dict[int, Lease] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._renewal_ok = True
+        self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
+        self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; ``run`` finishes in-flight work within the grace period."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self, *, burst: bool = False) -> WorkerStats:
+        """Work until ``stop()`` (or, with ``burst``, until no work is left anywhere)."""
+        self.log.info(
+            "worker_started",
+            concurrency=self.settings.concurrency,
+            lease=self.settings.lease,
+            burst=burst,
+        )
+        background = [asyncio.create_task(self._heartbeat_loop())]
+        if not burst:
+            background.append(asyncio.create_task(self._reap_loop()))
+        try:
+            while not self._stopping.is_set():
+                if burst:
+                    await self.reap()
+                claimed = await self.claim_and_start()
+                if claimed:
+                    continue
+                if burst and not self._tasks and await self._nothing_left():
+                    break
+                await self._idle()
+        finally:
+            await self._shutdown()
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        self.log.info("worker_stopped", **self.stats.as_dict())
+        return self.stats
+
+    async def run_once(self) -> int:
+        """Reap, claim one batch, and process it to the end. For tests and tools."""
+        await self.reap()
+        claimed = await self.claim_and_start()
+        await self.drain()
+        return claimed
+
+    async def drain(self) -> None:
+        """Wait for every delivery in flight."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+
+    async def _idle(self) -> None:
+        self._wake.clear()
+        timeout = self.settings.poll_interval
+        next_run = None if self._tasks else await self.store.next_run_at()
+        if next_run is not None:
+            timeout = min(timeout, max(0.0, next_run - self.clock.now()))
+        if self._tasks and len(self._tasks) < self.settings.concurrency:
+            timeout = min(timeout, 0.05)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+
+    async def _nothing_left(self) -> bool:
+        next_run = await self.store.next_run_at()
+        running = await self.store.in_flight()
+        if running:
+            # Someone else's lease (perhaps a dead worker's): wait for it or reap it.
+            await self.clock.sleep(min(self.settings.poll_interval, self.settings.reap_every))
+            return False
+        if next_run is not None:
+            await self.clock.sleep(max(0.0, min(next_run - self.clock.now(), 1.0)))
+            return False
+        return True
+
+    async def claim_and_start(self) -> int:
+        """Claim as many due jobs as there are free slots and start each."""
+        free = self.settings.concurrency - len(self._tasks)
+        if free <= 0 or not self._renewal_ok:
+            return 0
+        try:
+            claims = await self.store.claim(
+                worker_id=self.worker_id,
+                now=self.clock.now(),
+                lease=self.settings.lease,
+                limit=min(free, self.settings.batch_size),
+            )
+        except StoreError as exc:
+            self.log.error("claim_failed", error=str(exc))
+            await self.clock.sleep(self.settings.poll_interval)
+            return 0
+        for claim in claims:
+            self._start(claim)
+        return len(claims)
+
+    def _start(self, claim: Claim) -> None:
+        job_id = claim.job.id
+        if claim.kind is ClaimKind.CLAIMED:
+            self._leases[job_id] = Lease(
+                job_id=job_id, delivery_id=claim.delivery.id, token=claim.token
+            )
+        task = asyncio.create_task(self._process(claim))
+        self._tasks[job_id] = task
+        task.add_done_callback(lambda _t: self._done(job_id))
+
+    def _done(self, job_id: int) -> None:
+        self._tasks.pop(job_id, None)
+        self._leases.pop(job_id, None)
+        self._wake.set()
+
+    # -- one delivery -----------------------------------------------------------------
+
+    async def _process(self, claim: Claim) -> None:
+        d, job = claim.delivery, claim.job
+        log = self.log.bind(
+            notification_id=d.id,
+            event_id=d.event_id,
+            job_id=job.id,
+            attempt=job.attempts,
+            idempotency_key=d.idempotency_key,
+            channel=d.channel,
+        )
+        self.stats.claimed += 1
+        if claim.kind is ClaimKind.NOOP:
+            self.stats.noops += 1
+            name = "noop_already_sent" if d.status.value in ("sent", "confirmed") else "noop"
+            log.info(name, status=str(d.status), reason=claim.reason)
+            return
+        if claim.kind is ClaimKind.BUSY:
+            log.info("claim_lost", reason=claim.reason)
+            return
+        log.info("job_claimed", token=claim.token[:8], retry=job.attempts > 1)
+        try:
+            await self._checkpoint("after_claim", claim)
+            channel = self.channels.get(d.channel)
+            if channel is None:
+                await self._commit(
+                    log,
+                    claim,
+                    self._transient(
+                        claim, None, f"channel {d.channel!r} is not configured on {self.worker_id}"
+                    ),
+                )
+                return
+            if claim.doubtful:
+                early = await self._in_doubt(log, claim, channel)
+                if early is not None:
+                    await self._commit(log, claim, early)
+                    return
+            await self._send(log, claim, channel)
+        except Exception as exc:  # a bug or a store failure: leave the lease to expire
+            self.stats.errors += 1
+            log.exception("delivery_error", error=str(exc))
+
+    async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
+        """DESIGN step 4: an earlier request may have reached the provider."""
+        earlier = [a.provider_request_id for a in claim.doubtful]
+        self.stats.in_doubt_seen += 1
+        if channel.lookup and isinstance(channel.provider, Reconcilable):
+            try:
+                found = await channel.provider.lookup(claim.delivery.idempotency_key)
+            except Exception as exc:
+                log.warning("in_doubt", decision="lookup_failed", error=str(exc))
+                return self._transient(claim, None, f"lookup failed: {exc}")
+            if found is not None:
+                log.info(
+                    "in_doubt",
+                    decision="reconciled_sent",
+                    earlier_requests=earlier,
+                    provider_message_id=found.provider_message_id,
+                )
+                return self._final(
+                    claim,
+                    DeliveryStatus.SENT,
+                    doubt=Doubt.RESOLVED,
+                    message_id=found.provider_message_id,
+                )
+            log.info("in_doubt", decision="lookup_not_found_send", earlier_requests=earlier)
+            return None
+        if channel.idempotent:
+            log.info("in_doubt", decision="resend_same_key", earlier_requests=earlier)
+            return None
+        if channel.on_unknown is OnUnknown.RETRY:
+            log.warning("in_doubt", decision="resend_at_least_once", earlier_requests=earlier)
+            return None
+        if channel.on_unknown is OnUnknown.HOLD:
+            log.warning("in_doubt", decision="hold", earlier_requests=earlier)
+            return self._hold(claim, "held: an earlier request may have been delivered")
+        log.warning("in_doubt", decision="assume_sent", earlier_requests=earlier)
+        return self._final(claim, DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
+
+    async def _send(self, log: Any, claim: Claim, channel: Channel) -> None:
+        d, job = claim.delivery, claim.job
+        request_id = new_request_id()
+        log = log.bind(provider_request_id=request_id)
+        intent = Intent(
+            delivery_id=d.id,
+            job_id=job.id,
+            token=claim.token,
+            number=job.attempts,
+            provider_request_id=request_id,
+            worker_id=self.worker_id,
+            requested_at=self.clock.now(),
+        )
+        if not await self._intents.submit(intent):
+            self.stats.claims_lost += 1
+            log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
+            return
+        await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
+        message = Message(
+            delivery_id=d.id,
+            idempotency_key=d.idempotency_key,
+            provider_request_id=request_id,
+            event_id=d.event_id,
+            recipient=d.recipient,
+            channel=d.channel,
+            payload=d.payload,
+            attempt=job.attempts,
+        )
+        log.info("provider_request")
+        self.stats.requests += 1
+        started = self.clock.now()
+        sent: Sent | None = None
+        error: Exception | None = None
+        try:
+            sent = await channel.provider.send(message)
+            status = AttemptStatus.SUCCEEDED
+        except PermanentFailure as exc:
+            status, error = AttemptStatus.FAILED_PERMANENT, exc
+        except TransientFailure as exc:
+            status, error = AttemptStatus.FAILED_TRANSIENT, exc
+        except AmbiguousFailure as exc:
+            status, error = AttemptStatus.UNKNOWN, exc
+        except Exception as exc:  # a provider bug: we cannot know whether it was sent
+            status, error = AttemptStatus.UNKNOWN, exc
+        latency = self.clock.now() - started
+        message_id = sent.provider_message_id if sent else None
+        log.info(
+            "provider_response",
+            result=RESULT[status],
+            provider_message_id=message_id,
+            latency_s=round(latency, 6),
+            error=None if error is None else str(error),
+        )
+        await self._checkpoint("after_provider_response", claim, provider_request_id=request_id)
+        outcome = AttemptOutcome(
+            provider_request_id=request_id,
+            status=status,
+            provider_message_id=message_id,
+            error=None if error is None else str(error),
+            completed_at=self.clock.now(),
+        )
+        finish = self._decide(claim, channel, outcome, error)
+        await self._commit(log, claim, finish)
+
+    def _decide(
+        self, claim: Claim, channel: Channel, outcome: AttemptOutcome, error: Exception | None
+    ) -> Finish:
+        """DESIGN step 7: what the outcome means for the delivery and the job."""
+        if outcome.status is AttemptStatus.SUCCEEDED:
+            return self._final(
+                claim, DeliveryStatus.SENT, outcome=outcome, message_id=outcome.provider_message_id
+            )
+        if outcome.status is AttemptStatus.FAILED_PERMANENT:
+            return self._final(
+                claim,
+                DeliveryStatus.FAILED,
+                outcome=outcome,
+                job=JobStatus.DEAD,
+                error=outcome.error,
+            )
+        if outcome.status is AttemptStatus.FAILED_TRANSIENT:
+            after = error.retry_after if isinstance(error, TransientFailure) else None
+            return self._transient(claim, outcome, outcome.error, retry_after=after)
+        # Unknown: the provider may have acted on it.
+        if channel.idempotent or channel.lookup or channel.on_unknown is OnUnknown.RETRY:
+            return self._transient(claim, outcome, outcome.error, exhausted_status="in_doubt")
+        if channel.on_unknown is OnUnknown.HOLD:
+            return self._hold(claim, f"held: {outcome.error}", outcome=outcome)
+        return self._final(
+            claim,
+            DeliveryStatus.SENT,
+            outcome=outcome,
+            doubt=Doubt.ASSUMED_SENT,
+            error=outcome.error,
+        )
+
+    def _final(
+        self,
+        claim: Claim,
+        status: DeliveryStatus,
+        *,
+        outcome: AttemptOutcome | None = None,
+        doubt: Doubt | None = None,
+        message_id: str | None = None,
+        job: JobStatus = JobStatus.COMPLETED,
+        error: str | None = None,
+    ) -> Finish:
+        return Finish(
+            delivery_id=claim.delivery.id,
+            job_id=claim.job.id,
+            token=claim.token,
+            now=self.clock.now(),
+            attempt=outcome,
+            delivery_status=status,
+            doubt=doubt,
+            provider_message_id=message_id,
+            error=error,
+            job_status=job,
+        )
+
+    def _hold(self, claim: Claim, error: str, *, outcome: AttemptOutcome | None = None) -> Finish:
+        return self._final(
+            claim,
+            DeliveryStatus.IN_DOUBT,
+            outcome=outcome,
+            doubt=Doubt.HELD,
+            job=JobStatus.DEAD,
+            error=error,
+        )
+
+    def _transient(
+        self,
+        claim: Claim,
+        outcome: AttemptOutcome | None,
+        error: str | None,
+        *,
+        retry_after: float | None = None,
+        exhausted_status: str = "failed",
+    ) -> Finish:
+        job = claim.job
+        if job.attempts >= job.max_attempts:
+            if exhausted_status == "in_doubt":
+                return self._hold(claim, f"attempts exhausted: {error}", outcome=outcome)
+            return self._final(
+                claim,
+                DeliveryStatus.FAILED,
+                outcome=outcome,
+                job=JobStatus.DEAD,
+                error=f"attempts exhausted: {error}",
+            )
+        delay = self.backoff(job.attempts)
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        now = self.clock.now()
+        return Finish(
+            delivery_id=claim.delivery.id,
+            job_id=job.id,
+            token=claim.token,
+            now=now,
+            attempt=outcome,
+            delivery_status=DeliveryStatus.PENDING,
+            error=error,
+            job_status=JobStatus.RETRY_SCHEDULED,
+            run_at=now + delay,
+        )
+
+    def backoff(self, attempts: int) -> float:
+        """Exponential backoff with full jitter."""
+        cap = min(self.settings.backoff_max, self.settings.backoff_base * 2 ** (attempts - 1))
+        return self.rng.uniform(0, cap)
+
+    async def _commit(self, log: Any, claim: Claim, finish: Finish) -> None:
+        """DESIGN step 6: one transaction, fenced by the token; retried on store errors."""
+        await self._checkpoint("before_commit", claim)
+        for attempt in range(5):
+            try:
+                result = await self._finishes.submit(finish)
+                break
+            except StoreError as exc:
+                log.warning("commit_retry", error=str(exc), try_=attempt + 1)
+                await asyncio.sleep(0.05 * 2**attempt)
+        else:
+            log.error("commit_failed", reason="the lease will expire and the reaper takes over")
+            return
+        if result.committed:
+            self.stats.count(result.delivery_status, result.job_status, finish)
+            log.info(
+                "db_update",
+                status=str(result.delivery_status),
+                job_status=str(result.job_status),
+                doubt=None if finish.doubt is None else str(finish.doubt),
+                error=finish.error,
+            )
+            if result.job_status is JobStatus.RETRY_SCHEDULED:
+                log.info("retry_scheduled", delay_s=round((finish.run_at or 0) - finish.now, 3))
+            elif result.job_status is JobStatus.DEAD:
+                log.warning("dead_lettered", error=finish.error)
+        elif result.late_success:
+            self.stats.late_successes += 1
+            log.warning("stale_write_rejected", late_success=True, status="sent")
+        else:
+            self.stats.stale_rejected += 1
+            log.warning("stale_write_rejected", reason="claim token no longer holds")
+
+    async def _checkpoint(self, name: str, claim: Claim, **context: Any) -> None:
+        if self.checkpoints is not None:
+            await self.checkpoints.hit(
+                name,
+                worker_id=self.worker_id,
+                delivery_id=claim.delivery.id,
+                job_id=claim.job.id,
+                **context,
+            )
+
+    # -- leases ----------------------------------------------------------------------
+
+    async def heartbeat(self) -> list[int]:
+        """Renew every lease in flight; return the job ids whose lease was lost."""
+        leases = list(self._leases.values())
+        if not leases:
+            return []
+        held = await self.store.heartbeat(leases, now=self.clock.now(), lease=self.settings.lease)
+        lost = [lease.job_id for lease, ok in zip(leases, held, strict=True) if not ok]
+        for job_id in lost:
+            self._leases.pop(job_id, None)
+            self.log.warning("claim_lost", job_id=job_id, reason="lease taken over")
+        return lost
+
+    async def _heartbeat_loop(self) -> None:
+        last_ok = self.clock.now()
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_every)
+            try:
+                await self.heartbeat()
+                last_ok = self.clock.now()
+                if not self._renewal_ok:
+                    self.log.info("lease_renewal_restored")
+                self._renewal_ok = True
+            except StoreError as exc:
+                if self.clock.now() - last_ok > self.settings.lease / 2 and self._renewal_ok:
+                    self._renewal_ok = False
+                    self.log.error(
+                        "lease_renewal_failing",
+                        error=str(exc),
+                        reason="not claiming new work until the store answers",
+                    )
+
+    async def reap(self) -> int:
+        try:
+            reaped = await self.store.reap(now=self.clock.now())
+        except StoreError as exc:
+            self.log.error("reap_failed", error=str(exc))
+            return 0
+        for r in reaped:
+            self.stats.leases_expired += 1
+            self.log.warning(
+                "lease_expired",
+                job_id=r.job_id,
+                notification_id=r.delivery_id,
+                attempt=r.attempt,
+                lease_owner=r.owner,
+                dead=r.dead,
+            )
+        return len(reaped)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reap_every)
+            await self.reap()
+
+    async def _shutdown(self) -> None:
+        """Finish in-flight work within the grace period; release what is left."""
+        if not self._tasks:
+            return
+        self.log.info(
+            "worker_draining", in_flight=len(self._tasks), grace_s=self.settings.shutdown_grace
+        )
+        tasks = list(self._tasks.values())
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
+        if not pending:
+            return
+        leases = list(self._leases.values())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if leases:
+            try:
+                await self.store.release(leases, now=self.clock.now())
+            except StoreError as exc:
+                self.log.error("release_failed", error=str(exc))
+            self.log.warning("leases_released", count=len(leases))

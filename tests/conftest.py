@@ -1,0 +1,70 @@
+"""Shared fixtures: real SQLite files (and, when available, a real PostgreSQL)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.model import OnUnknown
+from kirim.observe.logging import configure
+from kirim.testing import FlakyProvider, ManualClock
+
+configure(level="warning")
+
+BACKENDS = ["sqlite"]
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database of each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'kirim.db'}"
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+AppFactory = Callable[..., Awaitable[Kirim]]
+
+
+@pytest.fixture
+async def make_app(database_url: str, clock: ManualClock) -> AsyncIterator[AppFactory]:
+    """Open apps on the same database (each with its own connection, like a process)."""
+    apps: list[Kirim] = []
+
+    async def make(
+        provider: FlakyProvider | None = None,
+        *,
+        on_unknown: OnUnknown = OnUnknown.ASSUME_SENT,
+        lookup: bool = False,
+        max_attempts: int = 8,
+        channel: str = "push",
+    ) -> Kirim:
+        channels = {
+            channel: Channel(
+                name=channel,
+                provider=provider or FlakyProvider(),
+                on_unknown=on_unknown,
+                lookup=lookup,
+            )
+        }
+        app = Kirim(
+            Config(database=database_url, max_attempts=max_attempts),
+            channels=channels,
+            clock=clock,
+        )
+        await app.open(migrate=True)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        await app.close()
