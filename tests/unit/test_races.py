@@ -91,7 +91,7 @@ async def test_b_retry_runs_before_first_success_is_stored(make_app, clock, idem
 async def test_c_two_workers_claim_at_once_and_one_wins(make_app, clock, idempotent):
     """(c) Two workers claiming the same notification together: exactly one gets it."""
     provider = FlakyProvider(idempotent=idempotent)
-    app, wa, wb, cp, n = await two_workers(make_app, provider)
+    app, wa, wb, _, n = await two_workers(make_app, provider)
     claimed = await asyncio.gather(wa.run_once(), wb.run_once())
     assert sorted(claimed) == [0, 1]
     delivery, _, attempts = await app.get(n.delivery_id)
