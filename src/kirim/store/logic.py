@@ -208,6 +208,7 @@ def reap(ops: Ops, now: float) -> list[Reaped]:
             ops.run("park_expired_delivery", (now, row["delivery_id"], row["lease_token"]))
         else:
             ops.run("requeue_expired_job", (now, now, row["id"], row["lease_token"]))
+            ops.run("revoke_expired_claim", (now, row["delivery_id"], row["lease_token"]))
         out.append(
             Reaped(
                 job_id=row["id"],

@@ -126,6 +126,11 @@ SET status = 'queued', run_at = ?, lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, last_error = 'lease expired', updated_at = ?
 WHERE id = ? AND lease_token = ?;
 
+-- name: revoke_expired_claim
+-- The expired holder's token stops working: its intent or late status write is refused.
+UPDATE kirim_deliveries SET claim_token = NULL, claim_expires_at = NULL, updated_at = ?
+WHERE id = ? AND claim_token = ? AND status = 'processing';
+
 -- name: kill_expired_job
 -- The lease expired on the final attempt: dead letter.
 UPDATE kirim_jobs
@@ -212,6 +217,6 @@ SET status = 'queued', run_at = ?, attempts = attempts - 1, lease_owner = NULL,
 WHERE id = ? AND lease_token = ? AND status = 'running';
 
 -- name: release_delivery
--- Shutdown: the claim expires now, so the next claimer takes over at once.
-UPDATE kirim_deliveries SET claim_expires_at = ? - 1
+-- Shutdown: the claim is revoked now, so the next claimer takes over at once.
+UPDATE kirim_deliveries SET claim_token = NULL, claim_expires_at = NULL, updated_at = ?
 WHERE id = ? AND claim_token = ? AND status = 'processing';

@@ -1,0 +1,354 @@
+"""The store contract: every backend passes the same tests on a real database."""
+
+from __future__ import annotations
+
+import pytest
+
+from kirim.errors import SchemaError
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.store import open_store
+from kirim.store.base import AttemptOutcome, ClaimKind, Finish, Intent, Lease
+
+LEASE = 10.0
+
+
+async def enqueue(app, n: int = 1, **kw):
+    return [await app.notify(f"e{i}", f"u{i}", "push", {"i": i}, **kw) for i in range(n)]
+
+
+async def claim(app, worker: str = "w1", limit: int = 10):
+    return await app.store.claim(worker_id=worker, now=app.clock.now(), lease=LEASE, limit=limit)
+
+
+def intent(c, request_id: str = "req-1", worker: str = "w1") -> Intent:
+    return Intent(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        number=c.job.attempts,
+        provider_request_id=request_id,
+        worker_id=worker,
+        requested_at=c.job.updated_at,
+    )
+
+
+def finish(
+    c,
+    status=DeliveryStatus.SENT,
+    *,
+    request_id="req-1",
+    outcome=AttemptStatus.SUCCEEDED,
+    job=JobStatus.COMPLETED,
+    now=0.0,
+    run_at=None,
+    message_id="p-1",
+):
+    return Finish(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        now=now,
+        attempt=None
+        if outcome is None
+        else AttemptOutcome(
+            provider_request_id=request_id,
+            status=outcome,
+            provider_message_id=message_id if outcome is AttemptStatus.SUCCEEDED else None,
+            error=None,
+            completed_at=now,
+        ),
+        delivery_status=status,
+        provider_message_id=message_id,
+        job_status=job,
+        run_at=run_at,
+    )
+
+
+async def test_schema_check_asks_for_init(database_url) -> None:
+    """A database without the schema is refused with a message naming `kirim init`."""
+    store = open_store(database_url)
+    await store.open()
+    try:
+        with pytest.raises(SchemaError, match="kirim init"):
+            await store.check_schema()
+        assert await store.migrate() == 1
+        assert await store.migrate() == 1  # idempotent
+        await store.check_schema()
+    finally:
+        await store.close()
+
+
+async def test_enqueue_same_key_returns_existing(make_app) -> None:
+    """The unique index, not a check in Python, keeps one delivery per key."""
+    app = await make_app()
+    first = await app.notify("e", "u", "push", {"a": 1})
+    again = await app.notify("e", "u", "push", {"a": 1})
+    assert first.created and not again.created
+    assert first.delivery_id == again.delivery_id
+    assert (await app.store.counts())["jobs"] == {"queued": 1}
+
+
+async def test_claim_leases_due_jobs_once(make_app, clock) -> None:
+    """A leased job is not claimed again until its lease expires and it is reaped."""
+    app = await make_app()
+    await enqueue(app, 3)
+    got = await claim(app, limit=2)
+    assert [c.kind for c in got] == [ClaimKind.CLAIMED] * 2
+    assert all(c.delivery.status is DeliveryStatus.PROCESSING for c in got)
+    assert all(c.job.attempts == 1 and c.job.lease_token == c.token for c in got)
+    assert all(c.delivery.claim_token == c.token for c in got)
+    rest = await claim(app, "w2")
+    assert len(rest) == 1
+    assert await claim(app, "w3") == []
+    assert await app.store.in_flight() == 3
+    clock.advance(LEASE + 1)
+    assert await claim(app, "w3") == []  # expired but not yet reaped
+    reaped = await app.store.reap(now=clock.now())
+    assert sorted(r.owner for r in reaped) == ["w1", "w1", "w2"]
+    again = await claim(app, "w3")
+    assert len(again) == 3
+    assert all(c.job.attempts == 2 for c in again)
+    assert {c.token for c in again}.isdisjoint({c.token for c in got + rest})
+
+
+async def test_scheduled_jobs_wait_until_due(make_app, clock) -> None:
+    """A job with a future run_at is not claimed before it is due."""
+    app = await make_app()
+    await app.notify("e", "u", "push", {}, send_after=clock.now() + 60)
+    assert await claim(app) == []
+    assert await app.store.next_run_at() == clock.now() + 60
+    clock.advance(61)
+    assert len(await claim(app)) == 1
+
+
+async def test_intent_is_fenced_by_the_claim_token(make_app, clock) -> None:
+    """Only the current claim holder can write an attempt intent."""
+    app = await make_app()
+    await enqueue(app)
+    (old,) = await claim(app)
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    (new,) = await claim(app, "w2")
+    assert await app.store.record_intents([intent(old, "req-old"), intent(new, "req-new")]) == [
+        False,
+        True,
+    ]
+    attempts = await app.store.get_attempts(new.delivery.id)
+    assert [a.provider_request_id for a in attempts] == ["req-new"]
+
+
+async def test_heartbeat_extends_and_reports_lost_leases(make_app, clock) -> None:
+    """Renewal moves the expiry forward; a stale token is reported lost."""
+    app = await make_app()
+    await enqueue(app)
+    (c,) = await claim(app)
+    lease = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token)
+    clock.advance(LEASE * 0.9)
+    assert await app.store.heartbeat([lease], now=clock.now(), lease=LEASE) == [True]
+    clock.advance(LEASE * 0.9)
+    assert await app.store.reap(now=clock.now()) == []
+    job = await app.store.get_job(c.delivery.id)
+    assert job.lease_expires_at == pytest.approx(clock.now() - LEASE * 0.9 + LEASE)
+    stale = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token="not-the-token")
+    assert await app.store.heartbeat([stale], now=clock.now(), lease=LEASE) == [False]
+
+
+async def test_finish_commits_outcome_status_and_job_together(make_app, clock) -> None:
+    """A fenced finish writes the attempt, the delivery and the job at once."""
+    app = await make_app()
+    await enqueue(app)
+    (c,) = await claim(app)
+    await app.store.record_intents([intent(c)])
+    (res,) = await app.store.finish([finish(c, now=clock.now())])
+    assert res.committed and res.delivery_status is DeliveryStatus.SENT
+    d, job, attempts = await app.get(c.delivery.id)
+    assert d.status is DeliveryStatus.SENT and d.provider_message_id == "p-1"
+    assert d.claim_token is None and d.sent_at == clock.now()
+    assert job.status is JobStatus.COMPLETED and job.lease_token is None
+    assert attempts[0].status is AttemptStatus.SUCCEEDED
+
+
+async def test_stale_failure_is_rejected_but_recorded(make_app, clock) -> None:
+    """A stale worker's failure changes no status, yet its attempt outcome is kept."""
+    app = await make_app()
+    await enqueue(app)
+    (old,) = await claim(app)
+    await app.store.record_intents([intent(old, "req-old")])
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    (new,) = await claim(app, "w2")
+    (res,) = await app.store.finish(
+        [
+            finish(
+                old,
+                DeliveryStatus.FAILED,
+                request_id="req-old",
+                outcome=AttemptStatus.FAILED_PERMANENT,
+                job=JobStatus.DEAD,
+            )
+        ]
+    )
+    assert not res.committed and not res.late_success
+    d, job, attempts = await app.get(new.delivery.id)
+    assert d.status is DeliveryStatus.PROCESSING and d.claim_token == new.token
+    assert job.status is JobStatus.RUNNING
+    assert attempts[0].status is AttemptStatus.FAILED_PERMANENT
+
+
+async def test_late_success_resolves_a_held_delivery(make_app, clock) -> None:
+    """A success arriving after the delivery was parked in doubt makes it sent."""
+    app = await make_app()
+    await enqueue(app)
+    (old,) = await claim(app)
+    await app.store.record_intents([intent(old, "req-old")])
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    (new,) = await claim(app, "w2")
+    assert [a.provider_request_id for a in new.doubtful] == ["req-old"]
+    hold = Finish(
+        delivery_id=new.delivery.id,
+        job_id=new.job.id,
+        token=new.token,
+        now=clock.now(),
+        attempt=None,
+        delivery_status=DeliveryStatus.IN_DOUBT,
+        doubt=Doubt.HELD,
+        job_status=JobStatus.DEAD,
+    )
+    assert (await app.store.finish([hold]))[0].committed
+    (res,) = await app.store.finish([finish(old, request_id="req-old", message_id="p-9")])
+    assert res.late_success and not res.committed
+    d, job, _ = await app.get(new.delivery.id)
+    assert d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
+    assert d.provider_message_id == "p-9"
+    assert job.status is JobStatus.COMPLETED
+    assert await app.store.dead_letters() == []
+
+
+async def test_failure_never_overrides_a_recorded_success(make_app, clock) -> None:
+    """If any attempt succeeded, a later failure still leaves the delivery sent."""
+    app = await make_app()
+    await enqueue(app)
+    (old,) = await claim(app)
+    await app.store.record_intents([intent(old, "req-old")])
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    (new,) = await claim(app, "w2")
+    await app.store.record_intents([intent(new, "req-new")])
+    await app.store.finish([finish(old, request_id="req-old")])  # late success first
+    (res,) = await app.store.finish(
+        [
+            finish(
+                new,
+                DeliveryStatus.FAILED,
+                request_id="req-new",
+                outcome=AttemptStatus.FAILED_PERMANENT,
+                job=JobStatus.DEAD,
+            )
+        ]
+    )
+    d, _, _ = await app.get(new.delivery.id)
+    assert d.status is DeliveryStatus.SENT
+
+
+async def test_late_success_after_reaping_ends_the_job(make_app, clock) -> None:
+    """A success reported after the lease was reaped completes the requeued job too."""
+    app = await make_app()
+    await enqueue(app)
+    (c,) = await claim(app)
+    await app.store.record_intents([intent(c)])
+    # The worker's success arrives after its lease expired and was reaped.
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    stale = Finish(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token="gone",
+        now=clock.now(),
+        attempt=AttemptOutcome(
+            provider_request_id="req-1",
+            status=AttemptStatus.SUCCEEDED,
+            provider_message_id="p-1",
+            error=None,
+            completed_at=clock.now(),
+        ),
+        delivery_status=DeliveryStatus.SENT,
+    )
+    (res,) = await app.store.finish([stale])
+    assert res.late_success
+    assert await claim(app, "w2") == []  # the late success completed the job too
+    d, job, _ = await app.get(c.delivery.id)
+    assert d.status is DeliveryStatus.SENT and job.status is JobStatus.COMPLETED
+
+
+async def test_reaper_kills_a_job_on_its_final_attempt(make_app, clock) -> None:
+    """A lease expiring on the last attempt dead-letters the job; a sent-maybe delivery
+    is parked in doubt, a never-sent one fails."""
+    app = await make_app(max_attempts=1)
+    await enqueue(app, 2)
+    c1, c2 = await claim(app, limit=2)
+    await app.store.record_intents([intent(c1)])
+    clock.advance(LEASE + 1)
+    reaped = await app.store.reap(now=clock.now())
+    assert all(r.dead for r in reaped)
+    d1, j1, _ = await app.get(c1.delivery.id)
+    d2, j2, _ = await app.get(c2.delivery.id)
+    assert (d1.status, d1.doubt, j1.status) == (DeliveryStatus.IN_DOUBT, Doubt.HELD, JobStatus.DEAD)
+    assert (d2.status, j2.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
+
+
+async def test_retry_dead_releases_doubt_and_requeues(make_app, clock) -> None:
+    """An operator retry makes a fresh job and earlier attempts no longer count as doubt."""
+    app = await make_app(max_attempts=1)
+    await enqueue(app)
+    (c,) = await claim(app)
+    await app.store.record_intents([intent(c)])
+    clock.advance(LEASE + 1)
+    await app.store.reap(now=clock.now())
+    assert [x.delivery.id for x in await app.store.dead_letters()] == [c.delivery.id]
+    clock.advance(1)
+    assert await app.store.retry_dead(c.delivery.id, now=clock.now())
+    assert not await app.store.retry_dead(c.delivery.id, now=clock.now())  # not dead now
+    assert await app.store.dead_letters() == []
+    (again,) = await claim(app)
+    assert again.kind is ClaimKind.CLAIMED and again.doubtful == ()
+    assert again.job.id != c.job.id
+
+
+async def test_cancel_only_what_is_not_in_flight(make_app, clock) -> None:
+    """Pending deliveries can be canceled; in-flight and sent ones cannot."""
+    app = await make_app()
+    a, b = await enqueue(app, 2)
+    assert await app.store.cancel(a.delivery_id, now=clock.now())
+    (c,) = await claim(app)
+    assert c.delivery.id == b.delivery_id
+    assert not await app.store.cancel(b.delivery_id, now=clock.now())
+    d, job, _ = await app.get(a.delivery_id)
+    assert d.status is DeliveryStatus.CANCELED and job.status is JobStatus.COMPLETED
+
+
+async def test_release_hands_work_back_at_once(make_app, clock) -> None:
+    """Leases released at shutdown are claimable immediately, attempts not counted."""
+    app = await make_app()
+    await enqueue(app)
+    (c,) = await claim(app)
+    lease = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token)
+    await app.store.release([lease], now=clock.now())
+    (again,) = await claim(app, "w2")
+    assert again.kind is ClaimKind.CLAIMED and again.job.attempts == 1
+
+
+async def test_list_filters_and_pages(make_app, clock) -> None:
+    """list_deliveries filters by status and channel and pages by id."""
+    app = await make_app()
+    made = await enqueue(app, 5)
+    await app.store.cancel(made[0].delivery_id, now=clock.now())
+    pending = await app.store.list_deliveries(status=DeliveryStatus.PENDING, limit=2)
+    assert [d.id for d in pending] == [m.delivery_id for m in made[1:3]]
+    more = await app.store.list_deliveries(
+        status=DeliveryStatus.PENDING, after_id=pending[-1].id, limit=10
+    )
+    assert [d.id for d in more] == [m.delivery_id for m in made[3:]]
+    assert await app.store.list_deliveries(channel="sms") == []
+    assert (await app.store.get_delivery(made[1].idempotency_key)).id == made[1].delivery_id
+    assert await app.store.get_delivery("no-such-key") is None
