@@ -83,7 +83,8 @@ async def test_enqueue_same_key_returns_existing(make_app) -> None:
     app = await make_app()
     first = await app.notify("e", "u", "push", {"a": 1})
     again = await app.notify("e", "u", "push", {"a": 1})
-    assert first.created and not again.created
+    assert first.created
+    assert not again.created
     assert first.delivery_id == again.delivery_id
     assert (await app.store.counts())["jobs"] == {"queued": 1}
 
@@ -160,11 +161,15 @@ async def test_finish_commits_outcome_status_and_job_together(make_app, clock) -
     (c,) = await claim(app)
     await app.store.record_intents([intent(c)])
     (res,) = await app.store.finish([finish(c, now=clock.now())])
-    assert res.committed and res.delivery_status is DeliveryStatus.SENT
+    assert res.committed
+    assert res.delivery_status is DeliveryStatus.SENT
     d, job, attempts = await app.get(c.delivery.id)
-    assert d.status is DeliveryStatus.SENT and d.provider_message_id == "p-1"
-    assert d.claim_token is None and d.sent_at == clock.now()
-    assert job.status is JobStatus.COMPLETED and job.lease_token is None
+    assert d.status is DeliveryStatus.SENT
+    assert d.provider_message_id == "p-1"
+    assert d.claim_token is None
+    assert d.sent_at == clock.now()
+    assert job.status is JobStatus.COMPLETED
+    assert job.lease_token is None
     assert attempts[0].status is AttemptStatus.SUCCEEDED
 
 
@@ -188,9 +193,11 @@ async def test_stale_failure_is_rejected_but_recorded(make_app, clock) -> None:
             )
         ]
     )
-    assert not res.committed and not res.late_success
+    assert not res.committed
+    assert not res.late_success
     d, job, attempts = await app.get(new.delivery.id)
-    assert d.status is DeliveryStatus.PROCESSING and d.claim_token == new.token
+    assert d.status is DeliveryStatus.PROCESSING
+    assert d.claim_token == new.token
     assert job.status is JobStatus.RUNNING
     assert attempts[0].status is AttemptStatus.FAILED_PERMANENT
 
@@ -217,9 +224,11 @@ async def test_late_success_resolves_a_held_delivery(make_app, clock) -> None:
     )
     assert (await app.store.finish([hold]))[0].committed
     (res,) = await app.store.finish([finish(old, request_id="req-old", message_id="p-9")])
-    assert res.late_success and not res.committed
+    assert res.late_success
+    assert not res.committed
     d, job, _ = await app.get(new.delivery.id)
-    assert d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
+    assert d.status is DeliveryStatus.SENT
+    assert d.doubt is Doubt.RESOLVED
     assert d.provider_message_id == "p-9"
     assert job.status is JobStatus.COMPLETED
     assert await app.store.dead_letters() == []
@@ -236,7 +245,7 @@ async def test_failure_never_overrides_a_recorded_success(make_app, clock) -> No
     (new,) = await claim(app, "w2")
     await app.store.record_intents([intent(new, "req-new")])
     await app.store.finish([finish(old, request_id="req-old")])  # late success first
-    (res,) = await app.store.finish(
+    (_res,) = await app.store.finish(
         [
             finish(
                 new,
@@ -278,7 +287,8 @@ async def test_late_success_after_reaping_ends_the_job(make_app, clock) -> None:
     assert res.late_success
     assert await claim(app, "w2") == []  # the late success completed the job too
     d, job, _ = await app.get(c.delivery.id)
-    assert d.status is DeliveryStatus.SENT and job.status is JobStatus.COMPLETED
+    assert d.status is DeliveryStatus.SENT
+    assert job.status is JobStatus.COMPLETED
 
 
 async def test_reaper_kills_a_job_on_its_final_attempt(make_app, clock) -> None:
@@ -311,7 +321,8 @@ async def test_retry_dead_releases_doubt_and_requeues(make_app, clock) -> None:
     assert not await app.store.retry_dead(c.delivery.id, now=clock.now())  # not dead now
     assert await app.store.dead_letters() == []
     (again,) = await claim(app)
-    assert again.kind is ClaimKind.CLAIMED and again.doubtful == ()
+    assert again.kind is ClaimKind.CLAIMED
+    assert again.doubtful == ()
     assert again.job.id != c.job.id
 
 
@@ -324,7 +335,8 @@ async def test_cancel_only_what_is_not_in_flight(make_app, clock) -> None:
     assert c.delivery.id == b.delivery_id
     assert not await app.store.cancel(b.delivery_id, now=clock.now())
     d, job, _ = await app.get(a.delivery_id)
-    assert d.status is DeliveryStatus.CANCELED and job.status is JobStatus.COMPLETED
+    assert d.status is DeliveryStatus.CANCELED
+    assert job.status is JobStatus.COMPLETED
 
 
 async def test_release_hands_work_back_at_once(make_app, clock) -> None:
@@ -335,7 +347,8 @@ async def test_release_hands_work_back_at_once(make_app, clock) -> None:
     lease = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token)
     await app.store.release([lease], now=clock.now())
     (again,) = await claim(app, "w2")
-    assert again.kind is ClaimKind.CLAIMED and again.job.attempts == 1
+    assert again.kind is ClaimKind.CLAIMED
+    assert again.job.attempts == 1
 
 
 async def test_list_filters_and_pages(make_app, clock) -> None:
