@@ -187,6 +187,22 @@ __all__ = [
     "Checkpoints",
     "FlakyProvider",
     "ManualClock",
+    "NullProvider",
     "Pause",
     "WorkerCrashed",
 ]
+
+
+class NullProvider:
+    """Accepts everything at once: for benchmarks of kirim itself."""
+
+    def __init__(self, *, idempotent: bool = True, **_: Any) -> None:
+        self.idempotent = idempotent
+        self.count = 0
+
+    async def send(self, message: Message) -> Sent:
+        self.count += 1
+        return Sent(provider_message_id=f"p-{message.delivery_id}")
+
+    async def aclose(self) -> None:
+        return None

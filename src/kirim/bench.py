@@ -1,0 +1,109 @@
+"""``kirim bench``: enqueues and deliveries per second on your own hardware.
+
+Deliveries go to a zero-latency in-process provider, through the full ledger
+(delivery, job, attempt written ahead, outcome committed), in worker processes
+that start together once every one of them is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim, NotifyRequest
+from kirim.observe.logging import configure
+from kirim.testing import NullProvider
+from kirim.worker import WorkerSettings
+
+BATCH = 1000
+SETTINGS = WorkerSettings(lease=30, concurrency=256, batch_size=256, poll_interval=0.05)
+
+
+def _app(database: str) -> Kirim:
+    channel = Channel(name="bench", provider=NullProvider())
+    return Kirim(Config(database=database), channels={"bench": channel})
+
+
+async def _enqueue(database: str, n: int, offset: int) -> float:
+    app = _app(database)
+    await app.open(migrate=True)
+    try:
+        started = time.perf_counter()
+        for lo in range(0, n, BATCH):
+            await app.notify_many(
+                [
+                    NotifyRequest(
+                        event_id=f"e{offset + i}",
+                        recipient="u",
+                        channel="bench",
+                        payload={"n": offset + i},
+                    )
+                    for i in range(lo, min(n, lo + BATCH))
+                ]
+            )
+        return time.perf_counter() - started
+    finally:
+        await app.close()
+
+
+def _worker(database: str, ready: Any, go: Any, out: Any) -> None:
+    configure(level="warning")
+
+    async def main() -> tuple[float, float, int]:
+        app = _app(database)
+        await app.open()
+        try:
+            worker = app.worker(settings=SETTINGS)
+            ready.release()
+            await asyncio.get_running_loop().run_in_executor(None, go.wait)
+            started = time.perf_counter()
+            stats = await worker.run(burst=True)
+            return started, time.perf_counter(), stats.sent
+        finally:
+            await app.close()
+
+    out.put(asyncio.run(main()))
+
+
+def _deliver(database: str, workers: int) -> tuple[float, int]:
+    ctx = mp.get_context("spawn")
+    ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(database, ready, go, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    started = min(r[0] for r in results)
+    ended = max(r[1] for r in results)
+    return ended - started, sum(r[2] for r in results)
+
+
+def run_bench(database: str | None, notifications: int, workers: int) -> dict[str, Any]:
+    """Enqueue then deliver ``notifications``; return the rates."""
+    configure(level="warning")
+    with tempfile.TemporaryDirectory(prefix="kirim-bench-") as tmp:
+        url = database or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        offset = int(time.time() * 1000) % 10**9 * 1000 if database else 0
+        enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
+        deliver_s, sent = _deliver(url, workers)
+    return {
+        "database": "sqlite (temporary file)" if database is None else url.split("@")[-1],
+        "notifications": notifications,
+        "workers": workers,
+        "concurrency": SETTINGS.concurrency,
+        "delivered": sent,
+        "enqueues_per_s": round(notifications / enqueue_s, 1),
+        "deliveries_per_s": round(sent / deliver_s, 1) if deliver_s > 0 else None,
+        "enqueue_seconds": round(enqueue_s, 3),
+        "delivery_seconds": round(deliver_s, 3),
+    }

@@ -1,0 +1,147 @@
+"""A webhook receiver on 127.0.0.1 that stands in for a provider in demos and tests.
+
+It records every request per ``Idempotency-Key`` and honours nothing unless told
+to, so a duplicate shows as a second request for a key. Behaviour per request is
+drawn from a seeded random generator: sometimes slow, sometimes accepting the
+request and then not answering until the client has given up.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return  # a client that hung up (or was killed) is part of the game
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Behaviour:
+    slow_rate: float = 0.0  # share of requests answered after ``slow_s``
+    slow_s: tuple[float, float] = (0.2, 0.8)
+    hang_rate: float = 0.0  # share accepted, then answered only after ``hang_s``
+    hang_s: float = 2.0
+    error_rate: float = 0.0  # share answered 503 without being processed
+    honours_keys: bool = False  # deduplicate by Idempotency-Key
+
+
+class Receiver:
+    """``with Receiver() as r: r.url`` — stops by itself when the block ends."""
+
+    def __init__(self, behaviour: Behaviour | None = None, *, seed: int | None = None) -> None:
+        self.behaviour = behaviour or Behaviour()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.requests: Counter[str] = Counter()  # every request per key
+        self.request_ids: list[str] = []
+        self._message_ids: dict[str, str] = {}
+        self._hold = threading.Event()
+        self._hold.set()  # set = not holding
+        self.in_flight = 0
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/notify"
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def hold(self) -> None:
+        """Accept requests but answer none until ``release``."""
+        self._hold.clear()
+
+    def release(self) -> None:
+        self._hold.set()
+
+    def delivered(self) -> int:
+        """Keys the user received at least once."""
+        with self._lock:
+            return len(self.requests)
+
+    def duplicates(self) -> int:
+        """Requests beyond the first per key."""
+        with self._lock:
+            return sum(n - 1 for n in self.requests.values())
+
+    def user_duplicates(self) -> int:
+        """Extra copies a user received: none when the receiver honours keys."""
+        return 0 if self.behaviour.honours_keys else self.duplicates()
+
+    def _decide(self, key: str) -> tuple[str, float]:
+        """(provider message id or "error", seconds to wait before answering)."""
+        b = self.behaviour
+        with self._lock:
+            roll = self._rng.random()
+            if roll < b.error_rate:
+                return "error", 0.0
+            self.requests[key] += 1
+            fresh = f"p-{sum(self.requests.values())}"
+            message_id = self._message_ids.setdefault(key, fresh) if b.honours_keys else fresh
+            roll -= b.error_rate
+            if roll < b.slow_rate:
+                return message_id, self._rng.uniform(*b.slow_s)
+            if roll < b.slow_rate + b.hang_rate:
+                return message_id, b.hang_s
+            return message_id, 0.0
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                key = self.headers.get("Idempotency-Key") or ""
+                with receiver._lock:
+                    receiver.request_ids.append(self.headers.get("X-Request-Id") or "")
+                    receiver.in_flight += 1
+                try:
+                    outcome, delay = receiver._decide(key)
+                    receiver._hold.wait()
+                    if delay:
+                        time.sleep(delay)
+                    if outcome == "error":
+                        self._answer(503, {"error": "unavailable"})
+                    else:
+                        self._answer(200, {"id": outcome})
+                finally:
+                    with receiver._lock:
+                        receiver.in_flight -= 1
+
+            def _answer(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up: that is the point of a hang
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        return Handler
