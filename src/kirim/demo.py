@@ -126,8 +126,10 @@ def _run_workers(
     console: Console, folder: Path, config: Path, receiver: Receiver, total: int, workers: int
 ) -> _Chaos:
     procs = []
+    logs = []
     for i in range(workers):
         log = (folder / f"worker-{i + 1}.log").open("w")
+        logs.append(log)
         procs.append(
             subprocess.Popen(
                 [
@@ -178,6 +180,8 @@ def _run_workers(
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        for log in logs:
+            log.close()
     return _Chaos(killed=killed, frozen=frozen)
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 512  # many workers connect at once; a full backlog resets them
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         return  # a client that hung up (or was killed) is part of the game
