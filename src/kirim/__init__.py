@@ -1,1 +1,76 @@
 """kirim: notification delivery that never sends the same notification twice."""
+
+from kirim.channels import Channel
+from kirim.config import Config, load_config
+from kirim.engine import Kirim, Notification, NotifyRequest, SyncKirim
+from kirim.errors import (
+    AmbiguousFailure,
+    ConfigError,
+    IdempotencyKeyReused,
+    InvalidNotification,
+    KirimError,
+    NotFound,
+    PayloadTooLarge,
+    PermanentFailure,
+    ProviderError,
+    SchemaError,
+    StoreError,
+    TransientFailure,
+    UnknownChannel,
+)
+from kirim.keys import default_key
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+    OnUnknown,
+)
+from kirim.providers import Message, Provider, Reconcilable, Sent
+from kirim.providers.webhook import WebhookProvider
+from kirim.worker import Worker, WorkerSettings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmbiguousFailure",
+    "Attempt",
+    "AttemptStatus",
+    "Channel",
+    "Config",
+    "ConfigError",
+    "Delivery",
+    "DeliveryStatus",
+    "Doubt",
+    "IdempotencyKeyReused",
+    "InvalidNotification",
+    "Job",
+    "JobStatus",
+    "Kirim",
+    "KirimError",
+    "Message",
+    "NotFound",
+    "Notification",
+    "NotifyRequest",
+    "OnUnknown",
+    "PayloadTooLarge",
+    "PermanentFailure",
+    "Provider",
+    "ProviderError",
+    "Reconcilable",
+    "SchemaError",
+    "Sent",
+    "StoreError",
+    "SyncKirim",
+    "TransientFailure",
+    "UnknownChannel",
+    "WebhookProvider",
+    "Worker",
+    "WorkerSettings",
+    "__version__",
+    "default_key",
+    "load_config",
+]

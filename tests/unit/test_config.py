@@ -1,0 +1,78 @@
+"""kirim.toml parsing: the fixed contract, the environment, and clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kirim.config import load_config, parse_config
+from kirim.errors import ConfigError
+from kirim.model import OnUnknown
+
+CONTRACT = """\
+database = "sqlite:///kirim.db"
+[worker]
+lease = 30          # seconds; renewed by heartbeat while work is in flight
+max_attempts = 8
+[channels.push]
+provider = "webhook"
+url = "http://127.0.0.1:8080/push"
+timeout = 10
+idempotent = true          # the endpoint honours Idempotency-Key
+on_unknown = "assume_sent" # or "hold", "retry"
+"""
+
+
+def test_the_documented_contract_parses(tmp_path: Path, monkeypatch) -> None:
+    """The config of the README parses into the settings it names."""
+    monkeypatch.delenv("KIRIM_DATABASE_URL", raising=False)
+    path = tmp_path / "kirim.toml"
+    path.write_text(CONTRACT)
+    config = load_config(path)
+    assert config.database == "sqlite:///kirim.db"
+    assert config.worker.lease == 30
+    assert config.max_attempts == 8
+    push = config.channels["push"]
+    assert push.on_unknown is OnUnknown.ASSUME_SENT
+    channel = push.build()
+    assert channel.idempotent is True
+    assert channel.provider.url == "http://127.0.0.1:8080/push"
+
+
+def test_environment_overrides_the_file(tmp_path: Path, monkeypatch) -> None:
+    """KIRIM_DATABASE_URL wins over the file; an explicit database wins over both."""
+    path = tmp_path / "kirim.toml"
+    path.write_text(CONTRACT)
+    monkeypatch.setenv("KIRIM_DATABASE_URL", "sqlite:///env.db")
+    assert load_config(path).database == "sqlite:///env.db"
+    assert load_config(path, database="sqlite:///flag.db").database == "sqlite:///flag.db"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"databse": "x"}, "unknown key"),
+        ({"worker": {"leese": 3}}, r"unknown \[worker\] key"),
+        ({"worker": {"lease": "30"}}, "worker.lease must be a number"),
+        ({"worker": {"lease": 0}}, "lease must be positive"),
+        ({"worker": {"max_attempts": 0}}, "at least 1"),
+        ({"channels": {"push": {"provider": "webhook"}}}, "url is required"),
+        ({"channels": {"push": {"url": "http://x", "on_unknown": "maybe"}}}, "assume_sent"),
+        ({"channels": {"push": {"url": "http://x", "colour": 1}}}, "unknown"),
+    ],
+)
+def test_bad_config_says_what_to_fix(data, message) -> None:
+    """Each mistake in a config is named in the error."""
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data, source="kirim.toml")
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    """A missing or malformed file is a ConfigError, not a traceback."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("database = ")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)

@@ -1,0 +1,132 @@
+"""notify(): keys, validation, idempotent replays; the sync wrapper."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import kirim
+from kirim.config import Config
+from kirim.engine import Kirim, SyncKirim
+from kirim.errors import (
+    IdempotencyKeyReused,
+    InvalidNotification,
+    PayloadTooLarge,
+    SchemaError,
+    UnknownChannel,
+)
+from kirim.keys import default_key
+from kirim.model import DeliveryStatus
+from kirim.testing import FlakyProvider
+
+
+def test_default_key_is_the_seed_formula() -> None:
+    """The default key is sha256 of event, user and channel, as in the write-up."""
+    import hashlib
+
+    expect = hashlib.sha256(b"event:48291:user:1007:channel:push").hexdigest()
+    assert default_key("48291", "1007", "push") == expect
+
+
+async def test_same_key_same_payload_returns_existing(make_app) -> None:
+    """Notifying the same business action twice returns the first delivery."""
+    app = await make_app()
+    first = await app.notify("48291", "1007", "push", {"b": 1, "a": 2})
+    again = await app.notify("48291", "1007", "push", {"a": 2, "b": 1})  # same JSON, other order
+    assert first.created
+    assert not again.created
+    assert again.delivery_id == first.delivery_id
+    assert first.idempotency_key == default_key("48291", "1007", "push")
+
+
+async def test_same_key_other_payload_is_refused(make_app) -> None:
+    """A reused key with a different payload raises IdempotencyKeyReused."""
+    app = await make_app()
+    await app.notify("e", "u", "push", {"a": 1}, key="k-1")
+    with pytest.raises(IdempotencyKeyReused, match="k-1"):
+        await app.notify("e2", "u", "push", {"a": 2}, key="k-1")
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (("", "u", "push", {}), InvalidNotification, "event_id is required"),
+        (("e", "  ", "push", {}), InvalidNotification, "recipient is required"),
+        (("e", "u", "sms", {}), UnknownChannel, "unknown channel 'sms'"),
+        (("e", "u", "push", {"x": {1, 2}}), InvalidNotification, "payload is not JSON"),
+        (("e", "u", "push", {"x": float("nan")}), InvalidNotification, "payload is not JSON"),
+        (("e", "u", "push", {"x": "a" * 300_000}), PayloadTooLarge, "over the limit of 262144"),
+    ],
+)
+async def test_bad_input_raises_and_writes_nothing(make_app, args, error, message) -> None:
+    """Bad input raises a typed error with a clear message and writes nothing."""
+    app = await make_app()
+    with pytest.raises(error, match=message):
+        await app.notify(*args)
+    assert (await app.store.counts())["deliveries"] == {}
+
+
+async def test_send_after_forms(make_app, clock) -> None:
+    """send_after takes an aware datetime, a timedelta or epoch seconds; naive is refused."""
+    app = await make_app()
+    n1 = await app.notify("e1", "u", "push", {}, send_after=timedelta(minutes=5))
+    when = datetime.fromtimestamp(clock.now() + 60, tz=UTC)
+    n2 = await app.notify("e2", "u", "push", {}, send_after=when)
+    assert (await app.store.get_job(n1.delivery_id)).run_at == clock.now() + 300
+    assert (await app.store.get_job(n2.delivery_id)).run_at == pytest.approx(clock.now() + 60)
+    with pytest.raises(InvalidNotification, match="timezone-aware"):
+        await app.notify("e3", "u", "push", {}, send_after=datetime(2030, 1, 1))
+
+
+async def test_open_refuses_a_schema_newer_than_the_code(tmp_path: Path) -> None:
+    """A database migrated by a newer kirim is refused with a clear message."""
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    app = Kirim(Config(database=url), channels={})
+    await app.open(migrate=True)
+    await app.close()
+    with sqlite3.connect(tmp_path / "k.db") as db:
+        db.execute("UPDATE kirim_meta SET value = '99' WHERE key = 'schema_version'")
+    app = Kirim(Config(database=url), channels={})
+    with pytest.raises(SchemaError, match="schema version 99"):
+        await app.open()
+    await app.close()
+
+
+def test_sync_wrapper_notifies_without_an_event_loop(tmp_path: Path) -> None:
+    """SyncKirim offers notify() and get() to code that is not async."""
+    channel = kirim.Channel(name="push", provider=FlakyProvider())
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    with SyncKirim(Config(database=url), channels={"push": channel}).open(migrate=True) as app:
+        n = app.notify("e", "u", "push", {"hello": "world"})
+        delivery, job, attempts = app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.PENDING
+    assert job is not None
+    assert attempts == []
+
+
+def test_public_api_is_exactly_all() -> None:
+    """Every public name is in kirim.__all__ and importable from kirim."""
+    public = {name for name in dir(kirim) if not name.startswith("_")}
+    modules = {
+        "batching",
+        "channels",
+        "clock",
+        "config",
+        "engine",
+        "errors",
+        "keys",
+        "model",
+        "observe",
+        "providers",
+        "store",
+        "testing",
+        "worker",
+        "worker_stats",
+        "receiver",
+    }
+    assert public - modules - set(kirim.__all__) == set()
+    for name in kirim.__all__:
+        assert getattr(kirim, name) is not None
