@@ -1,0 +1,137 @@
+"""The worker's decisions: retries with backoff, dead letters, schedules, lookups."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.testing import FlakyProvider
+from kirim.worker import Worker, WorkerSettings
+
+SETTINGS = WorkerSettings(lease=10, backoff_base=1.0, backoff_max=8.0)
+
+
+async def test_transient_failures_retry_with_backoff_then_succeed(make_app, clock) -> None:
+    """A refused request is retried after a backoff and then delivered once."""
+    provider = FlakyProvider(idempotent=False, script=["transient", "transient"])
+    app = await make_app(provider)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    for _ in range(3):
+        await worker.run_once()
+        job = await app.store.get_job(n.delivery_id)
+        clock.set(job.run_at)
+    delivery, job, attempts = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert [a.status for a in attempts] == [
+        AttemptStatus.FAILED_TRANSIENT,
+        AttemptStatus.FAILED_TRANSIENT,
+        AttemptStatus.SUCCEEDED,
+    ]
+    assert job.attempts == 3
+    assert worker.stats.retries == 2
+    assert provider.effective(n.idempotency_key) == 1
+
+
+async def test_retry_waits_until_its_backoff_is_due(make_app, clock) -> None:
+    """A scheduled retry is not claimed before its run_at."""
+    provider = FlakyProvider(script=["transient"], retry_after=30)
+    app = await make_app(provider)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    await worker.run_once()
+    job = await app.store.get_job(n.delivery_id)
+    assert job.status is JobStatus.RETRY_SCHEDULED
+    assert job.run_at >= clock.now() + 30  # Retry-After outranks a shorter backoff
+    clock.advance(29)
+    assert await worker.run_once() == 0
+    clock.advance(2)
+    assert await worker.run_once() == 1
+
+
+async def test_exhausted_attempts_dead_letter_the_delivery(make_app, clock) -> None:
+    """After max_attempts refusals the delivery fails and its job is dead."""
+    provider = FlakyProvider(script=["transient"] * 3)
+    app = await make_app(provider, max_attempts=3)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    for _ in range(3):
+        await worker.run_once()
+        clock.advance(60)
+    delivery, job, _ = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.FAILED
+    assert job.status is JobStatus.DEAD
+    assert "attempts exhausted" in job.last_error
+    assert await worker.run_once() == 0
+
+
+async def test_permanent_failure_is_not_retried(make_app, clock) -> None:
+    """A 4xx refusal fails the delivery at once and dead-letters the job."""
+    app = await make_app(FlakyProvider(script=["permanent"]))
+    n = await app.notify("e", "u", "push", {})
+    await app.worker(settings=SETTINGS, worker_id="A").run_once()
+    delivery, job, attempts = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.FAILED
+    assert job.status is JobStatus.DEAD
+    assert len(attempts) == 1
+
+
+async def test_scheduled_send_waits_until_due(make_app, clock) -> None:
+    """send_after keeps the notification back until its time."""
+    provider = FlakyProvider()
+    app = await make_app(provider)
+    n = await app.notify("e", "u", "push", {}, send_after=timedelta(minutes=10))
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    assert await worker.run_once() == 0
+    clock.advance(601)
+    assert await worker.run_once() == 1
+    assert provider.received(n.idempotency_key) == 1
+
+
+async def test_lookup_reconciles_before_resending(make_app, clock) -> None:
+    """A channel with lookup asks the provider and does not resend what it accepted."""
+    provider = FlakyProvider(idempotent=False, script=["accept_then_timeout"])
+    app = await make_app(provider, lookup=True)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    await worker.run_once()
+    clock.advance(60)
+    await worker.run_once()
+    delivery, _, _ = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert delivery.doubt is Doubt.RESOLVED
+    assert delivery.provider_message_id is not None
+    assert provider.received(n.idempotency_key) == 1
+
+
+async def test_operator_retry_of_a_held_delivery_sends_again(make_app, clock) -> None:
+    """Retrying a held delivery is the operator's decision to send again."""
+    from kirim.model import OnUnknown
+
+    provider = FlakyProvider(idempotent=False, script=["accept_then_timeout"])
+    app = await make_app(provider, on_unknown=OnUnknown.HOLD)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS, worker_id="A")
+    await worker.run_once()
+    assert (await app.store.get_delivery(str(n.delivery_id))).status is DeliveryStatus.IN_DOUBT
+    clock.advance(1)
+    assert await app.store.retry_dead(n.delivery_id, now=clock.now())
+    await worker.run_once()
+    delivery, _, _ = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert provider.received(n.idempotency_key) == 2  # the operator chose to resend
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 5, 12])
+def test_backoff_is_full_jitter_under_a_cap(attempts: int) -> None:
+    """Backoff is uniform between 0 and min(max, base * 2^(n-1))."""
+    worker = Worker.__new__(Worker)
+    worker.settings = SETTINGS
+    worker.rng = random.Random(1)
+    cap = min(8.0, 1.0 * 2 ** (attempts - 1))
+    draws = [worker.backoff(attempts) for _ in range(200)]
+    assert all(0 <= d <= cap for d in draws)
+    assert max(draws) > cap * 0.8
