@@ -141,8 +141,29 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         ) from None
     provider = spec.get("provider", "webhook")
     options = {k: v for k, v in spec.items() if k not in ("provider", "on_unknown", "lookup")}
-    if provider == "webhook" and not isinstance(options.get("url"), str):
-        raise ConfigError(f"{where}: channels.{name}.url is required for a webhook")
+    prefix = f"{where}: channels.{name}"
+    if not isinstance(provider, str):
+        raise ConfigError(f"{prefix}.provider must be a string")
+    if not isinstance(spec.get("lookup", False), bool):
+        raise ConfigError(f"{prefix}.lookup must be true or false")
+    if not isinstance(spec.get("idempotent", False), bool):
+        raise ConfigError(f"{prefix}.idempotent must be true or false")
+    if "timeout" in spec and _number(spec["timeout"], f"channels.{name}.timeout", where) <= 0:
+        raise ConfigError(f"{prefix}.timeout must be positive")
+    if provider == "webhook":
+        if not isinstance(options.get("url"), str) or not options["url"].startswith(
+            ("http://", "https://")
+        ):
+            raise ConfigError(f"{prefix}.url is required for a webhook (http:// or https://)")
+        if spec.get("lookup"):
+            raise ConfigError(f"{prefix}.lookup: the webhook provider has no lookup")
+        headers = spec.get("headers", {})
+        if not isinstance(headers, Mapping) or not all(
+            isinstance(v, str) for v in headers.values()
+        ):
+            raise ConfigError(f"{prefix}.headers must be a table of strings")
+        if not isinstance(spec.get("token", ""), str):
+            raise ConfigError(f"{prefix}.token must be a string")
     return ChannelConfig(
         name=name,
         provider=provider,

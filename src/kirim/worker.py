@@ -172,14 +172,22 @@ class Worker:
             await asyncio.wait_for(self._wake.wait(), timeout)
 
     async def _nothing_left(self) -> bool:
+        """Burst mode ends when no job is due, running anywhere, or waiting for a retry.
+
+        Jobs scheduled for later by ``send_after`` do not keep a burst worker alive;
+        retries do, since they finish the work that was already started.
+        """
+        unfinished = await self.store.in_flight()
         next_run = await self.store.next_run_at()
-        running = await self.store.in_flight()
-        if running:
-            # Someone else's lease (perhaps a dead worker's): wait for it or reap it.
-            await self.clock.sleep(min(self.settings.poll_interval, self.settings.reap_every))
+        now = self.clock.now()
+        if next_run is not None and next_run <= now:
             return False
-        if next_run is not None:
-            await self.clock.sleep(max(0.0, min(next_run - self.clock.now(), 1.0)))
+        if unfinished:
+            # A retry due soon, or someone else's lease (perhaps a dead worker's).
+            wait = self.settings.poll_interval
+            if next_run is not None:
+                wait = min(wait, max(0.0, next_run - now))
+            await self.clock.sleep(min(wait, self.settings.reap_every))
             return False
         return True
 

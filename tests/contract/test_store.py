@@ -340,7 +340,7 @@ async def test_cancel_only_what_is_not_in_flight(make_app, clock) -> None:
 
 
 async def test_release_hands_work_back_at_once(make_app, clock) -> None:
-    """Leases released at shutdown are claimable immediately, attempts not counted."""
+    """Leases released at shutdown are claimable immediately; the claim still counts."""
     app = await make_app()
     await enqueue(app)
     (c,) = await claim(app)
@@ -348,7 +348,7 @@ async def test_release_hands_work_back_at_once(make_app, clock) -> None:
     await app.store.release([lease], now=clock.now())
     (again,) = await claim(app, "w2")
     assert again.kind is ClaimKind.CLAIMED
-    assert again.job.attempts == 1
+    assert again.job.attempts == 2
 
 
 async def test_list_filters_and_pages(make_app, clock) -> None:
@@ -365,3 +365,14 @@ async def test_list_filters_and_pages(make_app, clock) -> None:
     assert await app.store.list_deliveries(channel="sms") == []
     assert (await app.store.get_delivery(made[1].idempotency_key)).id == made[1].delivery_id
     assert await app.store.get_delivery("no-such-key") is None
+
+
+async def test_a_released_delivery_can_be_canceled(make_app, clock) -> None:
+    """A delivery whose claim was revoked at shutdown is not in flight: cancel works."""
+    app = await make_app()
+    (n,) = await enqueue(app)
+    (c,) = await claim(app)
+    lease = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token)
+    await app.store.release([lease], now=clock.now())
+    assert await app.store.cancel(n.delivery_id, now=clock.now())
+    assert await claim(app) == []

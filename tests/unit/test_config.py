@@ -60,6 +60,11 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch) -> None:
         ({"channels": {"push": {"provider": "webhook"}}}, "url is required"),
         ({"channels": {"push": {"url": "http://x", "on_unknown": "maybe"}}}, "assume_sent"),
         ({"channels": {"push": {"url": "http://x", "colour": 1}}}, "unknown"),
+        ({"channels": {"push": {"url": "http://x", "timeout": "abc"}}}, "timeout must be a number"),
+        ({"channels": {"push": {"url": "http://x", "lookup": True}}}, "has no lookup"),
+        ({"channels": {"push": {"url": "ftp://x"}}}, "http:// or https://"),
+        ({"channels": {"push": {"url": "http://x", "idempotent": "yes"}}}, "true or false"),
+        ({"channels": {"push": {"url": "http://x", "headers": {"a": 1}}}}, "table of strings"),
     ],
 )
 def test_bad_config_says_what_to_fix(data, message) -> None:

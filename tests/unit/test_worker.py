@@ -135,3 +135,24 @@ def test_backoff_is_full_jitter_under_a_cap(attempts: int) -> None:
     draws = [worker.backoff(attempts) for _ in range(200)]
     assert all(0 <= d <= cap for d in draws)
     assert max(draws) > cap * 0.8
+
+
+async def test_burst_ignores_later_schedules_but_waits_for_retries(make_app, clock) -> None:
+    """A burst worker finishes retries it started and leaves send_after jobs for later."""
+    provider = FlakyProvider(script=["transient"])
+    app = await make_app(provider)
+    later = await app.notify("e1", "u", "push", {}, send_after=timedelta(hours=1))
+    now = await app.notify("e2", "u", "push", {})
+    worker = app.worker(
+        settings=WorkerSettings(lease=10, backoff_base=0.01, backoff_max=0.01, poll_interval=0.01),
+        worker_id="A",
+    )
+
+    async def tick(_: float) -> None:  # the manual clock moves as the worker waits
+        clock.advance(0.02)
+
+    clock.sleep = tick
+    stats = await worker.run(burst=True)
+    assert stats.retries == 1
+    assert provider.received(now.idempotency_key) == 2
+    assert (await app.store.get_delivery(str(later.delivery_id))).status is DeliveryStatus.PENDING

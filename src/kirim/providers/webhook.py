@@ -45,7 +45,7 @@ class WebhookProvider:
         url: str,
         *,
         timeout: float = 10.0,
-        idempotent: bool = True,
+        idempotent: bool = False,
         headers: dict[str, str] | None = None,
         token: str | None = None,
         client: httpx.AsyncClient | None = None,

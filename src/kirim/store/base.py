@@ -170,7 +170,7 @@ class Store(Protocol):
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         """Give back leases at shutdown: jobs return to the queue now, and delivery
-        claims expire so that the next claimer takes over (and sees any attempt)."""
+        claims are revoked so that the next claimer takes over (and sees any attempt)."""
         ...
 
     async def next_run_at(self) -> float | None:
@@ -178,7 +178,7 @@ class Store(Protocol):
         ...
 
     async def in_flight(self) -> int:
-        """Jobs currently running."""
+        """Unfinished work of earlier claims: jobs running or scheduled for a retry."""
         ...
 
     async def get_delivery(self, key_or_id: str) -> Delivery | None: ...

@@ -87,7 +87,11 @@ class SQLiteStore:
         if self._conn is not None:
             return
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kirim-sqlite")
-        self._conn = await self._call(self._connect)
+        try:
+            self._conn = await self._call(self._connect)
+        except sqlite3.Error as exc:
+            await self.close()
+            raise ConfigError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
         if self.path != ":memory:":

@@ -167,8 +167,8 @@ WHERE id = ? AND lease_token = ?;
 SELECT MIN(run_at) FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
 
 -- name: count_running
--- Jobs in flight.
-SELECT COUNT(*) FROM kirim_jobs WHERE status = 'running';
+-- Unfinished work of earlier claims: jobs running or waiting for a retry.
+SELECT COUNT(*) FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
 
 -- name: delivery_by_id
 -- One delivery.
@@ -196,10 +196,12 @@ WHERE delivery_id = ? ORDER BY id DESC LIMIT 1
 RETURNING id;
 
 -- name: cancel_delivery
--- Cancel what is neither in flight nor sent.
+-- Cancel what is neither in flight nor sent (a processing delivery whose claim was
+-- revoked by the reaper or at shutdown is not in flight).
 UPDATE kirim_deliveries
 SET status = 'canceled', updated_at = ?
-WHERE id = ? AND status IN ('pending', 'failed', 'in_doubt');
+WHERE id = ? AND (status IN ('pending', 'failed', 'in_doubt')
+                  OR (status = 'processing' AND claim_token IS NULL));
 
 -- name: cancel_jobs
 -- Its jobs stop.
@@ -209,9 +211,9 @@ SET status = 'completed', last_error = 'canceled', lease_owner = NULL, lease_tok
 WHERE delivery_id = ? AND status IN ('queued', 'retry_scheduled', 'dead');
 
 -- name: release_job
--- Shutdown: the job goes back to the queue at once, this claim not counted.
+-- Shutdown: the job goes back to the queue at once (the claim still counts as an attempt).
 UPDATE kirim_jobs
-SET status = 'queued', run_at = ?, attempts = attempts - 1, lease_owner = NULL,
+SET status = 'queued', run_at = ?, lease_owner = NULL,
     lease_token = NULL, lease_expires_at = NULL, last_error = 'released at shutdown',
     updated_at = ?
 WHERE id = ? AND lease_token = ? AND status = 'running';

@@ -1,0 +1,493 @@
+"""The CLI's machinery: running a command, reading its input, showing its output.
+
+``kirim.cli`` holds the click commands; this module holds what they share: the
+group's state, the mapping of kirim's errors to exit codes, parsing of payloads
+and times, and the rendering of deliveries, jobs and attempts as JSON objects and
+rich tables. JSON times are ISO-8601 UTC strings ending in ``Z`` (millisecond
+precision, the same form ``kirim analyze`` uses).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, NoReturn, TextIO, TypeVar, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from kirim.config import Config, load_config
+from kirim.engine import Kirim, SendAfter
+from kirim.errors import (
+    ConfigError,
+    IdempotencyKeyReused,
+    InvalidNotification,
+    KirimError,
+    NotFound,
+    SchemaError,
+)
+from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
+from kirim.observe.logging import configure
+
+T = TypeVar("T")
+#: One delivery as the CLI reads it: the record, its most recent job, its attempts.
+Record = tuple[Delivery, Job | None, list[Attempt]]
+
+EXIT_FAILED = 1  # a failed check, a missing record
+EXIT_USAGE = 2  # a bad flag, config, URL or schema: something the caller must fix
+_USAGE_ERRORS = (ConfigError, SchemaError, InvalidNotification, IdempotencyKeyReused)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+# -- running a command -----------------------------------------------------------------
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is at the time of writing (so that logs follow redirection)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    """Print one line on stderr and exit with ``code``."""
+    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    raise click.exceptions.Exit(code)
+
+
+def exit_code(exc: KirimError) -> int:
+    return EXIT_USAGE if isinstance(exc, _USAGE_ERRORS) else EXIT_FAILED
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Turn kirim's own errors into a one-line message and an exit status."""
+    try:
+        yield
+    except KirimError as exc:
+        fail(str(exc), exit_code(exc))
+    except sqlite3.Error as exc:  # only opening escapes the store's wrapping: a bad path
+        fail(f"cannot open the SQLite database: {exc}; check --database", EXIT_USAGE)
+
+
+def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run an async command body, mapping ``KirimError`` subclasses to exit codes."""
+    with reported():
+        return asyncio.run(main())
+
+
+@dataclass(slots=True)
+class State:
+    """The group's options, shared with every command."""
+
+    config_path: str | None = None
+    database: str | None = None
+    log_format: str = "logfmt"
+    log_level: str | None = None
+
+    def config(self) -> Config:
+        return load_config(self.config_path, database=self.database)
+
+    def setup_logging(self, default_level: str = "warning") -> None:
+        configure(
+            fmt=self.log_format,
+            level=self.log_level or default_level,
+            stream=cast(TextIO, _Stderr()),
+        )
+
+    @contextlib.asynccontextmanager
+    async def app(self, *, check_schema: bool = True) -> AsyncIterator[Kirim]:
+        """A ``Kirim`` on the configured store, opened (schema checked) and closed."""
+        app = Kirim(self.config())
+        try:
+            await app.store.open()
+            if check_schema:
+                await app.store.check_schema()
+            yield app
+        finally:
+            await app.close()
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, fit to print."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False))
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+async def resolve(app: Kirim, key_or_id: str) -> Record:
+    found = await app.get(key_or_id)
+    if found is None:
+        raise NotFound(f"no delivery with id or idempotency key {key_or_id!r}")
+    return found
+
+
+# -- input -----------------------------------------------------------------------------
+
+
+def parse_payload(text: str) -> Any:
+    """JSON text, ``@file`` for a file's contents, or ``-`` for stdin."""
+    source = "--payload"
+    if text == "-":
+        text, source = sys.stdin.read(), "stdin"
+    elif text.startswith("@"):
+        try:
+            with open(text[1:], encoding="utf-8") as f:
+                text, source = f.read(), text[1:]
+        except OSError as exc:
+            fail(f"cannot read the payload file: {exc}", EXIT_USAGE)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"{source} is not valid JSON: {exc}", EXIT_USAGE)
+
+
+def parse_when(text: str) -> SendAfter:
+    """A duration (``30s``, ``5m``, ``2h``, ``1d``, ``1h30m``) or an ISO-8601 datetime."""
+    value = text.strip()
+    if value and _DURATION.sub("", value) == "":
+        return timedelta(
+            seconds=sum(float(n) * _UNITS[unit] for n, unit in _DURATION.findall(value))
+        )
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        fail(
+            f"--send-after {text!r}: use a duration like 30s, 5m, 2h "
+            "or an ISO-8601 datetime with a timezone (2030-01-01T09:00:00Z)",
+            EXIT_USAGE,
+        )
+    if when.tzinfo is None:
+        fail(f"--send-after {text!r} has no timezone; add Z or an offset like +07:00", EXIT_USAGE)
+    return when
+
+
+# -- commands from elsewhere -----------------------------------------------------------
+
+
+class KirimGroup(click.Group):
+    """Commands written elsewhere are imported only when used (or listed)."""
+
+    lazy: ClassVar[dict[str, tuple[str, str]]] = {"analyze": ("kirim.analyze.command", "analyze")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        for name in self.lazy:
+            try:
+                if self._load(name) is not None:
+                    names.add(name)
+            except Exception:  # a broken extension must not hide the other commands
+                continue
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name) or self._load(cmd_name)
+
+    def _load(self, name: str) -> click.Command | None:
+        if name in self.commands or name not in self.lazy:
+            return self.commands.get(name)
+        module_name, attr = self.lazy[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if _is_absent(module_name, exc):
+                return None
+            raise
+        command = getattr(module, attr)
+        if not isinstance(command, click.Command):
+            return None
+        self.add_command(command, name)
+        return command
+
+
+def _is_absent(module_name: str, exc: ModuleNotFoundError) -> bool:
+    """The module itself (or its package) is not part of this installation."""
+    return exc.name is not None and (module_name + ".").startswith(exc.name + ".")
+
+
+# -- operator actions and extensions ---------------------------------------------------
+
+
+def operate(
+    state: State,
+    ids: tuple[str, ...],
+    action: Callable[[Kirim, Record], Coroutine[Any, Any, str | None]],
+    done: str,
+) -> None:
+    """Apply ``action`` to each delivery; it returns why it could not, or None."""
+    state.setup_logging()
+
+    async def go() -> list[str]:
+        problems = []
+        async with state.app() as app:
+            for key_or_id in ids:
+                found = await app.get(key_or_id)
+                if found is None:
+                    problems.append(f"{key_or_id}: not found")
+                elif (why := await action(app, found)) is not None:
+                    problems.append(f"{key_or_id}: {why}")
+                else:
+                    click.echo(f"delivery {found[0].id} {done}")
+        return problems
+
+    problems = run(go)
+    if problems:
+        fail("; ".join(problems), EXIT_FAILED)
+
+
+def job_status(job: Job | None) -> str:
+    return "none" if job is None else str(job.status)
+
+
+def extension(module_name: str, attr: str, command: str) -> Any:
+    """A function from a module that may not be part of this installation."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if _is_absent(module_name, exc):
+            fail(f"`kirim {command}` is not available in this installation", EXIT_FAILED)
+        raise
+    return getattr(module, attr)
+
+
+def call_extension(fn: Any, *args: Any) -> Any:
+    """Call it (and await what it returns, if anything), mapping kirim's errors."""
+    with reported():
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+# -- output ----------------------------------------------------------------------------
+
+
+STYLES = {
+    DeliveryStatus.PENDING: "cyan",
+    DeliveryStatus.PROCESSING: "blue",
+    DeliveryStatus.SENT: "green",
+    DeliveryStatus.CONFIRMED: "green",
+    DeliveryStatus.FAILED: "red",
+    DeliveryStatus.CANCELED: "dim",
+    DeliveryStatus.IN_DOUBT: "yellow",
+    JobStatus.QUEUED: "cyan",
+    JobStatus.RUNNING: "blue",
+    JobStatus.RETRY_SCHEDULED: "yellow",
+    JobStatus.COMPLETED: "green",
+    JobStatus.DEAD: "red",
+    AttemptStatus.REQUESTED: "yellow",
+    AttemptStatus.SUCCEEDED: "green",
+    AttemptStatus.FAILED_PERMANENT: "red",
+    AttemptStatus.FAILED_TRANSIENT: "yellow",
+    AttemptStatus.UNKNOWN: "yellow",
+}
+
+
+def iso(epoch: float | None) -> str | None:
+    """Epoch seconds as ``YYYY-MM-DDTHH:MM:SS.fffZ``; ``None`` stays ``None``."""
+    if epoch is None:
+        return None
+    moment = datetime.fromtimestamp(round(epoch, 3), UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def job_json(job: Job | None) -> dict[str, Any] | None:
+    if job is None:
+        return None
+    return {
+        "id": job.id,
+        "status": str(job.status),
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": iso(job.run_at),
+        "lease_owner": job.lease_owner,
+        "lease_expires_at": iso(job.lease_expires_at),
+        "last_error": job.last_error,
+        "created_at": iso(job.created_at),
+        "updated_at": iso(job.updated_at),
+    }
+
+
+def attempt_json(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "job_id": a.job_id,
+        "number": a.number,
+        "provider_request_id": a.provider_request_id,
+        "status": str(a.status),
+        "provider_message_id": a.provider_message_id,
+        "worker_id": a.worker_id,
+        "error": a.error,
+        "requested_at": iso(a.requested_at),
+        "completed_at": iso(a.completed_at),
+    }
+
+
+def delivery_json(record: Record) -> dict[str, Any]:
+    """The delivery's fields, its ``job`` (or null) and its ``attempts``, in order."""
+    d, job, attempts = record
+    return {
+        "id": d.id,
+        "idempotency_key": d.idempotency_key,
+        "event_id": d.event_id,
+        "recipient": d.recipient,
+        "channel": d.channel,
+        "payload": d.payload,
+        "status": str(d.status),
+        "doubt": None if d.doubt is None else str(d.doubt),
+        "provider_message_id": d.provider_message_id,
+        "last_error": d.last_error,
+        "claimed_by": d.claimed_by,
+        "claim_expires_at": iso(d.claim_expires_at),
+        "created_at": iso(d.created_at),
+        "updated_at": iso(d.updated_at),
+        "sent_at": iso(d.sent_at),
+        "job": job_json(job),
+        "attempts": [attempt_json(a) for a in attempts],
+    }
+
+
+# -- output: text ----------------------------------------------------------------------
+
+
+def styled(status: Any) -> Text:
+    return Text(str(status), style=STYLES.get(status, ""))
+
+
+def _text(value: Any) -> Text:
+    """A cell that shows user data literally (no rich markup)."""
+    return Text("-" if value is None or value == "" else str(value))
+
+
+def timeline(record: Record) -> list[tuple[float, str, Text]]:
+    """What happened to one delivery, oldest first: (time, what, detail)."""
+    d, job, attempts = record
+    events: list[tuple[float, str, Text]] = [
+        (d.created_at, "created", _text(f"event {d.event_id}"))
+    ]
+    several_jobs = len({a.job_id for a in attempts}) > 1
+    for a in attempts:
+        who = f"attempt {a.number}" + (f" of job {a.job_id}" if several_jobs else "")
+        events.append(
+            (a.requested_at, f"{who} requested", _text(f"{a.provider_request_id} by {a.worker_id}"))
+        )
+        if a.completed_at is not None:
+            detail = Text.assemble(styled(a.status))
+            if a.provider_message_id:
+                detail.append(f" message {a.provider_message_id}")
+            if a.error:
+                detail.append(f" {a.error}")
+            events.append((a.completed_at, f"{who} completed", detail))
+    if d.sent_at is not None:
+        events.append((d.sent_at, "sent", _text(d.provider_message_id)))
+    if job is not None and job.status in (JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED):
+        events.append((job.run_at, f"job {job.id} due", styled(job.status)))
+    if job is not None and job.status is JobStatus.RUNNING and job.lease_expires_at is not None:
+        events.append((job.lease_expires_at, "lease expires", _text(job.lease_owner)))
+    events.sort(key=lambda e: e[0])
+    return events
+
+
+def show_status(console: Console, record: Record) -> None:
+    d, job, _ = record
+    facts = Table.grid(padding=(0, 2))
+    facts.add_column(style="bold")
+    facts.add_column()
+    facts.add_row("delivery", _text(d.id))
+    facts.add_row("key", _text(d.idempotency_key))
+    facts.add_row("event", _text(d.event_id))
+    facts.add_row("recipient", _text(d.recipient))
+    facts.add_row("channel", _text(d.channel))
+    status = styled(d.status)
+    if d.doubt is not None:
+        status.append(f" ({d.doubt})")
+    facts.add_row("status", status)
+    facts.add_row("provider message", _text(d.provider_message_id))
+    if d.last_error:
+        facts.add_row("last error", _text(d.last_error))
+    if job is None:
+        facts.add_row("job", _text(None))
+    else:
+        line = Text.assemble(f"{job.id} ", styled(job.status))
+        line.append(f" attempts {job.attempts}/{job.max_attempts}")
+        if job.lease_owner:
+            line.append(f" leased by {job.lease_owner} until {iso(job.lease_expires_at)}")
+        facts.add_row("job", line)
+        if job.last_error and job.last_error != d.last_error:
+            facts.add_row("job error", _text(job.last_error))
+    console.print(facts)
+    table = Table(title="timeline", title_justify="left")
+    table.add_column("time (UTC)", no_wrap=True)
+    table.add_column("+s", justify="right")
+    table.add_column("what")
+    table.add_column("detail")
+    for when, what, detail in timeline(record):
+        table.add_row(iso(when), f"{when - d.created_at:.3f}", what, detail)
+    console.print(table)
+
+
+def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("id", no_wrap=True, justify="right")
+    for name in ("event", "recipient", "channel"):
+        table.add_column(name, overflow="fold", ratio=1)
+    table.add_column("status", no_wrap=True)
+    table.add_column("job", no_wrap=True)
+    table.add_column("tries", no_wrap=True)
+    table.add_column("last error", overflow="fold", ratio=2)
+    for d, job, attempts in records:
+        table.add_row(
+            str(d.id),
+            _text(d.event_id),
+            _text(d.recipient),
+            _text(d.channel),
+            styled(d.status),
+            _text(None) if job is None else styled(job.status),
+            str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}",
+            _text(d.last_error or (job.last_error if job is not None else None)),
+        )
+    console.print(table)
+
+
+def show_mapping(console: Console, data: Mapping[str, Any], *, title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in data.items():
+        shown = f"{value:,.1f}" if isinstance(value, float) else str(value)
+        table.add_row(_text(key), _text(shown))
+    console.print(table)

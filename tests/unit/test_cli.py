@@ -1,0 +1,422 @@
+"""The ``kirim`` command line on real SQLite files and a real loopback HTTP provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from kirim.cli import main
+from kirim.observe.logging import configure
+
+
+@dataclass
+class Provider:
+    """A webhook provider on 127.0.0.1 that answers ``status`` with ``{"id": "p-1"}``."""
+
+    url: str
+    status: int = 200
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _handler(provider: Provider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            with provider.lock:
+                provider.requests.append({"headers": dict(self.headers), "body": json.loads(body)})
+                status = provider.status
+            answer = json.dumps({"id": "p-1"} if status < 300 else {"error": "bad"}).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture
+def provider() -> Iterator[Provider]:
+    """A loopback HTTP provider, shut down at the end of the test."""
+    provider = Provider(url="")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(provider))
+    server.daemon_threads = True
+    provider.url = f"http://127.0.0.1:{server.server_address[1]}/push"
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield provider
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@dataclass
+class Cli:
+    config: Path
+    database: str
+
+    def args(self, *args: str) -> list[str]:
+        return ["--config", str(self.config), "--database", self.database, *args]
+
+    def __call__(self, *args: str, input: str | None = None) -> Result:
+        return CliRunner().invoke(main, self.args(*args), input=input, catch_exceptions=False)
+
+    def json(self, *args: str) -> Any:
+        result = self(*args, "--json")
+        assert result.exit_code == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def send(self, *extra: str, payload: str = '{"title": "hi"}') -> Result:
+        base = ("send", "--event", "48291", "--recipient", "1007", "--channel", "push")
+        return self(*base, "--payload", payload, *extra)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test sees only its own database; the CLI's log setup is undone afterwards."""
+    monkeypatch.delenv("KIRIM_DATABASE_URL", raising=False)
+    yield
+    configure(level="warning")
+
+
+@pytest.fixture
+def cli(tmp_path: Path, provider: Provider) -> Cli:
+    """A CLI on a fresh SQLite file with one webhook channel ``push`` to the provider."""
+    config = tmp_path / "kirim.toml"
+    config.write_text(
+        f'[worker]\nmax_attempts = 3\n\n[channels.push]\nprovider = "webhook"\n'
+        f'url = "{provider.url}"\ntimeout = 10\n'
+    )
+    return Cli(config=config, database=f"sqlite:///{tmp_path / 'kirim.db'}")
+
+
+@pytest.fixture
+def ready(cli: Cli) -> Cli:
+    """The same CLI after ``kirim init``."""
+    result = cli("init")
+    assert result.exit_code == 0, result.stderr
+    return cli
+
+
+def test_init_prints_schema_version_and_url(cli: Cli) -> None:
+    """init creates the schema and says which version and which database."""
+    result = cli("init")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"schema version 1 at {cli.database}"
+    assert cli("init").exit_code == 0
+
+
+def test_send_twice_creates_one_delivery(ready: Cli) -> None:
+    """The same send again reports the existing delivery with created false."""
+    first = json.loads(ready.send("--json").stdout)
+    second = json.loads(ready.send("--json").stdout)
+    assert first["created"] is True
+    assert second["created"] is False
+    assert first["delivery_id"] == second["delivery_id"]
+    assert first["idempotency_key"] == second["idempotency_key"]
+    assert second["status"] == "pending"
+
+
+def test_send_text_says_whether_created(ready: Cli) -> None:
+    """Text mode names the delivery id and whether it was created."""
+    assert "delivery 1 created" in ready.send().stdout
+    assert "not created" in ready.send().stdout
+
+
+def test_same_key_different_payload_exits_2(ready: Cli) -> None:
+    """Reusing a key for another payload is refused with a one-line message."""
+    assert ready.send("--key", "k-1", payload='{"a": 1}').exit_code == 0
+    result = ready.send("--key", "k-1", payload='{"a": 2}')
+    assert result.exit_code == 2
+    assert "k-1" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bad_payload_exits_2(ready: Cli) -> None:
+    """A payload that is not JSON exits 2 with one line and writes nothing."""
+    result = ready.send(payload="{not json")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: --payload is not valid JSON")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert ready.json("list") == []
+
+
+def test_payload_from_stdin(ready: Cli) -> None:
+    """--payload - reads the JSON from stdin."""
+    base = ("send", "--event", "1", "--recipient", "2", "--channel", "push", "--json")
+    result = ready(*base, "--payload", "-", input='{"from": "stdin"}')
+    delivery = ready.json("status", str(json.loads(result.stdout)["delivery_id"]))
+    assert delivery["payload"] == {"from": "stdin"}
+
+
+def test_unknown_channel_exits_2(ready: Cli) -> None:
+    """A channel that is not configured exits 2 and names the known ones."""
+    result = ready(
+        "send", "--event", "1", "--recipient", "2", "--channel", "sms", "--payload", "{}"
+    )
+    assert result.exit_code == 2
+    assert "unknown channel 'sms'" in result.stderr
+    assert "push" in result.stderr
+
+
+def test_send_before_init_says_run_init(cli: Cli) -> None:
+    """Without a schema, send exits 2 and tells the user to run kirim init."""
+    result = cli.send()
+    assert result.exit_code == 2
+    assert "kirim init" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_config_and_bad_url_exit_2(tmp_path: Path, cli: Cli) -> None:
+    """A broken config file or an unsupported URL exits 2 with one line."""
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[channels.push\n")
+    result = CliRunner().invoke(main, ["--config", str(broken), "init"])
+    assert result.exit_code == 2
+    assert "not valid TOML" in result.stderr
+    result = CliRunner().invoke(main, ["--config", str(cli.config), "--database", "x://y", "init"])
+    assert result.exit_code == 2
+    assert "unsupported database URL" in result.stderr
+
+
+def test_send_after_duration_and_datetime(ready: Cli) -> None:
+    """--send-after takes a duration or a zoned ISO datetime and schedules the job."""
+    later = ready.json("status", str(ready.json(*_send("a"), "--send-after", "2h")["delivery_id"]))
+    assert later["job"]["run_at"] > later["created_at"]
+    fixed = ready.json(*_send("b"), "--send-after", "2031-05-01T09:00:00+07:00")
+    assert ready.json("status", str(fixed["delivery_id"]))["job"]["run_at"].startswith(
+        "2031-05-01T02:00:00"
+    )
+
+
+@pytest.mark.parametrize("when", ["soon", "5", "2031-05-01T09:00:00"])
+def test_bad_send_after_exits_2(ready: Cli, when: str) -> None:
+    """A WHEN that is neither a duration nor a zoned datetime exits 2."""
+    result = ready.send("--send-after", when)
+    assert result.exit_code == 2
+    assert "--send-after" in result.stderr
+
+
+def _send(event: str) -> tuple[str, ...]:
+    return ("send", "--event", event, "--recipient", "1007", "--channel", "push", "--payload", "{}")
+
+
+def test_status_of_missing_delivery_exits_1(ready: Cli) -> None:
+    """status of an id that does not exist exits 1 with a message on stderr."""
+    result = ready("status", "999", "--json")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "no delivery" in result.stderr
+
+
+def test_worker_burst_delivers_and_status_shows_attempt(ready: Cli, provider: Provider) -> None:
+    """worker --burst delivers once; status shows it sent with one succeeded attempt."""
+    sent = json.loads(ready.send("--json").stdout)
+    result = ready("worker", "--burst", "--worker-id", "w-1")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert "event=worker_started" in result.stderr
+    assert len(provider.requests) == 1
+    request = provider.requests[0]
+    delivery = ready.json("status", sent["idempotency_key"])
+    assert delivery["status"] == "sent"
+    assert delivery["provider_message_id"] == "p-1"
+    assert delivery["sent_at"].endswith("Z")
+    assert delivery["job"]["status"] == "completed"
+    [attempt] = delivery["attempts"]
+    assert attempt["status"] == "succeeded"
+    assert attempt["worker_id"] == "w-1"
+    assert attempt["provider_request_id"] == request["headers"]["X-Request-Id"]
+    assert request["headers"]["Idempotency-Key"] == sent["idempotency_key"]
+    assert ready("worker", "--burst").exit_code == 0
+    assert len(provider.requests) == 1
+
+
+def test_status_text_shows_timeline(ready: Cli) -> None:
+    """Text status shows the delivery and a timeline with the attempt."""
+    ready.send()
+    ready("worker", "--burst")
+    result = ready("status", "1")
+    assert result.exit_code == 0
+    assert "timeline" in result.stdout
+    assert "attempt 1 requested" in result.stdout
+    assert "succeeded" in result.stdout
+
+
+def test_worker_json_logs(ready: Cli) -> None:
+    """--log-format json makes the worker log JSON lines on stderr."""
+    ready.send()
+    result = CliRunner().invoke(main, ["--log-format", "json", *ready.args("worker", "--burst")])
+    assert result.exit_code == 0
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    requests = [line for line in lines if line["event"] == "provider_request"]
+    assert requests[0]["provider_request_id"].startswith("req-")
+
+
+def test_list_by_status_json(ready: Cli) -> None:
+    """list --status sent --json gives the sent deliveries with their job and attempts."""
+    ready(*_send("a"))
+    ready("worker", "--burst")
+    ready(*_send("b"))
+    sent = ready.json("list", "--status", "sent")
+    assert [d["event_id"] for d in sent] == ["a"]
+    assert sent[0]["job"]["status"] == "completed"
+    assert sent[0]["attempts"][0]["status"] == "succeeded"
+    assert [d["event_id"] for d in ready.json("list", "--status", "pending")] == ["b"]
+    assert [d["event_id"] for d in ready.json("list", "--after", "1")] == ["b"]
+    table = ready("list")
+    assert table.exit_code == 0
+    assert "deliveries (2)" in table.stdout
+
+
+def test_dead_letter_flow(ready: Cli, provider: Provider) -> None:
+    """A 400 dead-letters the delivery; retry requeues it; cancel of a live one exits 1."""
+    provider.status = 400
+    delivery_id = str(json.loads(ready.send("--json").stdout)["delivery_id"])
+    assert ready("worker", "--burst").exit_code == 0
+    failed = ready.json("status", delivery_id)
+    assert failed["status"] == "failed"
+    assert failed["job"]["status"] == "dead"
+    assert failed["attempts"][0]["status"] == "failed_permanent"
+    [dead] = ready.json("dead-letter", "list")
+    assert dead["id"] == int(delivery_id)
+    assert "HTTP 400" in dead["last_error"]
+    assert "dead letters (1)" in ready("dead-letter", "list").stdout
+    retried = ready("dead-letter", "retry", delivery_id)
+    assert retried.exit_code == 0
+    assert f"delivery {delivery_id} requeued" in retried.stdout
+    again = ready.json("status", delivery_id)
+    assert again["status"] == "pending"
+    assert again["job"]["status"] == "queued"
+    assert ready.json("dead-letter", "list") == []
+    result = ready("dead-letter", "cancel", delivery_id, "404")
+    assert result.exit_code == 1
+    assert f"{delivery_id}: not dead-lettered" in result.stderr
+    assert "404: not found" in result.stderr
+    assert ready("dead-letter", "retry", delivery_id).exit_code == 1
+
+
+def test_dead_letter_cancel_cancels_a_dead_delivery(ready: Cli, provider: Provider) -> None:
+    """dead-letter cancel turns a dead-lettered delivery into a canceled one."""
+    provider.status = 400
+    ready.send()
+    ready("worker", "--burst")
+    result = ready("dead-letter", "cancel", "1")
+    assert result.exit_code == 0, result.stderr
+    assert ready.json("status", "1")["status"] == "canceled"
+    assert ready.json("dead-letter", "list") == []
+
+
+def test_cancel_pending_then_sent_exits_1(ready: Cli, provider: Provider) -> None:
+    """cancel stops a pending delivery; a sent one cannot be canceled (exit 1)."""
+    ready(*_send("a"))
+    ready(*_send("b"))
+    assert ready("cancel", "1").exit_code == 0
+    ready("worker", "--burst")
+    assert [r["body"]["event_id"] for r in provider.requests] == ["b"]
+    assert ready.json("status", "1")["status"] == "canceled"
+    result = ready("cancel", "2")
+    assert result.exit_code == 1
+    assert "it is sent" in result.stderr
+
+
+def test_demo_and_bench_call_their_modules(ready: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """demo passes its options to run_demo and exits with its code; bench prints its dict."""
+    calls: list[tuple[Any, ...]] = []
+
+    def run_demo(console: Any, notifications: int, workers: int, seed: int | None) -> int:
+        calls.append((notifications, workers, seed))
+        return 3
+
+    def run_bench(database: str | None, notifications: int, workers: int) -> dict[str, float]:
+        calls.append((database, notifications, workers))
+        return {"deliveries_per_s": 10.5, "enqueues_per_s": notifications * workers}
+
+    demo = types.ModuleType("kirim.demo")
+    demo.run_demo = run_demo
+    bench = types.ModuleType("kirim.bench")
+    bench.run_bench = run_bench
+    monkeypatch.setitem(sys.modules, "kirim.demo", demo)
+    monkeypatch.setitem(sys.modules, "kirim.bench", bench)
+    result = CliRunner().invoke(main, ["demo", "--notifications", "5", "--seed", "7"])
+    assert result.exit_code == 3
+    assert calls == [(5, 3, 7)]
+    out = ready.json("bench", "--notifications", "4", "--workers", "2")
+    assert out == {"deliveries_per_s": 10.5, "enqueues_per_s": 8}
+    assert calls[1] == (ready.database, 4, 2)
+    assert "deliveries_per_s" in ready("bench").stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        [],
+        ["init"],
+        ["send"],
+        ["worker"],
+        ["status"],
+        ["list"],
+        ["dead-letter"],
+        ["dead-letter", "list"],
+        ["dead-letter", "retry"],
+        ["dead-letter", "cancel"],
+        ["cancel"],
+        ["demo"],
+        ["bench"],
+        ["analyze"],
+    ],
+)
+def test_help_of_every_command(command: list[str]) -> None:
+    """Every command has a --help that exits 0 and shows an example."""
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.stdout
+    if command and command[0] != "analyze":
+        assert "kirim " in result.stdout.split("Options:")[0]
+
+
+def test_usage_error_exits_2(ready: Cli) -> None:
+    """A missing required option is a usage error (exit 2)."""
+    assert ready("send", "--event", "1").exit_code == 2
+    assert ready("worker", "--concurrency", "0").exit_code == 2
+
+
+def test_python_m_kirim_worker_stops_on_sigterm(ready: Cli) -> None:
+    """python -m kirim worker stops on SIGTERM and exits 0."""
+    env = {k: v for k, v in os.environ.items() if k != "KIRIM_DATABASE_URL"}
+    with subprocess.Popen(
+        [sys.executable, "-m", "kirim", *ready.args("worker", "--worker-id", "term")],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    ) as proc:
+        try:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                if "event=worker_started" in line:
+                    break
+            proc.send_signal(signal.SIGTERM)
+            rest = proc.stderr.read()
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert "event=signal_received" in rest
+    assert "event=worker_stopped" in rest
