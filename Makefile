@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
+	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)

@@ -16,7 +16,7 @@ from kirim.testing import FlakyProvider, ManualClock
 
 configure(level="warning")
 
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -24,6 +24,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A fresh, empty database of each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'kirim.db'}"
+    if request.param == "postgres":
+        from pg import fresh_database  # tests/pg.py: skips (or fails in CI) without a server
+
+        return fresh_database(request)
     raise AssertionError(request.param)
 
 

@@ -52,13 +52,17 @@ async def _enqueue(database: str, n: int, offset: int) -> float:
         await app.close()
 
 
-def _worker(database: str, ready: Any, go: Any, out: Any) -> None:
+def _worker(database: str, ready: Any, go: Any, out: Any, metrics: bool = False) -> None:
     configure(level="warning")
 
     async def main() -> tuple[float, float, int]:
         app = _app(database)
         await app.open()
         try:
+            if metrics:
+                from kirim.observe.metrics import Metrics
+
+                app.metrics = Metrics()
             worker = app.worker(settings=SETTINGS)
             ready.release()
             await asyncio.get_running_loop().run_in_executor(None, go.wait)
@@ -71,10 +75,13 @@ def _worker(database: str, ready: Any, go: Any, out: Any) -> None:
     out.put(asyncio.run(main()))
 
 
-def _deliver(database: str, workers: int) -> tuple[float, int]:
+def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float, int]:
     ctx = mp.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(database, ready, go, out)) for _ in range(workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(database, ready, go, out, metrics))
+        for _ in range(workers)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -88,19 +95,23 @@ def _deliver(database: str, workers: int) -> tuple[float, int]:
     return ended - started, sum(r[2] for r in results)
 
 
-def run_bench(database: str | None, notifications: int, workers: int) -> dict[str, Any]:
-    """Enqueue then deliver ``notifications``; return the rates."""
+def run_bench(
+    database: str | None, notifications: int, workers: int, metrics: bool = False
+) -> dict[str, Any]:
+    """Enqueue then deliver ``notifications``; return the rates (``metrics``: workers
+    record Prometheus metrics, to measure what they cost)."""
     configure(level="warning")
     with tempfile.TemporaryDirectory(prefix="kirim-bench-") as tmp:
         url = database or f"sqlite:///{Path(tmp) / 'bench.db'}"
         offset = int(time.time() * 1000) % 10**9 * 1000 if database else 0
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
-        deliver_s, sent = _deliver(url, workers)
+        deliver_s, sent = _deliver(url, workers, metrics)
     return {
         "database": "sqlite (temporary file)" if database is None else url.split("@")[-1],
         "notifications": notifications,
         "workers": workers,
         "concurrency": SETTINGS.concurrency,
+        "metrics": metrics,
         "delivered": sent,
         "enqueues_per_s": round(notifications / enqueue_s, 1),
         "deliveries_per_s": round(sent / deliver_s, 1) if deliver_s > 0 else None,

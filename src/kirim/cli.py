@@ -79,6 +79,12 @@ def main(
     )
 
 
+# `kirim simulate` lives in kirim.simulate and is imported only when used.
+KirimGroup.lazy = {**KirimGroup.lazy, "simulate": ("kirim.simulate.command", "simulate")}
+# `kirim doctor` lives in kirim.doctor and is imported only when used.
+KirimGroup.lazy = {**KirimGroup.lazy, "doctor": ("kirim.doctor", "doctor")}
+
+
 # -- init, send ------------------------------------------------------------------------
 
 
@@ -182,6 +188,19 @@ def send(
     help="On SIGTERM/SIGINT, how long in-flight deliveries may take before release.",
 )
 @click.option("--worker-id", metavar="ID", help="This worker's name in logs and attempts.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on http://HOST:PORT/metrics.  [default: no metrics]",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    metavar="HOST",
+    help="Address the metrics endpoint binds to.",
+)
 @pass_state
 def worker(
     state: State,
@@ -190,6 +209,8 @@ def worker(
     lease: float | None,
     grace: float | None,
     worker_id: str | None,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Deliver notifications: claim due jobs, send, record outcomes.
 
@@ -202,6 +223,7 @@ def worker(
     Examples:
       kirim worker --concurrency 20
       kirim --log-format json worker --burst --worker-id batch-1
+      kirim worker --metrics-port 9464
     """
     state.setup_logging("info")
     overrides: dict[str, Any] = {
@@ -219,8 +241,16 @@ def worker(
                 app.channels()
             except (TypeError, ValueError) as exc:
                 raise ConfigError(f"cannot build the channels: {exc}") from None
-            w = app.worker(settings=settings, worker_id=worker_id)
+            metrics = None
+            if metrics_port is not None:
+                from kirim.observe.metrics import Metrics
+
+                metrics = Metrics()
+                metrics.serve(metrics_port, metrics_host)
+            w = app.worker(settings=settings, worker_id=worker_id, metrics=metrics)
             log = get_logger(worker_id=w.worker_id)
+            if metrics is not None:
+                log.info("metrics_serving", url=f"http://{metrics_host}:{metrics.port}/metrics")
             loop = asyncio.get_running_loop()
             installed = []
 
@@ -237,6 +267,8 @@ def worker(
             finally:
                 for sig in installed:
                     loop.remove_signal_handler(sig)
+                if metrics is not None:
+                    metrics.close()
 
     run(go)
 
@@ -457,10 +489,16 @@ def demo(state: State, notifications: int, workers: int, seed: int | None) -> No
 @click.option("--database", "bench_database", metavar="URL", help="Database to measure.")
 @click.option("--notifications", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--metrics", is_flag=True, help="Workers record Prometheus metrics (their cost).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
 def bench(
-    state: State, bench_database: str | None, notifications: int, workers: int, as_json: bool
+    state: State,
+    bench_database: str | None,
+    notifications: int,
+    workers: int,
+    metrics: bool,
+    as_json: bool,
 ) -> None:
     """Measure enqueue and delivery throughput.
 
@@ -474,9 +512,10 @@ def bench(
     """
     state.setup_logging()
     run_bench = cli_ops.extension("kirim.bench", "run_bench", "bench")
-    result = cli_ops.call_extension(
-        run_bench, bench_database or state.database, notifications, workers
-    )
+    args: list[Any] = [bench_database or state.database, notifications, workers]
+    if metrics:
+        args.append(True)  # run_bench's metrics argument, given only when asked for
+    result = cli_ops.call_extension(run_bench, *args)
     if as_json:
         cli_ops.emit_json(result)
     else:

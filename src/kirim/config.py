@@ -43,6 +43,8 @@ class ChannelConfig:
     on_unknown: OnUnknown = OnUnknown.ASSUME_SENT
     lookup: bool = False
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: seconds the provider remembers an idempotency key (checked by `kirim doctor`)
+    dedup_window: float | None = None
 
     def build(self) -> Channel:
         return Channel(
@@ -73,6 +75,7 @@ _CHANNEL_KEYS = {
     "idempotent",
     "headers",
     "token",
+    "dedup_window",
 }
 
 
@@ -140,7 +143,11 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
             f"{where}: channels.{name}.on_unknown must be assume_sent, hold or retry"
         ) from None
     provider = spec.get("provider", "webhook")
-    options = {k: v for k, v in spec.items() if k not in ("provider", "on_unknown", "lookup")}
+    options = {
+        k: v
+        for k, v in spec.items()
+        if k not in ("provider", "on_unknown", "lookup", "dedup_window")
+    }
     prefix = f"{where}: channels.{name}"
     if not isinstance(provider, str):
         raise ConfigError(f"{prefix}.provider must be a string")
@@ -150,6 +157,9 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         raise ConfigError(f"{prefix}.idempotent must be true or false")
     if "timeout" in spec and _number(spec["timeout"], f"channels.{name}.timeout", where) <= 0:
         raise ConfigError(f"{prefix}.timeout must be positive")
+    window = spec.get("dedup_window")
+    if window is not None and _number(window, f"channels.{name}.dedup_window", where) <= 0:
+        raise ConfigError(f"{prefix}.dedup_window must be positive (seconds)")
     if provider == "webhook":
         if not isinstance(options.get("url"), str) or not options["url"].startswith(
             ("http://", "https://")
@@ -170,6 +180,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         on_unknown=on_unknown,
         lookup=bool(spec.get("lookup", False)),
         options=options,
+        dedup_window=None if window is None else float(window),
     )
 
 

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
@@ -28,6 +28,9 @@ from kirim.store import open_store
 from kirim.store.base import NewDelivery, Store
 from kirim.testing import Checkpoints
 from kirim.worker import Worker, WorkerSettings
+
+if TYPE_CHECKING:
+    from kirim.observe.metrics import Metrics
 
 T = TypeVar("T")
 SendAfter = datetime | timedelta | float | None
@@ -63,8 +66,11 @@ class Kirim:
         store: Store | None = None,
         channels: Mapping[str, Channel] | None = None,
         clock: Clock | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.config = config or Config()
+        #: counts enqueue conflicts here; given to the workers of ``worker()``
+        self.metrics = metrics
         self.store = store or open_store(self.config.database)
         self.clock = clock or SystemClock()
         self._channels = dict(channels) if channels is not None else None
@@ -136,6 +142,8 @@ class Kirim:
         out = []
         for item, result in zip(items, results, strict=True):
             d = result.delivery
+            if not result.created and self.metrics is not None:
+                self.metrics.enqueue_conflict(item.channel)
             if not result.created and d.payload_hash != item.payload_hash:
                 raise IdempotencyKeyReused(item.idempotency_key, d.id)
             self.log.info(
@@ -205,8 +213,9 @@ class Kirim:
         settings: WorkerSettings | None = None,
         worker_id: str | None = None,
         checkpoints: Checkpoints | None = None,
+        metrics: Metrics | None = None,
     ) -> Worker:
-        """A worker on this store and these channels."""
+        """A worker on this store and these channels (with this app's metrics, if any)."""
         return Worker(
             self.store,
             self.channels(),
@@ -214,6 +223,7 @@ class Kirim:
             worker_id=worker_id,
             clock=self.clock,
             checkpoints=checkpoints,
+            metrics=metrics if metrics is not None else self.metrics,
         )
 
 

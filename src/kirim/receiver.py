@@ -1,8 +1,11 @@
 """A webhook receiver on 127.0.0.1 that stands in for a provider in demos and tests.
 
 It records every request per ``Idempotency-Key`` and honours nothing unless told
-to, so a duplicate shows as a second request for a key. Behaviour per request is
-drawn from a seeded random generator: sometimes slow, sometimes accepting the
+to, so a duplicate shows as a second request for a key. A request without that
+header is recognised by its content (kirim's default key of its ``event_id``,
+``recipient`` and ``channel``), as a user would recognise a second copy; a receiver
+that honours keys cannot deduplicate it. Behaviour per request is drawn from a
+seeded random generator: a base latency, sometimes slow, sometimes accepting the
 request and then not answering until the client has given up.
 """
 
@@ -13,9 +16,12 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from kirim.keys import default_key
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -34,6 +40,7 @@ class Behaviour:
     hang_s: float = 2.0
     error_rate: float = 0.0  # share answered 503 without being processed
     honours_keys: bool = False  # deduplicate by Idempotency-Key
+    latency: Callable[[random.Random], float] | None = None  # base seconds per request
 
 
 class Receiver:
@@ -45,6 +52,10 @@ class Receiver:
         self._lock = threading.Lock()
         self.requests: Counter[str] = Counter()  # every request per key
         self.request_ids: list[str] = []
+        self.first_seen: dict[str, float] = {}  # epoch seconds of the first request per key
+        self.in_flight_by: Counter[str] = Counter()  # unanswered requests per X-Worker-Id
+        self._copies: Counter[str] = Counter()  # copies the user received per key
+        self.injected: Counter[str] = Counter()  # "errors", "timeouts", "slow" answers given
         self._message_ids: dict[str, str] = {}
         self._hold = threading.Event()
         self._hold.set()  # set = not holding
@@ -86,26 +97,39 @@ class Receiver:
         with self._lock:
             return sum(n - 1 for n in self.requests.values())
 
-    def user_duplicates(self) -> int:
-        """Extra copies a user received: none when the receiver honours keys."""
-        return 0 if self.behaviour.honours_keys else self.duplicates()
+    def duplicated(self) -> int:
+        """Keys the user received more than once (keyed requests count once if honoured)."""
+        with self._lock:
+            return sum(1 for n in self._copies.values() if n > 1)
 
-    def _decide(self, key: str) -> tuple[str, float]:
+    def user_duplicates(self) -> int:
+        """Extra copies a user received: none for keyed requests when it honours keys."""
+        with self._lock:
+            return sum(n - 1 for n in self._copies.values())
+
+    def _decide(self, key: str, keyed: bool = True) -> tuple[str, float]:
         """(provider message id or "error", seconds to wait before answering)."""
         b = self.behaviour
         with self._lock:
             roll = self._rng.random()
             if roll < b.error_rate:
+                self.injected["errors"] += 1
                 return "error", 0.0
             self.requests[key] += 1
+            deduplicated = b.honours_keys and keyed
+            if not (deduplicated and self._copies[key]):
+                self._copies[key] += 1
             fresh = f"p-{sum(self.requests.values())}"
-            message_id = self._message_ids.setdefault(key, fresh) if b.honours_keys else fresh
+            message_id = self._message_ids.setdefault(key, fresh) if deduplicated else fresh
+            base = b.latency(self._rng) if b.latency is not None else 0.0
             roll -= b.error_rate
             if roll < b.slow_rate:
-                return message_id, self._rng.uniform(*b.slow_s)
+                self.injected["slow"] += 1
+                return message_id, base + self._rng.uniform(*b.slow_s)
             if roll < b.slow_rate + b.hang_rate:
+                self.injected["timeouts"] += 1
                 return message_id, b.hang_s
-            return message_id, 0.0
+            return message_id, base
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -115,13 +139,19 @@ class Receiver:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                body = self.rfile.read(length)
                 key = self.headers.get("Idempotency-Key") or ""
+                keyed = bool(key)
+                if not keyed:
+                    key = _content_key(body)
+                worker = self.headers.get("X-Worker-Id") or ""
                 with receiver._lock:
                     receiver.request_ids.append(self.headers.get("X-Request-Id") or "")
+                    receiver.first_seen.setdefault(key, time.time())
                     receiver.in_flight += 1
+                    receiver.in_flight_by[worker] += 1
                 try:
-                    outcome, delay = receiver._decide(key)
+                    outcome, delay = receiver._decide(key, keyed)
                     receiver._hold.wait()
                     if delay:
                         time.sleep(delay)
@@ -132,6 +162,7 @@ class Receiver:
                 finally:
                     with receiver._lock:
                         receiver.in_flight -= 1
+                        receiver.in_flight_by[worker] -= 1
 
             def _answer(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()
@@ -148,3 +179,12 @@ class Receiver:
                 return
 
         return Handler
+
+
+def _content_key(body: bytes) -> str:
+    """What identifies a notification sent without a key: its event, recipient, channel."""
+    try:
+        data = json.loads(body)
+        return default_key(str(data["event_id"]), str(data["recipient"]), str(data["channel"]))
+    except (ValueError, KeyError, TypeError):
+        return ""

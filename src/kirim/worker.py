@@ -13,10 +13,11 @@ import contextlib
 import os
 import random
 import socket
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kirim.batching import Batcher
 from kirim.channels import Channel
@@ -29,6 +30,7 @@ from kirim.errors import (
 )
 from kirim.keys import new_request_id
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
+from kirim.observe import tracing
 from kirim.observe.logging import get_logger
 from kirim.providers.base import Message, Reconcilable, Sent
 from kirim.store.base import (
@@ -39,10 +41,14 @@ from kirim.store.base import (
     FinishResult,
     Intent,
     Lease,
+    QueueStats,
     Store,
 )
 from kirim.testing import Checkpoints
 from kirim.worker_stats import WorkerStats
+
+if TYPE_CHECKING:
+    from kirim.observe.metrics import Metrics
 
 RESULT = {
     AttemptStatus.SUCCEEDED: "success",
@@ -50,6 +56,13 @@ RESULT = {
     AttemptStatus.FAILED_TRANSIENT: "failed_transient",
     AttemptStatus.UNKNOWN: "unknown",
 }
+
+
+def _outcome(result: FinishResult) -> str:
+    """What a commit did, for the delivery span."""
+    if result.committed:
+        return "committed"
+    return "late_success" if result.late_success else "stale_write_rejected"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +107,11 @@ class Worker:
         clock: Clock | None = None,
         checkpoints: Checkpoints | None = None,
         rng: random.Random | None = None,
+        metrics: Metrics | None = None,
+        tracer: tracing.Tracer | None = None,
     ) -> None:
+        """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
+        global OpenTelemetry SDK provider when one is set, else none (nothing is called)."""
         self.store = store
         self.channels = dict(channels)
         self.settings = settings or WorkerSettings()
@@ -104,6 +121,9 @@ class Worker:
         self.rng = rng or random.Random()
         self.stats = WorkerStats()
         self.log = get_logger(worker_id=self.worker_id)
+        self.metrics = metrics
+        self._tracer = tracer if tracer is not None else tracing.default_tracer()
+        self._stats_at = float("-inf")  # time.monotonic() of the last gauge refresh
         self._leases: dict[int, Lease] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
@@ -229,6 +249,24 @@ class Worker:
     # -- one delivery -----------------------------------------------------------------
 
     async def _process(self, claim: Claim) -> None:
+        if self._tracer is None:
+            await self._deliver(claim)
+            return
+        d, job = claim.delivery, claim.job
+        attributes = {
+            "notification_id": d.id,
+            "event_id": d.event_id,
+            "job_id": job.id,
+            "attempt": job.attempts,
+            "worker_id": self.worker_id,
+            "idempotency_key": d.idempotency_key,
+            "channel": d.channel,
+            "claim": str(claim.kind),
+        }
+        with tracing.delivery_span(self._tracer, attributes):
+            await self._deliver(claim)
+
+    async def _deliver(self, claim: Claim) -> None:
         d, job = claim.delivery, claim.job
         log = self.log.bind(
             notification_id=d.id,
@@ -243,9 +281,13 @@ class Worker:
             self.stats.noops += 1
             name = "noop_already_sent" if d.status.value in ("sent", "confirmed") else "noop"
             log.info(name, status=str(d.status), reason=claim.reason)
+            if self._tracer is not None:
+                tracing.annotate(outcome="noop", reason=claim.reason)
             return
         if claim.kind is ClaimKind.BUSY:
             log.info("claim_lost", reason=claim.reason)
+            if self._tracer is not None:
+                tracing.annotate(outcome="busy", reason=claim.reason)
             return
         log.info("job_claimed", token=claim.token[:8], retry=job.attempts > 1)
         try:
@@ -269,6 +311,8 @@ class Worker:
         except Exception as exc:  # a bug or a store failure: leave the lease to expire
             self.stats.errors += 1
             log.exception("delivery_error", error=str(exc))
+            if self._tracer is not None:
+                tracing.annotate(outcome="error", error=str(exc))
 
     async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
         """DESIGN step 4: an earlier request may have reached the provider."""
@@ -323,7 +367,12 @@ class Worker:
         if not await self._intents.submit(intent):
             self.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
+            if self._tracer is not None:
+                tracing.annotate(outcome="claim_lost")
             return
+        metrics = self.metrics
+        if metrics is not None and claim.prior_requests == 1:
+            metrics.multi_request(d.channel)  # its second request: counted once per delivery
         await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
         message = Message(
             delivery_id=d.id,
@@ -338,20 +387,15 @@ class Worker:
         log.info("provider_request")
         self.stats.requests += 1
         started = self.clock.now()
-        sent: Sent | None = None
-        error: Exception | None = None
-        try:
-            sent = await channel.provider.send(message)
-            status = AttemptStatus.SUCCEEDED
-        except PermanentFailure as exc:
-            status, error = AttemptStatus.FAILED_PERMANENT, exc
-        except TransientFailure as exc:
-            status, error = AttemptStatus.FAILED_TRANSIENT, exc
-        except AmbiguousFailure as exc:
-            status, error = AttemptStatus.UNKNOWN, exc
-        except Exception as exc:  # a provider bug: we cannot know whether it was sent
-            status, error = AttemptStatus.UNKNOWN, exc
+        t0 = time.perf_counter() if metrics is not None else 0.0
+        if self._tracer is None:
+            status, sent, error = await self._call(channel, message)
+        else:
+            status, sent, error = await self._traced_call(claim, channel, message)
+        answered = time.perf_counter() if metrics is not None else 0.0
         latency = self.clock.now() - started
+        if metrics is not None:
+            metrics.provider_response(d.channel, status, answered - t0)
         message_id = sent.provider_message_id if sent else None
         log.info(
             "provider_response",
@@ -369,7 +413,49 @@ class Worker:
             completed_at=self.clock.now(),
         )
         finish = self._decide(claim, channel, outcome, error)
-        await self._commit(log, claim, finish)
+        await self._commit(log, claim, finish, answered=answered)
+
+    async def _call(
+        self, channel: Channel, message: Message
+    ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
+        """The provider request, its failure classified (DESIGN step 7)."""
+        try:
+            return AttemptStatus.SUCCEEDED, await channel.provider.send(message), None
+        except PermanentFailure as exc:
+            return AttemptStatus.FAILED_PERMANENT, None, exc
+        except TransientFailure as exc:
+            return AttemptStatus.FAILED_TRANSIENT, None, exc
+        except AmbiguousFailure as exc:
+            return AttemptStatus.UNKNOWN, None, exc
+        except Exception as exc:  # a provider bug: we cannot know whether it was sent
+            return AttemptStatus.UNKNOWN, None, exc
+
+    async def _traced_call(
+        self, claim: Claim, channel: Channel, message: Message
+    ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
+        """``_call`` inside a ``kirim.provider_request`` span (child of the delivery's)."""
+        attributes = {
+            "notification_id": message.delivery_id,
+            "event_id": message.event_id,
+            "job_id": claim.job.id,
+            "attempt": message.attempt,
+            "worker_id": self.worker_id,
+            "idempotency_key": message.idempotency_key,
+            "provider_request_id": message.provider_request_id,
+            "channel": message.channel,
+        }
+        with tracing.request_span(self._tracer, attributes) as span:
+            status, sent, error = await self._call(channel, message)
+            tracing.annotate(
+                span,
+                result=RESULT[status],
+                provider_message_id=None if sent is None else sent.provider_message_id,
+                error=None if error is None else str(error),
+            )
+            if error is not None:
+                tracing.fail(span, f"{RESULT[status]}: {error}")
+        tracing.annotate(provider_request_id=message.provider_request_id)
+        return status, sent, error
 
     def _decide(
         self, claim: Claim, channel: Channel, outcome: AttemptOutcome, error: Exception | None
@@ -478,8 +564,13 @@ class Worker:
         cap = min(self.settings.backoff_max, self.settings.backoff_base * 2 ** (attempts - 1))
         return self.rng.uniform(0, cap)
 
-    async def _commit(self, log: Any, claim: Claim, finish: Finish) -> None:
-        """DESIGN step 6: one transaction, fenced by the token; retried on store errors."""
+    async def _commit(
+        self, log: Any, claim: Claim, finish: Finish, *, answered: float | None = None
+    ) -> None:
+        """DESIGN step 6: one transaction, fenced by the token; retried on store errors.
+
+        ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
+        """
         await self._checkpoint("before_commit", claim)
         for attempt in range(5):
             try:
@@ -490,7 +581,17 @@ class Worker:
                 await asyncio.sleep(0.05 * 2**attempt)
         else:
             log.error("commit_failed", reason="the lease will expire and the reaper takes over")
+            if self._tracer is not None:
+                tracing.annotate(outcome="commit_failed")
             return
+        if self.metrics is not None:
+            self._measure(self.metrics, claim, finish, result, answered)
+        if self._tracer is not None:
+            tracing.annotate(
+                outcome=_outcome(result),
+                status=None if result.delivery_status is None else str(result.delivery_status),
+                job_status=None if result.job_status is None else str(result.job_status),
+            )
         if result.committed:
             self.stats.count(result.delivery_status, result.job_status, finish)
             log.info(
@@ -510,6 +611,25 @@ class Worker:
         else:
             self.stats.stale_rejected += 1
             log.warning("stale_write_rejected", reason="claim token no longer holds")
+
+    @staticmethod
+    def _measure(
+        metrics: Metrics,
+        claim: Claim,
+        finish: Finish,
+        result: FinishResult,
+        answered: float | None,
+    ) -> None:
+        channel = claim.delivery.channel
+        if answered is not None and (result.committed or result.late_success):
+            metrics.committed(time.perf_counter() - answered)
+        if not result.committed:
+            metrics.stale_write(late_success=result.late_success)
+        elif result.job_status is JobStatus.RETRY_SCHEDULED:
+            unknown = finish.attempt is not None and finish.attempt.status is AttemptStatus.UNKNOWN
+            metrics.retry(channel, "unknown" if unknown else "transient")
+        elif result.job_status is JobStatus.DEAD:
+            metrics.dead_letter(channel)
 
     async def _checkpoint(self, name: str, claim: Claim, **context: Any) -> None:
         if self.checkpoints is not None:
@@ -570,7 +690,30 @@ class Worker:
                 lease_owner=r.owner,
                 dead=r.dead,
             )
+        metrics = self.metrics
+        if metrics is not None:
+            for r in reaped:
+                metrics.lease_expired()
+                if r.dead:
+                    metrics.dead_letter(r.channel)
+                else:
+                    metrics.retry(r.channel, "lease_expired")
+            if time.monotonic() - self._stats_at >= metrics.stats_interval:
+                await self.refresh_stats()
         return len(reaped)
+
+    async def refresh_stats(self) -> QueueStats | None:
+        """Set the gauges from ``Store.queue_stats`` (the reaper does, every few seconds)."""
+        if self.metrics is None:
+            return None
+        self._stats_at = time.monotonic()
+        try:
+            stats = await self.store.queue_stats(now=self.clock.now())
+        except Exception as exc:  # gauges are not worth stopping the reaper for
+            self.log.warning("queue_stats_failed", error=str(exc))
+            return None
+        self.metrics.set_queue_stats(stats)
+        return stats
 
     async def _reap_loop(self) -> None:
         while True:

@@ -9,7 +9,7 @@ caller's clock, so that tests can drive leases without sleeping.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,6 +54,8 @@ class Claim:
     #: earlier attempts that may have reached the provider (requested/unknown)
     doubtful: tuple[Attempt, ...] = ()
     reason: str = ""
+    #: attempt rows (outbound requests) the delivery already had when claimed
+    prior_requests: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,6 +123,21 @@ class Reaped:
     attempt: int
     owner: str | None
     dead: bool
+    channel: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueStats:
+    """A snapshot of the store for gauges (``Store.queue_stats``)."""
+
+    #: deliveries per status (every status, zeros included)
+    deliveries: Mapping[str, int]
+    #: deliveries in doubt: status ``in_doubt``, or sent under ``assumed_sent``
+    in_doubt: int
+    #: claimable jobs that are due now
+    queue_depth: int
+    #: how long the oldest due job has been waiting (0 when none is due)
+    oldest_due_age_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,4 +227,8 @@ class Store(Protocol):
 
     async def counts(self) -> dict[str, dict[str, int]]:
         """{"deliveries": {status: n}, "jobs": {status: n}}."""
+        ...
+
+    async def queue_stats(self, *, now: float) -> QueueStats:
+        """Deliveries per status, in-doubt count, due jobs and the oldest one's age."""
         ...

@@ -20,7 +20,7 @@ from kirim.model import (
     Job,
     JobStatus,
 )
-from kirim.store.base import Claim, ClaimKind, Finish, FinishResult, Reaped
+from kirim.store.base import Claim, ClaimKind, Finish, FinishResult, QueueStats, Reaped
 
 Row = Mapping[str, Any]
 
@@ -132,13 +132,26 @@ def _claim_delivery(
             reason=f"delivery claimed by {current.claimed_by}",
         )
     delivery = delivery_from(row)
-    success = ops.one("succeeded_attempt", (delivery.id,))
+    # Most claims are a delivery's first: no attempt row, so nothing more to look for.
+    prior = int(_must(ops.one("count_attempts", (delivery.id,)))["n"])
+    success = ops.one("succeeded_attempt", (delivery.id,)) if prior else None
     if success is not None:
         ops.run("late_success_delivery", (success["provider_message_id"], now, now, delivery.id))
         done = delivery_from(_must(ops.one("delivery_by_id", (delivery.id,))))
         return noop(done, "an earlier attempt succeeded")
-    doubtful = tuple(attempt_from(r) for r in ops.all("doubtful_attempts", (delivery.id,)))
-    return Claim(kind=ClaimKind.CLAIMED, job=job, delivery=delivery, token=token, doubtful=doubtful)
+    doubtful = (
+        tuple(attempt_from(r) for r in ops.all("doubtful_attempts", (delivery.id,)))
+        if prior
+        else ()
+    )
+    return Claim(
+        kind=ClaimKind.CLAIMED,
+        job=job,
+        delivery=delivery,
+        token=token,
+        doubtful=doubtful,
+        prior_requests=prior,
+    )
 
 
 def finish(ops: Ops, it: Finish) -> FinishResult:
@@ -216,6 +229,7 @@ def reap(ops: Ops, now: float) -> list[Reaped]:
                 attempt=row["attempts"],
                 owner=row["lease_owner"],
                 dead=dead,
+                channel=row["channel"] or "",
             )
         )
     return out
@@ -236,6 +250,23 @@ def cancel(ops: Ops, delivery_id: int, now: float) -> bool:
         return False
     ops.run("cancel_jobs", (now, delivery_id))
     return True
+
+
+def queue_stats(
+    by_status_doubt: Sequence[Row], due: int, oldest_run_at: float | None, now: float
+) -> QueueStats:
+    """``QueueStats`` from (status, doubt, n) rows and the due jobs' count and oldest run_at."""
+    deliveries = {str(s): 0 for s in DeliveryStatus}
+    in_doubt = 0
+    for row in by_status_doubt:
+        n = int(row["n"])
+        deliveries[row["status"]] = deliveries.get(row["status"], 0) + n
+        if row["status"] == DeliveryStatus.IN_DOUBT or row["doubt"] == Doubt.ASSUMED_SENT:
+            in_doubt += n
+    age = 0.0 if oldest_run_at is None else max(0.0, now - float(oldest_run_at))
+    return QueueStats(
+        deliveries=deliveries, in_doubt=in_doubt, queue_depth=int(due), oldest_due_age_s=age
+    )
 
 
 def _must(row: Row | None) -> Row:

@@ -28,6 +28,7 @@ from kirim.store.base import (
     Intent,
     Lease,
     NewDelivery,
+    QueueStats,
     Reaped,
 )
 from kirim.store.logic import Row, attempt_from, delivery_from, job_from
@@ -371,6 +372,14 @@ class SQLiteStore:
             ).fetchall()
             j = conn.execute("SELECT status, COUNT(*) FROM kirim_jobs GROUP BY status").fetchall()
             return {"deliveries": {r[0]: r[1] for r in d}, "jobs": {r[0]: r[1] for r in j}}
+
+        return await self._tx(run, write=False)
+
+    async def queue_stats(self, *, now: float) -> QueueStats:
+        def run(conn: sqlite3.Connection) -> QueueStats:
+            rows = conn.execute(Q["deliveries_by_status_doubt"]).fetchall()
+            due = conn.execute(Q["due_jobs_summary"], (now,)).fetchone()
+            return logic.queue_stats(rows, due["n"], due["oldest"], now)
 
         return await self._tx(run, write=False)
 

@@ -50,6 +50,10 @@ WHERE a.delivery_id = ? AND a.status IN ('requested', 'unknown')
   AND a.requested_at >= COALESCE(d.released_at, 0)
 ORDER BY a.id;
 
+-- name: count_attempts
+-- How many outbound requests (attempt rows) a delivery already had (index only).
+SELECT COUNT(*) AS n FROM kirim_attempts WHERE delivery_id = ?;
+
 -- name: succeeded_attempt
 -- Any attempt of the delivery that succeeded.
 SELECT provider_message_id FROM kirim_attempts
@@ -113,8 +117,10 @@ UPDATE kirim_deliveries SET claim_expires_at = ?
 WHERE id = ? AND claim_token = ?;
 
 -- name: expired_jobs
--- Running jobs whose lease expired.
-SELECT id, delivery_id, attempts, max_attempts, lease_owner, lease_token FROM kirim_jobs
+-- Running jobs whose lease expired (with their delivery's channel, for metrics).
+SELECT id, delivery_id, attempts, max_attempts, lease_owner, lease_token,
+       (SELECT d.channel FROM kirim_deliveries d WHERE d.id = kirim_jobs.delivery_id) AS channel
+FROM kirim_jobs
 WHERE status = 'running' AND lease_expires_at < ?
 ORDER BY lease_expires_at
 LIMIT 1000;
@@ -169,6 +175,15 @@ SELECT MIN(run_at) FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled')
 -- name: count_running
 -- Unfinished work of earlier claims: jobs running or waiting for a retry.
 SELECT COUNT(*) FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
+
+-- name: deliveries_by_status_doubt
+-- Gauges: deliveries per status and doubt (one scan, every few seconds).
+SELECT status, doubt, COUNT(*) AS n FROM kirim_deliveries GROUP BY status, doubt;
+
+-- name: due_jobs_summary
+-- Gauges: claimable jobs due now, and the run_at of the oldest (the due index).
+SELECT COUNT(*) AS n, MIN(run_at) AS oldest FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled') AND run_at <= ?;
 
 -- name: delivery_by_id
 -- One delivery.

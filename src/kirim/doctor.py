@@ -1,0 +1,339 @@
+"""``kirim doctor``: what is wrong with a live kirim store, in plain words, with the fix.
+
+Checks the schema, the UNIQUE index on the idempotency key (and duplicates it let
+in), deliveries stuck in ``processing``, in-doubt deliveries waiting for an operator,
+the dead letters, the lease against the providers' observed p99 latency, the
+database clock against this host's, and each channel's provider dedup window
+against kirim's retry horizon. ``--table T --key COLS`` audits any delivery table
+for a unique index on exactly those columns. Read-only: it never writes.
+
+Statuses: ``ok``, ``warning`` (worth a look), ``problem`` (exit 1), ``skipped``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from kirim import cli_ops
+from kirim.config import Config
+from kirim.doctor_audit import (
+    OK,
+    PROBLEM,
+    SKIPPED,
+    WARNING,
+    Check,
+    audit_table,
+    audit_unique,
+    plural,
+    report_json,
+)
+from kirim.doctor_db import Database
+from kirim.errors import NotFound
+from kirim.store.base import SCHEMA_VERSION
+
+RECENT_ATTEMPTS = 1000  # the latency p99 is taken over this many recent attempts
+SKEW_WARNING_S = 1.0
+LISTED = 5  # ids named in a message
+
+
+def _ids(rows: Sequence[dict[str, Any]], total: int) -> str:
+    shown = ", ".join(str(r["id"]) for r in rows[:LISTED])
+    return shown + (f" and {total - LISTED} more" if total > LISTED else "")
+
+
+# -- kirim's own store -----------------------------------------------------------------
+
+
+def diagnose(db: Database, config: Config, *, now: float) -> list[Check]:
+    """Every check of a kirim store (its database already open as ``db``)."""
+    checks = [_schema(db)]
+    if checks[0].status == OK:
+        table = db.table("kirim_deliveries")
+        checks += audit_unique(db, table, ["idempotency_key"], name="unique_idempotency_key")
+        checks += [
+            _stuck(db, now, config.worker.lease),
+            _in_doubt(db),
+            _dead_letters(db),
+            _lease_vs_latency(db, config.worker.lease),
+        ]
+    else:
+        checks.append(Check("store", SKIPPED, "the other store checks need the schema"))
+    checks.append(_clock_skew(db, config.worker.lease))
+    checks += _dedup_windows(config)
+    return checks
+
+
+def _schema(db: Database) -> Check:
+    present = (
+        db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'kirim_meta'")
+        if db.dialect == "sqlite"
+        else db.scalar("SELECT count(*) FROM pg_class WHERE oid = to_regclass('kirim_meta')")
+    )
+    version = (
+        int(db.scalar("SELECT value FROM kirim_meta WHERE key = 'schema_version'") or 0)
+        if present
+        else 0
+    )
+    if version == SCHEMA_VERSION:
+        return Check("schema", OK, f"schema version {version}")
+    if version == 0:
+        return Check("schema", PROBLEM, "no kirim schema in this database", "run `kirim init`")
+    if version < SCHEMA_VERSION:
+        return Check(
+            "schema",
+            PROBLEM,
+            f"schema version {version}, this kirim needs {SCHEMA_VERSION}",
+            "run `kirim init` to migrate",
+        )
+    return Check(
+        "schema",
+        PROBLEM,
+        f"schema version {version} is newer than this kirim knows ({SCHEMA_VERSION})",
+        "upgrade kirim",
+    )
+
+
+def _stuck(db: Database, now: float, lease: float) -> Check:
+    """processing, claim expired for more than a lease, and no live lease holding it."""
+    rows = db.query(
+        "SELECT d.id, (SELECT j.status FROM kirim_jobs j WHERE j.delivery_id = d.id "
+        "  AND j.status IN ('queued', 'running', 'retry_scheduled') "
+        "  ORDER BY j.id DESC LIMIT 1) AS job_status "
+        "FROM kirim_deliveries d "
+        "WHERE d.status = 'processing' AND COALESCE(d.claim_expires_at, d.updated_at) < ? "
+        "  AND NOT EXISTS (SELECT 1 FROM kirim_jobs j WHERE j.delivery_id = d.id "
+        "                  AND j.status = 'running' AND j.lease_expires_at >= ?) "
+        "ORDER BY d.id LIMIT 1000",
+        (now - lease, now),
+    )
+    if not rows:
+        return Check("stuck_processing", OK, "no delivery is stuck in processing")
+    orphans = [r for r in rows if r["job_status"] is None]
+    total = len(rows)
+    message = (
+        f"{plural(total, 'delivery')} stuck in processing: claim expired over {lease:g} s "
+        f"ago and no worker holds a lease on them (ids {_ids(rows, total)})"
+    )
+    fix = (
+        "start a worker (`kirim worker`): its reaper returns expired leases to the queue and "
+        "the next claim takes each delivery over under its channel's in-doubt policy, never "
+        "a blind resend"
+    )
+    if orphans:
+        message += (
+            f"; {len(orphans)} of them with no active job at all, which no worker will "
+            f"finish (ids {_ids(orphans, len(orphans))})"
+        )
+        fix += "; for those: `kirim status ID`, then `kirim cancel ID`"
+    return Check("stuck_processing", PROBLEM, message, fix)
+
+
+def _in_doubt(db: Database) -> Check:
+    rows = db.query(
+        "SELECT id FROM kirim_deliveries WHERE status = 'in_doubt' ORDER BY id LIMIT ?",
+        (LISTED,),
+    )
+    if not rows:
+        return Check("in_doubt", OK, "no delivery is waiting in doubt for an operator")
+    total = int(db.scalar("SELECT count(*) FROM kirim_deliveries WHERE status = 'in_doubt'"))
+    return Check(
+        "in_doubt",
+        WARNING,
+        f"{plural(total, 'delivery')} in doubt, waiting for an operator: a request may have "
+        f"reached the provider and its fate is unknown (ids {_ids(rows, total)})",
+        "`kirim list --status in_doubt`; find out from the provider or the recipient whether "
+        "each arrived, then `kirim dead-letter retry ID` (may arrive twice) or "
+        "`kirim dead-letter cancel ID`",
+    )
+
+
+def _dead_letters(db: Database) -> Check:
+    total = int(db.scalar("SELECT count(*) FROM kirim_jobs WHERE status = 'dead'"))
+    if total == 0:
+        return Check("dead_letters", OK, "the dead-letter queue is empty")
+    return Check(
+        "dead_letters",
+        WARNING,
+        f"{plural(total, 'delivery')} dead-lettered (failed for good, out of attempts, or "
+        "held in doubt)",
+        "`kirim dead-letter list`, then `kirim dead-letter retry ID` or `… cancel ID`",
+    )
+
+
+def _lease_vs_latency(db: Database, lease: float) -> Check:
+    rows = db.tuples(
+        "SELECT completed_at - requested_at FROM kirim_attempts WHERE completed_at IS NOT NULL "
+        "ORDER BY id DESC LIMIT ?",
+        (RECENT_ATTEMPTS,),
+    )
+    samples = sorted(max(0.0, float(r[0])) for r in rows)
+    if not samples:
+        return Check("lease_vs_latency", SKIPPED, "no completed attempt yet to measure latency")
+    p99 = samples[max(0, math.ceil(0.99 * len(samples)) - 1)]
+    seen = f"provider latency p99 {p99:.3f} s over the last {plural(len(samples), 'attempt')}"
+    if lease >= p99:
+        return Check("lease_vs_latency", OK, f"lease {lease:g} s covers the {seen}")
+    return Check(
+        "lease_vs_latency",
+        WARNING,
+        f"lease {lease:g} s is shorter than the {seen}: those requests live on heartbeats "
+        "alone, and a store hiccup longer than the lease hands them to another worker "
+        "(in doubt)",
+        f"set [worker] lease = {max(2 * p99, 1):.0f} (twice the p99) in the config",
+    )
+
+
+def _clock_skew(db: Database, lease: float) -> Check:
+    if db.dialect == "sqlite":
+        return Check(
+            "clock_skew",
+            SKIPPED,
+            "SQLite: the database and its workers read one host's clock",
+        )
+    before = time.time()
+    db_now = float(db.scalar("SELECT extract(epoch from clock_timestamp())"))
+    after = time.time()
+    skew = db_now - (before + after) / 2
+    message = f"database clock {skew:+.3f} s from this host's (±{(after - before) / 2:.3f} s)"
+    fix = "run NTP (chrony, systemd-timesyncd) on the database host and every worker host"
+    if abs(skew) > lease / 2:
+        return Check(
+            "clock_skew",
+            PROBLEM,
+            message + f": over half the lease ({lease:g} s); leases are judged by each "
+            "worker's clock, so a worker this far off takes over leases still held",
+            fix,
+        )
+    if abs(skew) > SKEW_WARNING_S:
+        return Check(
+            "clock_skew",
+            WARNING,
+            message + ": workers on hosts this far apart shorten or stretch each "
+            "other's leases by as much",
+            fix,
+        )
+    return Check("clock_skew", OK, message)
+
+
+def retry_horizon(config: Config) -> float:
+    """Seconds from the first request to the last retry at worst: the sum of the maximal
+    backoffs (full jitter up to base * 2^(n-1), capped by backoff_max) between attempts."""
+    w = config.worker
+    return float(
+        sum(
+            min(w.backoff_max, w.backoff_base * 2.0 ** (n - 1))
+            for n in range(1, config.max_attempts)
+        )
+    )
+
+
+def _dedup_windows(config: Config) -> list[Check]:
+    horizon = retry_horizon(config)
+    declared = {n: c for n, c in config.channels.items() if c.dedup_window is not None}
+    if not declared:
+        return [
+            Check(
+                "dedup_window",
+                SKIPPED,
+                "no channel gives its provider's dedup_window (how long it remembers an "
+                f"idempotency key); kirim's retry horizon is {horizon:g} s",
+                "set dedup_window = SECONDS in a [channels.NAME] table to have it checked",
+            )
+        ]
+    checks = []
+    for name, channel in sorted(declared.items()):
+        window = float(channel.dedup_window or 0)
+        what = (
+            f"channel {name}: the provider remembers a key for {window:g} s, kirim may retry "
+            f"up to {horizon:g} s after the first request ({config.max_attempts} attempts, "
+            f"backoff up to {config.worker.backoff_max:g} s)"
+        )
+        if window >= horizon:
+            checks.append(Check(f"dedup_window.{name}", OK, what))
+        else:
+            checks.append(
+                Check(
+                    f"dedup_window.{name}",
+                    WARNING,
+                    what + ": a late retry with the same key can be delivered twice",
+                    "lower [worker] max_attempts or backoff_max until the horizon fits the "
+                    "window, or use a provider that remembers keys longer",
+                )
+            )
+    return checks
+
+
+# -- the command -----------------------------------------------------------------------
+
+_MARK = {OK: "ok", WARNING: "WARNING", PROBLEM: "PROBLEM", SKIPPED: "skipped"}
+_COLOR = {OK: "green", WARNING: "yellow", PROBLEM: "red", SKIPPED: None}
+
+
+def render_text(target: str, checks: Sequence[Check]) -> None:
+    click.echo(f"kirim doctor: {target}")
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        mark = click.style(f"{_MARK[c.status]:<8}", fg=_COLOR[c.status], bold=c.status == PROBLEM)
+        click.echo(f"  {mark} {c.name:<{width}}  {c.message}")
+        if c.fix:
+            click.echo(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
+    problems = sum(c.status == PROBLEM for c in checks)
+    warnings = sum(c.status == WARNING for c in checks)
+    click.echo(f"{plural(problems, 'problem')}, {plural(warnings, 'warning')}")
+
+
+@click.command()
+@click.option("--table", metavar="TABLE", help="Audit this delivery table instead (with --key).")
+@click.option("--key", "key", metavar="COLS", help="Its idempotency key columns, comma-separated.")
+@click.option(
+    "--dsn",
+    metavar="URL",
+    help="Database to examine (sqlite:///… or postgresql://…).  [default: the configured one]",
+)
+@click.option("--json", "as_json", is_flag=True, help='Print {"ok": …, "checks": […]}.')
+@cli_ops.pass_state
+def doctor(
+    state: cli_ops.State, table: str | None, key: str | None, dsn: str | None, as_json: bool
+) -> None:
+    """Say what is wrong with a kirim store, and how to fix it.
+
+    Checks the UNIQUE index on the idempotency key, deliveries stuck in
+    processing, in-doubt deliveries and dead letters, the lease against the
+    providers' p99 latency, clock skew, and each channel's dedup_window against
+    the retry horizon. With --table and --key, audits any delivery table for a
+    unique index on exactly those columns (and the duplicates already in it).
+    Exits 1 on any problem; warnings alone exit 0. Never writes.
+
+    \b
+    Examples:
+      kirim doctor
+      kirim doctor --json | jq '.checks[] | select(.status != "ok")'
+      kirim doctor --dsn postgresql://app@db/shop --table notifications \\
+                   --key event_id,user_id,channel
+    """
+    state.setup_logging()
+    if (table is None) != (key is None):
+        cli_ops.fail("--table and --key go together: --table T --key COL1,COL2", 2)
+    with cli_ops.reported():
+        config = state.config()
+        url = dsn or config.database
+        try:
+            with Database(url) as db:
+                checks = (
+                    audit_table(db, table, key)
+                    if table is not None and key is not None
+                    else diagnose(db, config, now=time.time())
+                )
+        except NotFound as exc:
+            cli_ops.fail(str(exc), cli_ops.EXIT_USAGE)
+    if as_json:
+        cli_ops.emit_json(report_json(checks))
+    else:
+        render_text(cli_ops.safe_url(url) + (f" table {table}" if table else ""), checks)
+    if any(c.status == PROBLEM for c in checks):
+        raise click.exceptions.Exit(cli_ops.EXIT_FAILED)

@@ -1,0 +1,474 @@
+"""One simulation: real worker processes, a real receiver, real faults, one database.
+
+The harness enqueues the notifications, starts ``workers`` processes (``kirim worker
+--burst`` or the naive worker), and, while they deliver to a loopback ``Receiver``,
+injects the faults of the options: SIGKILLs (the worker is replaced by a fresh one)
+and SIGSTOP/SIGCONT stalls longer than the lease, each spread over the run by
+progress and aimed at a worker that has requests in flight at the receiver; the
+receiver itself lets some calls time out after accepting them and answers some with
+a 503. When every worker has exited (or the deadline passed), the receiver's counts
+and the database's records make the result. Every process started is ended in a
+``finally`` (stopped ones get SIGCONT before SIGKILL).
+
+On PostgreSQL each run gets a throw-away database ``kirim_sim_<hex>`` on the given
+server, created at the start and dropped at the end; the database named in the URL
+is only used to connect and is never written to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from kirim.config import load_config
+from kirim.engine import Kirim, NotifyRequest
+from kirim.errors import ConfigError
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.receiver import Behaviour, Receiver
+from kirim.simulate import naive
+from kirim.simulate.options import STRATEGIES, SimOptions
+from kirim.simulate.result import Outcome, SimResult, percentile, rounded
+
+Progress = Callable[[int, int], None]
+_TICK = 0.02
+
+
+# -- databases -------------------------------------------------------------------------
+
+
+def backend_of(url: str | None) -> str:
+    return "sqlite" if url is None or url.startswith("sqlite:") else "postgres"
+
+
+@contextlib.contextmanager
+def scratch_database(url: str | None, folder: Path) -> Iterator[str]:
+    """A fresh database for one run: a SQLite file in ``folder``, or a throw-away
+    PostgreSQL database ``kirim_sim_<hex>`` on the server of ``url`` (dropped after)."""
+    if url is None:
+        path = folder / "simulate.db"
+        for suffix in ("", "-wal", "-shm"):  # left in a --logs folder used before
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+        yield f"sqlite:///{path}"
+        return
+    if url.startswith("sqlite:"):
+        raise ConfigError(
+            "--database takes a postgresql:// URL (SQLite runs on a temporary file by default)"
+        )
+    if not url.startswith(("postgresql:", "postgres:")):
+        raise ConfigError(f"unsupported database URL {url!r}; use postgresql://user@host/db")
+    try:
+        import psycopg
+
+        from kirim.store.postgres import postgres_conninfo, redact
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ConfigError(
+            "PostgreSQL needs the postgres extra: pip install 'kirim[postgres]'"
+        ) from exc
+    conninfo, _ = postgres_conninfo(url)
+    name = f"kirim_sim_{secrets.token_hex(4)}"
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(
+            f"cannot create a throw-away database on {redact(url)}: {first} "
+            "(the user needs CREATEDB)"
+        ) from None
+    parts = urlsplit(url)
+    try:
+        yield urlunsplit(parts._replace(path=f"/{name}"))
+    finally:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as admin,
+        ):
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _requests(n: int) -> list[tuple[str, str, str, dict[str, Any]]]:
+    return [
+        (f"order-{i}", f"user-{i % 97}", "push", {"title": "Your order shipped", "order": i})
+        for i in range(n)
+    ]
+
+
+# -- the two strategies ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Side:
+    """One strategy on one database: what to enqueue, how to start a worker, what happened."""
+
+    opts: SimOptions
+    database: str
+    url: str  # the receiver's
+    folder: Path  # configs and logs
+    logs: bool  # workers log at info level (else warnings only)
+
+
+class _KirimSide(_Side):
+    """kirim's own worker: ``python -m kirim worker --burst`` with one config per worker."""
+
+    def config(self, worker_id: str | None) -> Path:
+        o = self.opts
+        who = json.dumps(worker_id)
+        headers = "" if worker_id is None else f"headers = {{ X-Worker-Id = {who} }}\n"
+        path = self.folder / f"kirim-{worker_id or 'base'}.toml"
+        path.write_text(
+            f"database = {json.dumps(self.database)}\n"
+            f"[worker]\nlease = {o.lease}\nmax_attempts = {o.max_attempts}\n"
+            f"concurrency = {o.concurrency}\npoll_interval = 0.1\nbackoff_base = 0.05\n"
+            "backoff_max = 0.5\nshutdown_grace = 2\n"
+            f'[channels.push]\nprovider = "webhook"\nurl = {json.dumps(self.url)}\n'
+            f"timeout = {o.provider_timeout}\nidempotent = {str(o.idempotent).lower()}\n"
+            f'on_unknown = "{o.on_unknown.value}"\n{headers}'
+        )
+        return path
+
+    async def prepare(self) -> None:
+        app = Kirim(load_config(self.config(None), database=self.database))
+        await app.open(migrate=True)
+        try:
+            await app.notify_many(
+                [
+                    NotifyRequest(event_id=e, recipient=r, channel=c, payload=p)
+                    for e, r, c, p in _requests(self.opts.notifications)
+                ]
+            )
+        finally:
+            await app.close()
+
+    def argv(self, worker_id: str) -> list[str]:
+        level = "info" if self.logs else "warning"
+        config = str(self.config(worker_id))
+        argv = [sys.executable, "-m", "kirim", "--config", config, "--database", self.database]
+        return [*argv, "--log-level", level, "worker", "--burst", "--worker-id", worker_id]
+
+    async def collect(self) -> list[Outcome]:
+        app = Kirim(load_config(self.config(None), database=self.database))
+        await app.open()
+        out = []
+        try:
+            after = 0
+            while page := await app.store.list_deliveries(after_id=after, limit=500):
+                for d in page:
+                    job = await app.store.get_job(d.id)
+                    attempts = await app.store.get_attempts(d.id)
+                    doubtful = any(a.status.in_doubt for a in attempts)
+                    succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
+                    out.append(
+                        Outcome(
+                            key=d.idempotency_key,
+                            created_at=d.created_at,
+                            unfinished=d.status
+                            in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING),
+                            failed=d.status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED),
+                            in_doubt=d.status is DeliveryStatus.IN_DOUBT
+                            or d.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD),
+                            unresolved=doubtful and not succeeded,
+                            retries=0 if job is None else max(0, job.attempts - 1),
+                            dead=job is not None and job.status is JobStatus.DEAD,
+                        )
+                    )
+                after = page[-1].id
+        finally:
+            await app.close()
+        return out
+
+
+class _NaiveSide(_Side):
+    """The write-up's flow: ``python -m kirim.simulate.naive`` on its own tables."""
+
+    async def prepare(self) -> None:
+        db = naive.NaiveDb(self.database).connect()
+        try:
+            db.create_tables()
+            naive.enqueue(db, _requests(self.opts.notifications), attempts=self.opts.max_attempts)
+        finally:
+            db.close()
+
+    def argv(self, worker_id: str) -> list[str]:
+        o = self.opts
+        argv = [sys.executable, "-m", "kirim.simulate.naive", "--database", self.database]
+        argv += ["--url", self.url, "--worker-id", worker_id, "--lease", str(o.lease)]
+        argv += ["--concurrency", str(o.concurrency), "--timeout", str(o.provider_timeout)]
+        argv += ["--burst"]
+        argv += ["--idempotent"] if o.idempotent else []
+        return argv + ([] if self.logs else ["--quiet"])
+
+    async def collect(self) -> list[Outcome]:
+        db = naive.NaiveDb(self.database).connect()
+        try:
+            records = naive.collect(db)
+        finally:
+            db.close()
+        return [
+            Outcome(
+                key=r.key,
+                created_at=r.created_at,
+                unfinished=r.status == "pending",
+                failed=r.status == "failed",
+                retries=max(0, r.attempts - 1),
+                dead=r.job_status == "dead",
+            )
+            for r in records
+        ]
+
+
+# -- worker processes ------------------------------------------------------------------
+
+
+class _Fleet:
+    """The worker processes of one run, by id; stalls and kills; the final cleanup."""
+
+    def __init__(self, argv: Callable[[str], list[str]], folder: Path) -> None:
+        self._argv = argv
+        self._folder = folder
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.thaw_at: dict[str, float] = {}  # stopped workers and when to continue them
+        self.killed: set[str] = set()
+        self.crashes: list[str] = []
+        self._logs: dict[str, IO[bytes]] = {}
+        self._reported: set[str] = set()
+        self.kills = self.stalls = 0
+
+    def start(self) -> str:
+        worker_id = f"worker-{len(self.procs) + 1}"
+        log = (self._folder / f"{worker_id}.log").open("wb")
+        self._logs[worker_id] = log
+        env = {k: v for k, v in os.environ.items() if k != "KIRIM_DATABASE_URL"}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.procs[worker_id] = subprocess.Popen(
+            self._argv(worker_id), stdout=subprocess.DEVNULL, stderr=log, env=env
+        )
+        return worker_id
+
+    def running(self) -> list[str]:
+        """Workers alive and not stopped, by id."""
+        return [w for w, p in self.procs.items() if p.poll() is None and w not in self.thaw_at]
+
+    def busy(self) -> bool:
+        return bool(self.thaw_at) or any(p.poll() is None for p in self.procs.values())
+
+    def kill(self, worker_id: str) -> None:
+        proc = self.procs[worker_id]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.killed.add(worker_id)
+        self.kills += 1
+
+    def stall(self, worker_id: str, until: float) -> None:
+        self.procs[worker_id].send_signal(signal.SIGSTOP)
+        self.thaw_at[worker_id] = until
+        self.stalls += 1
+
+    def tick(self, now: float) -> None:
+        """Continue the stalls that are over; note workers that died on their own."""
+        for worker_id, when in list(self.thaw_at.items()):
+            if now >= when:
+                self.procs[worker_id].send_signal(signal.SIGCONT)
+                del self.thaw_at[worker_id]
+        for worker_id, proc in self.procs.items():
+            code = proc.poll()
+            if code not in (None, 0) and worker_id not in self.killed | self._reported:
+                self._reported.add(worker_id)
+                self.crashes.append(f"{worker_id} exited {code}: {self._last_line(worker_id)}")
+
+    def _last_line(self, worker_id: str) -> str:
+        self._logs[worker_id].flush()
+        lines = (self._folder / f"{worker_id}.log").read_text(errors="replace").splitlines()
+        return lines[-1][:300] if lines else "(no output)"
+
+    def close(self) -> None:
+        """SIGCONT the stopped, then SIGKILL whatever still runs; close the logs."""
+        for worker_id in list(self.thaw_at):
+            with contextlib.suppress(ProcessLookupError):
+                self.procs[worker_id].send_signal(signal.SIGCONT)
+        self.thaw_at.clear()
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGKILL)
+                proc.wait()
+        for log in self._logs.values():
+            log.close()
+
+
+def fault_plan(opts: SimOptions, rng: random.Random) -> list[tuple[int, str]]:
+    """(delivered count to wait for, "kill" or "stall"), spread evenly over the run."""
+    kinds = ["kill"] * opts.kills + ["stall"] * opts.stalls
+    rng.shuffle(kinds)
+    n = len(kinds)
+    return [(math.ceil(opts.notifications * (i + 1) / (n + 1)), k) for i, k in enumerate(kinds)]
+
+
+# -- one run ---------------------------------------------------------------------------
+
+
+def simulate(
+    opts: SimOptions,
+    *,
+    progress: Progress | None = None,
+    logs: Path | None = None,
+    empty_database: str | None = None,
+) -> SimResult:
+    """Run one simulation and return what the receiver and the database saw.
+
+    ``logs``: a folder that keeps the workers' logs (default: a temporary one).
+    ``empty_database``: run in this database as it is (it must be empty, as the
+    tests' fresh ones are) instead of making a fresh one from ``opts.database``.
+    """
+    opts.validate()
+    rng = random.Random(opts.seed)
+    behaviour = Behaviour(
+        hang_rate=opts.timeout_rate,
+        hang_s=opts.hang_s,
+        error_rate=opts.error_rate,
+        honours_keys=opts.idempotent,
+        latency=opts.latency.sample,
+    )
+    with contextlib.ExitStack() as stack:
+        if logs is None:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kirim-sim-")))
+        else:
+            folder = logs
+            folder.mkdir(parents=True, exist_ok=True)
+        database = empty_database or stack.enter_context(scratch_database(opts.database, folder))
+        receiver = stack.enter_context(Receiver(behaviour, seed=rng.randrange(1 << 30)))
+        side_type: type[_KirimSide | _NaiveSide] = (
+            _KirimSide if opts.strategy == "kirim" else _NaiveSide
+        )
+        side = side_type(opts, database, receiver.url, folder, logs is not None)
+        asyncio.run(side.prepare())
+        fleet = _Fleet(side.argv, folder)
+        started = time.monotonic()
+        try:
+            timed_out = _drive(opts, rng, fleet, receiver, progress, started)
+        finally:
+            fleet.close()
+        seconds = time.monotonic() - started
+        outcomes = asyncio.run(side.collect())
+        result = _result(opts, database, receiver, fleet, outcomes, seconds, timed_out)
+    return result
+
+
+def _drive(
+    opts: SimOptions,
+    rng: random.Random,
+    fleet: _Fleet,
+    receiver: Receiver,
+    progress: Progress | None,
+    started: float,
+) -> bool:
+    """Run the workers to the end, injecting the faults; True if the deadline passed."""
+    plan = fault_plan(opts, rng)
+    for _ in range(opts.workers):
+        fleet.start()
+    while fleet.busy():
+        now = time.monotonic()
+        if now - started > opts.deadline:
+            return True
+        fleet.tick(now)
+        done = receiver.delivered()
+        if progress is not None:
+            progress(done, opts.notifications)
+        while plan and plan[0][0] <= done:
+            targets = [w for w in fleet.running() if receiver.in_flight_by[w] > 0]
+            if not targets:
+                break  # try again on the next tick: the fault must hit a send in flight
+            target = rng.choice(targets)
+            if plan.pop(0)[1] == "kill":
+                fleet.kill(target)
+                fleet.start()  # a fresh worker, so the run can finish
+            else:
+                fleet.stall(target, now + opts.lease * rng.uniform(1.5, 2.5))
+        time.sleep(_TICK)
+    if progress is not None:
+        progress(receiver.delivered(), opts.notifications)
+    return False
+
+
+def _result(
+    opts: SimOptions,
+    database: str,
+    receiver: Receiver,
+    fleet: _Fleet,
+    outcomes: list[Outcome],
+    seconds: float,
+    timed_out: bool,
+) -> SimResult:
+    seen = receiver.requests
+    delivered = sum(1 for o in outcomes if seen[o.key] > 0)
+    latencies = [
+        receiver.first_seen[o.key] - o.created_at for o in outcomes if o.key in receiver.first_seen
+    ]
+    return SimResult(
+        strategy=opts.strategy,
+        backend=backend_of(database),
+        seed=opts.seed,
+        idempotent=opts.idempotent,
+        on_unknown=opts.on_unknown.value,
+        lease=opts.lease,
+        latency=str(opts.latency),
+        notifications=opts.notifications,
+        delivered=delivered,
+        duplicate_requests=receiver.duplicates(),
+        duplicates=receiver.duplicated(),
+        lost=sum(1 for o in outcomes if seen[o.key] == 0 and not (o.in_doubt or o.failed)),
+        in_doubt=sum(o.in_doubt for o in outcomes),
+        unreported_in_doubt=sum(o.unresolved and not o.in_doubt for o in outcomes),
+        failed=sum(o.failed for o in outcomes),
+        unfinished=sum(o.unfinished for o in outcomes),
+        retries=sum(o.retries for o in outcomes),
+        dead_lettered=sum(o.dead for o in outcomes),
+        seconds=round(seconds, 3),
+        throughput_per_s=round(delivered / seconds, 1) if seconds > 0 else 0.0,
+        latency_p50_s=rounded(percentile(latencies, 0.50)),
+        latency_p99_s=rounded(percentile(latencies, 0.99)),
+        faults={
+            "kills": fleet.kills,
+            "stalls": fleet.stalls,
+            "timeouts": receiver.injected["timeouts"],
+            "errors": receiver.injected["errors"],
+        },
+        workers_started=len(fleet.procs),
+        worker_crashes=list(fleet.crashes),
+        timed_out=timed_out,
+    )
+
+
+def sweep(
+    opts: SimOptions,
+    ratios: Sequence[float],
+    *,
+    on_run: Callable[[float, SimResult], None] | None = None,
+    progress: Progress | None = None,
+) -> list[tuple[float, SimResult]]:
+    """Both strategies at each lease = ratio × the latency's median; the other knobs as given."""
+    if opts.latency.median <= 0:
+        raise ValueError("a sweep needs a latency with a median above 0")
+    runs = []
+    for ratio in ratios:
+        lease = ratio * opts.latency.median
+        for strategy in STRATEGIES:
+            result = simulate(replace(opts, strategy=strategy, lease=lease), progress=progress)
+            runs.append((ratio, result))
+            if on_run is not None:
+                on_run(ratio, result)
+    return runs

@@ -1,0 +1,365 @@
+"""The write-up's original flow, as a worker of its own: the baseline kirim is measured against.
+
+"Contoh alur yang bermasalah" (the problematic flow) of the seed, and nothing more::
+
+    Worker A: ambil job #9381                        -- claim a job with a lease
+    Worker A: cek notifications.status = 'pending'
+    Worker A: kirim ke provider                      -- send
+    Worker A: update notifications.status = 'sent'
+
+A job's lease that expires puts it back in reach of the next claim (a visibility
+timeout); a failed or timed-out send puts it back in the queue with a backoff.
+There is no atomic delivery claim, no fencing token, no heartbeat, no attempt log
+and no idempotency key (unless ``--idempotent``: then the stable key is sent, to
+show what the provider-side fix alone does). Tables ``naive_notifications`` and
+``naive_jobs`` live beside kirim's in the same database.
+
+Run as ``python -m kirim.simulate.naive --database URL --url URL --worker-id ID …``;
+log lines use the seed's ``key=value`` pseudo-log, which ``kirim analyze`` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import sqlite3
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+import httpx
+
+from kirim.keys import default_key
+
+T = TypeVar("T")
+
+_SCHEMA = {
+    "sqlite": [
+        """CREATE TABLE IF NOT EXISTS naive_notifications (
+            id INTEGER PRIMARY KEY, key TEXT NOT NULL, event_id TEXT NOT NULL,
+            recipient TEXT NOT NULL, channel TEXT NOT NULL, payload TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending', created_at REAL NOT NULL, sent_at REAL)""",
+        """CREATE TABLE IF NOT EXISTS naive_jobs (
+            id INTEGER PRIMARY KEY, notification_id INTEGER NOT NULL,
+            status TEXT NOT NULL DEFAULT 'queued', run_at REAL NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL,
+            lease_owner TEXT, lease_expires_at REAL, last_error TEXT)""",
+    ],
+    "postgres": [
+        """CREATE TABLE IF NOT EXISTS naive_notifications (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, key TEXT NOT NULL,
+            event_id TEXT NOT NULL, recipient TEXT NOT NULL, channel TEXT NOT NULL,
+            payload TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending',
+            created_at DOUBLE PRECISION NOT NULL, sent_at DOUBLE PRECISION)""",
+        """CREATE TABLE IF NOT EXISTS naive_jobs (
+            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, notification_id BIGINT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'queued', run_at DOUBLE PRECISION NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0, max_attempts INTEGER NOT NULL,
+            lease_owner TEXT, lease_expires_at DOUBLE PRECISION, last_error TEXT)""",
+    ],
+}
+_INDEX = "CREATE INDEX IF NOT EXISTS naive_jobs_due ON naive_jobs (status, run_at)"
+
+# "ambil job": a queued job that is due, or a running one whose lease has expired.
+_CLAIM = """UPDATE naive_jobs
+    SET status = 'running', lease_owner = ?, lease_expires_at = ?, attempts = attempts + 1
+    WHERE id IN (SELECT id FROM naive_jobs
+                 WHERE (status = 'queued' AND run_at <= ?)
+                    OR (status = 'running' AND lease_expires_at < ?)
+                 ORDER BY id LIMIT ?{lock})
+    RETURNING id, notification_id, attempts, max_attempts"""
+
+
+class NaiveDb:
+    """One connection (sqlite3 or psycopg), used from one thread; ``?`` placeholders."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
+        self._conn: Any = None
+
+    def connect(self) -> NaiveDb:
+        if self.dialect == "sqlite":
+            from kirim.store.sqlite import sqlite_path
+
+            path, _ = sqlite_path(self.url)
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute("PRAGMA journal_mode = WAL")
+            self._conn = conn
+        else:
+            import psycopg
+
+            from kirim.store.postgres import postgres_conninfo
+
+            self._conn = psycopg.connect(postgres_conninfo(self.url)[0], autocommit=True)
+        return self
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _sql(self, sql: str) -> str:
+        return sql if self.dialect == "sqlite" else sql.replace("?", "%s")
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cur = self._conn.execute(self._sql(sql), tuple(args))
+        return list(cur.fetchall()) if cur.description is not None else []
+
+    def many(self, sql: str, args: Sequence[Sequence[Any]]) -> None:
+        if self.dialect == "sqlite":
+            self._conn.executemany(sql, args)
+        else:
+            with self._conn.cursor() as cur:
+                cur.executemany(self._sql(sql), args)
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[None]:
+        if self.dialect == "postgres":
+            with self._conn.transaction():
+                yield
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def create_tables(self) -> None:
+        with self.tx():
+            for statement in [*_SCHEMA[self.dialect], _INDEX]:
+                self.rows(statement)
+
+    def claim(self, worker_id: str, lease: float, limit: int) -> list[tuple[Any, ...]]:
+        now = time.time()
+        lock = "" if self.dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
+        with self.tx():
+            return self.rows(_CLAIM.format(lock=lock), (worker_id, now + lease, now, now, limit))
+
+
+def enqueue(
+    db: NaiveDb, notifications: Sequence[tuple[str, str, str, Any]], *, attempts: int
+) -> None:
+    """Record (event_id, recipient, channel, payload) notifications, each with a queued job."""
+    now = time.time()
+    with db.tx():
+        first = db.rows("SELECT COALESCE(MAX(id), 0) FROM naive_notifications")[0][0]
+        db.many(
+            "INSERT INTO naive_notifications (key, event_id, recipient, channel, payload, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            [(default_key(e, r, c), e, r, c, json.dumps(p), now) for e, r, c, p in notifications],
+        )
+        db.rows(
+            "INSERT INTO naive_jobs (notification_id, run_at, max_attempts) "
+            "SELECT id, ?, ? FROM naive_notifications WHERE id > ? ORDER BY id",
+            (now, attempts, first),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NaiveRecord:
+    """What the naive tables say about one notification at the end."""
+
+    key: str
+    status: str
+    created_at: float
+    attempts: int
+    job_status: str
+
+
+def collect(db: NaiveDb) -> list[NaiveRecord]:
+    rows = db.rows(
+        "SELECT n.key, n.status, n.created_at, j.attempts, j.status FROM naive_notifications n "
+        "JOIN naive_jobs j ON j.notification_id = n.id ORDER BY n.id"
+    )
+    return [
+        NaiveRecord(key=k, status=s, created_at=float(c), attempts=int(a), job_status=js)
+        for k, s, c, a, js in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NaiveSettings:
+    url: str
+    worker_id: str
+    lease: float = 2.0
+    concurrency: int = 10
+    timeout: float = 5.0
+    idempotent: bool = False
+    burst: bool = False
+    poll: float = 0.05
+    backoff_base: float = 0.05
+    backoff_max: float = 0.5
+    quiet: bool = False
+
+
+class NaiveWorker:
+    """Claim with a lease, check pending, send, then mark sent. Nothing else."""
+
+    def __init__(self, db: NaiveDb, settings: NaiveSettings) -> None:
+        self.db = db
+        self.s = settings
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="naive-db")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._rng = random.Random()
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
+
+    def _log(self, *words: str, always: bool = False, **fields: Any) -> None:
+        """One line of the seed's pseudo-log: ``2026-07-21T10:00:01.120Z worker=A …``."""
+        if always or not self.s.quiet:
+            now = time.time()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            text = " ".join([*(f"{k}={v}" for k, v in fields.items()), *words])
+            print(f"{stamp}.{int(now * 1000) % 1000:03d}Z {text}", file=sys.stderr)
+
+    async def run(self) -> None:
+        headers = {"X-Worker-Id": self.s.worker_id}
+        limits = httpx.Limits(max_connections=100)
+        async with httpx.AsyncClient(timeout=self.s.timeout, limits=limits, headers=headers) as c:
+            while True:
+                free = self.s.concurrency - len(self._tasks)
+                jobs = []
+                if free > 0:
+                    jobs = await self._call(
+                        partial(self.db.claim, self.s.worker_id, self.s.lease, free)
+                    )
+                for job in jobs:
+                    task = asyncio.create_task(self._process(c, *job))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                if jobs:
+                    continue
+                if self.s.burst and not self._tasks and await self._call(self._nothing_left):
+                    return
+                await asyncio.sleep(self.s.poll)
+
+    def _nothing_left(self) -> bool:
+        rows = self.db.rows("SELECT COUNT(*) FROM naive_jobs WHERE status IN ('queued', 'running')")
+        return int(rows[0][0]) == 0
+
+    async def _process(self, client: httpx.AsyncClient, *job: Any) -> None:
+        try:
+            await self._deliver(client, *job)
+        except Exception as exc:  # a database error: the lease expires and the job comes back
+            self._log(worker=self.s.worker_id, job_id=job[0], error=repr(exc), always=True)
+
+    async def _deliver(
+        self, client: httpx.AsyncClient, job_id: int, nid: int, attempt: int, max_attempts: int
+    ) -> None:
+        log: dict[str, Any] = {"worker": self.s.worker_id, "job_id": job_id, "attempt": attempt}
+        self._log(**log, status="start", notification_id=nid)
+        rows = await self._call(
+            lambda: self.db.rows(
+                "SELECT status, key, event_id, recipient, channel, payload "
+                "FROM naive_notifications WHERE id = ?",
+                (nid,),
+            )
+        )
+        status, key, event_id, recipient, channel, payload = rows[0]
+        if status != "pending":  # cek notifications.status = 'pending'
+            await self._call(lambda: self._job_done(job_id))
+            return
+        request_id = f"req-{uuid.uuid4().hex[:12]}"
+        headers = {"X-Request-Id": request_id}
+        if self.s.idempotent:
+            headers["Idempotency-Key"] = key
+        body = {
+            "event_id": event_id,
+            "recipient": recipient,
+            "channel": channel,
+            "payload": json.loads(payload),
+        }
+        self._log(**log, action="provider_request", request_id=request_id)
+        error = None
+        try:
+            response = await client.post(self.s.url, json=body, headers=headers)
+            if not 200 <= response.status_code < 300:
+                error = f"HTTP_{response.status_code}"
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
+        if error is None:
+            self._log(**log, action="provider_response", result="success")
+            await self._call(lambda: self._mark_sent(job_id, nid))  # update status = 'sent'
+            self._log("db_update", **log, status="sent")
+            return
+        self._log(**log, action="provider_response", result="error", error=error)
+        delay = self._rng.uniform(0, min(self.s.backoff_max, self.s.backoff_base * 2**attempt))
+        await self._call(lambda: self._retry(job_id, nid, attempt >= max_attempts, delay, error))
+
+    def _job_done(self, job_id: int) -> None:
+        self.db.rows(
+            "UPDATE naive_jobs SET status = 'done', lease_owner = NULL WHERE id = ?", (job_id,)
+        )
+
+    def _mark_sent(self, job_id: int, nid: int) -> None:
+        with self.db.tx():
+            self.db.rows(
+                "UPDATE naive_notifications SET status = 'sent', sent_at = ? WHERE id = ?",
+                (time.time(), nid),
+            )
+            self._job_done(job_id)
+
+    def _retry(self, job_id: int, nid: int, dead: bool, delay: float, error: str) -> None:
+        with self.db.tx():
+            self.db.rows(
+                "UPDATE naive_jobs SET status = ?, run_at = ?, last_error = ?, lease_owner = NULL "
+                "WHERE id = ?",
+                ("dead" if dead else "queued", time.time() + delay, error, job_id),
+            )
+            if dead:
+                self.db.rows(
+                    "UPDATE naive_notifications SET status = 'failed' "
+                    "WHERE id = ? AND status = 'pending'",
+                    (nid,),
+                )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kirim.simulate.naive", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--database", required=True, help="sqlite:///… or postgresql://…")
+    parser.add_argument("--url", required=True, help="The provider (receiver) URL.")
+    parser.add_argument("--worker-id", required=True)
+    parser.add_argument("--lease", type=float, default=2.0)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout, seconds.")
+    parser.add_argument("--idempotent", action="store_true", help="Send the Idempotency-Key.")
+    parser.add_argument("--burst", action="store_true", help="Exit when no job is left.")
+    parser.add_argument("--quiet", action="store_true", help="No log lines.")
+    args = parser.parse_args(argv)
+    settings = NaiveSettings(
+        url=args.url,
+        worker_id=args.worker_id,
+        lease=args.lease,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        idempotent=args.idempotent,
+        burst=args.burst,
+        quiet=args.quiet,
+    )
+    db = NaiveDb(args.database).connect()
+    try:
+        asyncio.run(NaiveWorker(db, settings).run())
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

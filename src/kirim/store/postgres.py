@@ -1,0 +1,407 @@
+"""PostgreSQL backend: psycopg 3 async on a connection pool, for many worker hosts.
+
+Batch claims lease due jobs with ``FOR NO KEY UPDATE SKIP LOCKED`` and claim their
+deliveries in one statement; intents, heartbeats and the common outcomes are one
+statement per batch (see ``postgres_ops`` and ``sql/postgres/queries.sql``). Pool
+connections run in autocommit, so a single statement is a transaction of its own
+and costs one round trip; what needs more runs inside an explicit transaction.
+
+Beyond the Store protocol: ``wait_for_jobs`` (LISTEN/NOTIFY wake-ups) and
+``enqueue_in`` (enqueue inside the application's own transaction, an outbox).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, LiteralString
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
+from kirim.store import postgres_ops as ops
+from kirim.store.base import (
+    SCHEMA_VERSION,
+    Claim,
+    DeadLetter,
+    Finish,
+    FinishResult,
+    Intent,
+    Lease,
+    NewDelivery,
+    QueueStats,
+    Reaped,
+)
+from kirim.store.logic import attempt_from, delivery_from, job_from, queue_stats
+from kirim.store.postgres_listen import Listener
+from kirim.store.sqlfiles import migrations
+
+#: pg_advisory_xact_lock key of ``migrate`` (the bytes of "kirimmig").
+MIGRATE_LOCK = 0x6B6972696D6D6967
+_POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
+_MAX_ID = 2**63 - 1
+
+Conn = psycopg.AsyncConnection[DictRow]
+
+
+def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
+    """``postgres[ql]://…`` → a libpq URI without kirim's own ``pool_*`` parameters."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres"):
+        raise ConfigError(f"not a PostgreSQL URL: {url!r} (expected postgresql://host/db)")
+    pool = dict(_POOL_PARAMS)
+    query = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in pool:
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"{key} must be a positive integer, not {value!r}")
+            pool[key] = int(value)
+        else:
+            query.append((key, value))
+    if pool["pool_min_size"] > pool["pool_max_size"]:
+        raise ConfigError("pool_min_size must not be larger than pool_max_size")
+    return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), "")), pool
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresStore:
+    """The shared backend (``postgresql://user@host/db``)."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        self.url = url
+        self.conninfo, sizes = postgres_conninfo(url)
+        self.min_size, self.max_size = sizes["pool_min_size"], sizes["pool_max_size"]
+        self.timeout = timeout
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._listener = Listener(self.conninfo, connect_timeout=timeout)
+
+    # -- plumbing -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            open=False,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
+            name="kirim",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.timeout)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {exc}") from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        await self._listener.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _failed(self, exc: psycopg.Error) -> StoreError:
+        """A StoreError for ``exc``; after a lost connection, purge the dead ones."""
+        if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+            with contextlib.suppress(Exception):
+                await self._pool.check()
+        return StoreError(f"PostgreSQL: {exc}".strip())
+
+    @contextlib.asynccontextmanager
+    async def _cursor(self, *, transaction: bool) -> AsyncIterator[ops.Cursor]:
+        """A cursor on a pool connection, in one transaction or in autocommit."""
+        if self._pool is None:
+            raise StoreError("store is not open")
+        try:
+            async with self._pool.connection() as conn:
+                if transaction:
+                    async with conn.transaction(), conn.cursor() as cur:
+                        yield cur
+                else:
+                    async with conn.cursor() as cur:
+                        yield cur
+        except psycopg.Error as exc:
+            raise await self._failed(exc) from exc
+
+    def _tx(self) -> contextlib.AbstractAsyncContextManager[ops.Cursor]:
+        return self._cursor(transaction=True)
+
+    def _auto(self) -> contextlib.AbstractAsyncContextManager[ops.Cursor]:
+        return self._cursor(transaction=False)
+
+    async def _rows(self, name: str, args: dict[str, Any] | None = None) -> list[DictRow]:
+        async with self._auto() as cur:
+            return await ops.rows(cur, name, args)
+
+    # -- schema -------------------------------------------------------------------
+
+    async def migrate(self) -> int:
+        async with self._tx() as cur:
+            await cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+            await cur.execute(
+                "CREATE TABLE IF NOT EXISTS kirim_meta (key text PRIMARY KEY, value text NOT NULL)"
+            )
+            current = await _version(cur)
+            if current > SCHEMA_VERSION:
+                raise SchemaError(_too_new(current))
+            for version, sql in migrations("postgres"):
+                if version > current:
+                    await cur.execute(sql)
+                    await cur.execute(
+                        "INSERT INTO kirim_meta (key, value) VALUES ('schema_version', %s) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (str(version),),
+                    )
+                    current = version
+            return current
+
+    async def check_schema(self) -> None:
+        async with self._auto() as cur:
+            await cur.execute("SELECT to_regclass('kirim_meta') IS NOT NULL AS present")
+            found = await cur.fetchone()
+            version = await _version(cur) if found and found["present"] else 0
+        url = redact(self.url)
+        if version == 0:
+            raise SchemaError(f"{url} has no kirim schema; run `kirim init` first")
+        if version > SCHEMA_VERSION:
+            raise SchemaError(_too_new(version))
+        if version < SCHEMA_VERSION:
+            raise SchemaError(
+                f"{url} has schema version {version}, this kirim needs {SCHEMA_VERSION}; "
+                "run `kirim init` to migrate"
+            )
+
+    # -- write path ---------------------------------------------------------------
+
+    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
+        async with self._tx() as cur:
+            return await ops.enqueue(cur, items, now)
+
+    async def enqueue_in(
+        self, conn: psycopg.AsyncConnection[Any], items: Sequence[NewDelivery], *, now: float
+    ) -> list[EnqueueResult]:
+        """Enqueue inside the caller's open transaction on ``conn``; nothing is committed.
+
+        The deliveries (and the workers' wake-up) exist when, and only if, the caller
+        commits; a rollback leaves no trace.
+        """
+        try:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                return await ops.enqueue(cur, items, now)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
+        if limit == 0:
+            return []
+        async with self._tx() as cur:
+            return await ops.claim(cur, worker_id, now, lease, _limit(limit))
+
+    async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
+        if not leases:
+            return []
+        found = await self._rows(
+            "heartbeat",
+            {
+                "job_ids": [it.job_id for it in leases],
+                "delivery_ids": [it.delivery_id for it in leases],
+                "tokens": [it.token for it in leases],
+                "now": float(now),
+                "until": float(now + lease),
+            },
+        )
+        return [bool(r["held"]) for r in found]
+
+    async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        if not intents:
+            return []
+        written = await self._rows(
+            "insert_attempts_fenced",
+            {
+                "delivery_ids": [it.delivery_id for it in intents],
+                "job_ids": [it.job_id for it in intents],
+                "tokens": [it.token for it in intents],
+                "numbers": [it.number for it in intents],
+                "request_ids": [it.provider_request_id for it in intents],
+                "worker_ids": [it.worker_id for it in intents],
+                "requested_ats": [float(it.requested_at) for it in intents],
+            },
+        )
+        ok = {r["provider_request_id"] for r in written}
+        return [it.provider_request_id in ok for it in intents]
+
+    async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
+        if not items:
+            return []
+        if ops.needs_items(items):
+            async with self._tx() as cur:
+                return [await ops.finish_one(cur, it) for it in items]
+        async with self._auto() as cur:
+            return await ops.finish_batch(cur, items)
+
+    async def reap(self, *, now: float) -> list[Reaped]:
+        async with self._tx() as cur:
+            return await ops.reap(cur, now)
+
+    async def release(self, leases: Sequence[Lease], *, now: float) -> None:
+        if not leases:
+            return
+        tokens = [it.token for it in leases]
+        async with self._tx() as cur:
+            jobs = {"job_ids": [it.job_id for it in leases], "tokens": tokens, "now": float(now)}
+            if await ops.run(cur, "release_jobs", jobs):
+                await ops.rows(cur, "notify")
+            deliveries = {"delivery_ids": [it.delivery_id for it in leases], "tokens": tokens}
+            await ops.run(cur, "release_deliveries", {**deliveries, "now": float(now)})
+
+    async def next_run_at(self) -> float | None:
+        found = await self._rows("next_run_at")
+        return None if not found or found[0]["run_at"] is None else float(found[0]["run_at"])
+
+    async def in_flight(self) -> int:
+        return int((await self._rows("count_running"))[0]["n"])
+
+    # -- LISTEN/NOTIFY ------------------------------------------------------------
+
+    async def wait_for_jobs(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until a job may have become claimable (an enqueue, a retry, a released
+        or reaped lease, here or on any host): True when notified, False on timeout.
+
+        Listens on a dedicated connection, kept between calls so that a notification
+        that arrives while the caller is busy wakes the next call at once. When that
+        connection was lost, the call that notices it (or the one that listens again)
+        returns True: something may have been missed, so the caller should poll. While
+        the database is unreachable it waits ``timeout`` and returns False.
+        """
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return await self._listener.wait(timeout)
+
+    # -- read path and operator actions -------------------------------------------
+
+    async def get_delivery(self, key_or_id: str) -> Delivery | None:
+        if "\x00" in key_or_id:  # PostgreSQL text cannot hold NUL: no such key
+            return None
+        async with self._auto() as cur:
+            row = await ops.one(cur, "delivery_by_key", {"key": key_or_id})
+            number = _as_id(key_or_id) if row is None else None
+            if number is not None:
+                row = await ops.one(cur, "delivery_by_id", {"id": number})
+        return None if row is None else delivery_from(row)
+
+    async def get_job(self, delivery_id: int) -> Job | None:
+        found = await self._rows("latest_job", {"delivery_id": delivery_id})
+        return job_from(found[0]) if found else None
+
+    async def get_attempts(self, delivery_id: int) -> list[Attempt]:
+        return [
+            attempt_from(r) for r in await self._rows("attempts_of", {"delivery_id": delivery_id})
+        ]
+
+    async def list_deliveries(
+        self,
+        *,
+        status: DeliveryStatus | None = None,
+        channel: str | None = None,
+        after_id: int = 0,
+        limit: int = 100,
+    ) -> list[Delivery]:
+        sql: LiteralString = "SELECT * FROM kirim_deliveries WHERE id > %s"
+        args: list[Any] = [after_id]
+        if status is not None:
+            sql += " AND status = %s"
+            args.append(str(status))
+        if channel is not None:
+            sql += " AND channel = %s"
+            args.append(channel)
+        sql += " ORDER BY id LIMIT %s"
+        args.append(_limit(limit))
+        async with self._auto() as cur:
+            await cur.execute(sql, args)
+            return [delivery_from(r) for r in await cur.fetchall()]
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        async with self._tx() as cur:
+            jobs = await ops.rows(cur, "dead_jobs", {"limit": _limit(limit)})
+            ids = sorted({j["delivery_id"] for j in jobs})
+            found = await ops.rows(cur, "deliveries_by_ids", {"ids": ids}) if ids else []
+        by_id = {d["id"]: d for d in found}
+        return [
+            DeadLetter(delivery=delivery_from(by_id[j["delivery_id"]]), job=job_from(j))
+            for j in jobs
+        ]
+
+    async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
+        async with self._tx() as cur:
+            return await ops.retry_dead(cur, delivery_id, now)
+
+    async def cancel(self, delivery_id: int, *, now: float) -> bool:
+        async with self._tx() as cur:
+            return await ops.cancel(cur, delivery_id, now)
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        async with self._tx() as cur:
+            d = await ops.rows(cur, "count_deliveries")
+            j = await ops.rows(cur, "count_jobs")
+        return {
+            "deliveries": {r["status"]: int(r["n"]) for r in d},
+            "jobs": {r["status"]: int(r["n"]) for r in j},
+        }
+
+    async def queue_stats(self, *, now: float) -> QueueStats:
+        async with self._auto() as cur:
+            by_status = await ops.rows(cur, "deliveries_by_status_doubt")
+            due = await ops.one(cur, "due_jobs_summary", {"now": float(now)})
+        assert due is not None
+        return queue_stats(by_status, int(due["n"]), due["oldest"], now)
+
+
+async def _configure(conn: Conn) -> None:
+    """Plan every execution with its parameters: a generic plan of a prepared batch
+    statement would not know how many rows its arrays hold."""
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
+
+
+def _as_id(text: str) -> int | None:
+    """The id a digit string names, as SQLite reads it (None when it cannot be one)."""
+    if not text.isdigit():
+        return None
+    try:
+        number = int(text)
+    except ValueError:
+        return None
+    return number if number <= _MAX_ID else None
+
+
+def _limit(limit: int) -> int | None:
+    """SQLite's LIMIT: a negative limit means none (NULL in PostgreSQL)."""
+    return None if limit < 0 else limit
+
+
+async def _version(cur: ops.Cursor) -> int:
+    await cur.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'")
+    row = await cur.fetchone()
+    return int(row["value"]) if row else 0
+
+
+def _too_new(version: int) -> str:
+    return (
+        f"the database has schema version {version} but this kirim knows only up to "
+        f"{SCHEMA_VERSION}; upgrade kirim"
+    )

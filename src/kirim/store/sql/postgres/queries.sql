@@ -1,0 +1,529 @@
+-- Named queries of the PostgreSQL backend (psycopg placeholders: %(name)s).
+--
+-- Lock order, everywhere: jobs before deliveries (rows of one table in id order),
+-- so that claim, finish, reap, cancel and retry never wait on each other in a circle.
+-- A statement that must see rows committed by a transaction it waited for (an
+-- attempt intent, a late success) reads them in a later statement of the same
+-- transaction, after the lock: one statement sees one snapshot.
+
+-- name: enqueue
+-- Insert deliveries and their jobs; a key that exists is left alone (returned later).
+WITH u AS (
+    SELECT * FROM unnest(
+        %(keys)s::text[], %(event_ids)s::text[], %(recipients)s::text[], %(channels)s::text[],
+        %(payloads)s::text[], %(hashes)s::text[], %(run_ats)s::float8[],
+        %(max_attempts)s::int[]
+    ) WITH ORDINALITY AS u (idempotency_key, event_id, recipient, channel, payload,
+                            payload_hash, run_at, max_attempts, idx)
+),
+firsts AS (
+    SELECT DISTINCT ON (idempotency_key) * FROM u ORDER BY idempotency_key, idx
+),
+ins AS (
+    -- Known keys are filtered out first so that they use up no ids (as in SQLite);
+    -- ON CONFLICT covers a key inserted concurrently by another transaction.
+    INSERT INTO kirim_deliveries
+        (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
+         created_at, updated_at)
+    SELECT f.idempotency_key, f.event_id, f.recipient, f.channel, f.payload, f.payload_hash,
+           'pending', %(now)s::float8, %(now)s::float8
+    FROM firsts f
+    WHERE NOT EXISTS (
+        SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = f.idempotency_key)
+    ORDER BY f.idx
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+),
+jobs AS (
+    INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+    SELECT ins.id, 'queued', f.run_at, f.max_attempts, %(now)s::float8, %(now)s::float8
+    FROM ins JOIN firsts f ON f.idempotency_key = ins.idempotency_key
+    ORDER BY ins.id
+    RETURNING *
+),
+woke AS (
+    SELECT pg_notify('kirim_jobs', '') FROM (SELECT 1 FROM jobs LIMIT 1) AS any_job
+)
+-- The new deliveries in id order; their jobs' ids in the same order (one each), on the
+-- first row only.
+SELECT ins.*,
+       CASE WHEN ins.id = (SELECT min(id) FROM ins)
+            THEN (SELECT array_agg(id ORDER BY delivery_id) FROM jobs) END AS job_ids,
+       (SELECT count(*) FROM woke) AS woke
+FROM ins
+ORDER BY ins.id;
+
+-- name: deliveries_by_keys
+-- Deliveries with their most recent job.
+SELECT d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+FROM kirim_deliveries d
+LEFT JOIN LATERAL (
+    SELECT * FROM kirim_jobs WHERE delivery_id = d.id ORDER BY id DESC LIMIT 1
+) j ON true
+WHERE d.idempotency_key = ANY (%(keys)s::text[]);
+
+-- name: claim
+-- Lease up to `limit` due jobs with fresh tokens and, in the same statement, claim
+-- their deliveries (pending, or processing with an expired claim); complete the jobs
+-- of final deliveries (noop) and put back the jobs of deliveries claimed by another
+-- worker (busy, not counted as an attempt). One row per job, in claim order: the
+-- delivery as locked (kind says what happened to it) and the job as leased. Each
+-- step reads the one before it and real tables by index, never two CTEs joined.
+WITH due AS (
+    SELECT id, delivery_id, run_at, attempts, max_attempts, last_error, created_at,
+           replace(gen_random_uuid()::text, '-', '') AS token
+    FROM kirim_jobs
+    WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+cur AS (
+    SELECT d.*,
+           CASE
+               WHEN d.status = 'pending' THEN 'claimed'
+               WHEN d.status = 'processing'
+                    AND (d.claim_expires_at IS NULL OR d.claim_expires_at < %(now)s::float8)
+                   THEN 'claimed'
+               WHEN d.status = 'processing' THEN 'busy'
+               ELSE 'noop'
+           END AS kind,
+           due.id AS job_id, due.run_at AS job_run_at, due.attempts AS attempts_before,
+           due.max_attempts AS job_max_attempts, due.last_error AS job_last_error,
+           due.created_at AS job_created_at, due.token
+    FROM due JOIN kirim_deliveries d ON d.id = due.delivery_id
+    ORDER BY d.id
+    FOR NO KEY UPDATE OF d
+),
+leased AS (
+    UPDATE kirim_jobs j
+    SET status = CASE c.kind WHEN 'claimed' THEN 'running'
+                             WHEN 'busy' THEN 'retry_scheduled'
+                             ELSE 'completed' END,
+        attempts = CASE c.kind WHEN 'busy' THEN j.attempts ELSE j.attempts + 1 END,
+        run_at = CASE c.kind WHEN 'busy' THEN COALESCE(c.claim_expires_at, %(now)s::float8)
+                             ELSE j.run_at END,
+        lease_owner = CASE c.kind WHEN 'claimed' THEN %(worker_id)s::text END,
+        lease_token = CASE c.kind WHEN 'claimed' THEN c.token END,
+        lease_expires_at = CASE c.kind WHEN 'claimed' THEN %(until)s::float8 END,
+        last_error = CASE c.kind WHEN 'noop' THEN 'delivery already ' || c.status
+                                 ELSE j.last_error END,
+        updated_at = %(now)s::float8
+    FROM cur c
+    WHERE j.id = c.job_id
+    RETURNING j.id
+),
+claimed AS (
+    UPDATE kirim_deliveries d
+    SET status = 'processing', claim_token = c.token, claimed_by = %(worker_id)s::text,
+        claim_expires_at = %(until)s::float8, updated_at = %(now)s::float8
+    FROM cur c
+    WHERE d.id = c.id AND c.kind = 'claimed'
+    RETURNING d.id
+)
+SELECT c.*,
+       c.id AS job_delivery_id, 'running' AS job_status,
+       c.attempts_before + 1 AS job_attempts, %(worker_id)s::text AS job_lease_owner,
+       c.token AS job_lease_token, %(until)s::float8 AS job_lease_expires_at,
+       %(now)s::float8 AS job_updated_at,
+       (SELECT count(*) FROM leased) AS leased, (SELECT count(*) FROM claimed) AS claimed
+FROM cur c
+ORDER BY c.job_run_at, c.job_id;
+
+-- name: claim_history
+-- After the claim (a new snapshot): per claimed delivery, how many attempt rows it
+-- already had (prior_requests, an index-only count), with its attempts that succeeded
+-- and those that may have reached the provider since the operator's last release
+-- (a delivery with neither gives one row whose attempt columns are NULL).
+SELECT c.claimed_id, c.prior_requests, a.*
+FROM (
+    SELECT d.id AS claimed_id, d.released_at,
+           (SELECT count(*) FROM kirim_attempts x WHERE x.delivery_id = d.id)
+               AS prior_requests
+    FROM kirim_deliveries d
+    WHERE d.id = ANY (%(ids)s::bigint[])
+) c
+LEFT JOIN kirim_attempts a
+  ON a.delivery_id = c.claimed_id
+ AND (a.status = 'succeeded'
+      OR (a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(c.released_at, 0)))
+ORDER BY c.claimed_id, a.id;
+
+-- name: insert_attempts_fenced
+-- Write-ahead attempt intents, each only while its claim token holds. FOR SHARE
+-- makes a concurrent claim wait for this commit, so that it sees the intent.
+INSERT INTO kirim_attempts
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at)
+SELECT u.delivery_id, u.job_id, u.number, u.provider_request_id, u.worker_id, 'requested',
+       u.requested_at
+FROM unnest(
+    %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
+    %(numbers)s::int[], %(request_ids)s::text[], %(worker_ids)s::text[],
+    %(requested_ats)s::float8[]
+) WITH ORDINALITY AS u (delivery_id, job_id, token, number, provider_request_id, worker_id,
+                        requested_at, idx)
+JOIN kirim_deliveries d
+  ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+ORDER BY u.idx
+FOR SHARE OF d
+RETURNING provider_request_id;
+
+-- name: heartbeat
+-- Extend job leases, then (forced after them) delivery claims, where tokens hold.
+WITH u AS (
+    SELECT * FROM unnest(%(job_ids)s::bigint[], %(delivery_ids)s::bigint[], %(tokens)s::text[])
+        WITH ORDINALITY AS u (job_id, delivery_id, token, idx)
+),
+jobs AS (
+    UPDATE kirim_jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
+    FROM u
+    WHERE j.id = u.job_id AND j.lease_token = u.token AND j.status = 'running'
+    RETURNING j.id, j.lease_token
+),
+deliveries AS (
+    UPDATE kirim_deliveries d SET claim_expires_at = %(until)s::float8
+    FROM u
+    WHERE d.id = u.delivery_id AND d.claim_token = u.token
+      AND (SELECT count(*) FROM jobs) >= 0
+    RETURNING d.id
+)
+SELECT (u.job_id, u.token) IN (SELECT id, lease_token FROM jobs) AS held,
+       (SELECT count(*) FROM deliveries) AS extended
+FROM u ORDER BY u.idx;
+
+-- name: finish
+-- The common end of many claims at once: attempt outcomes, then (jobs locked first)
+-- delivery statuses fenced by the claim token, then the jobs of the deliveries
+-- written. A success recorded by any attempt outranks a failure.
+WITH u AS (
+    SELECT * FROM unnest(
+        %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
+        %(nows)s::float8[], %(request_ids)s::text[], %(attempt_statuses)s::text[],
+        %(attempt_message_ids)s::text[], %(attempt_errors)s::text[],
+        %(completed_ats)s::float8[], %(statuses)s::text[], %(doubts)s::text[],
+        %(message_ids)s::text[], %(errors)s::text[], %(job_statuses)s::text[],
+        %(run_ats)s::float8[]
+    ) WITH ORDINALITY AS u (delivery_id, job_id, token, now, request_id, attempt_status,
+                            attempt_message_id, attempt_error, completed_at, status, doubt,
+                            message_id, error, job_status, run_at, idx)
+),
+locked AS (
+    SELECT j.id FROM kirim_jobs j
+    WHERE j.id = ANY (ARRAY(
+        SELECT job_id FROM u
+        UNION
+        SELECT k.id FROM u JOIN kirim_jobs k ON k.delivery_id = u.delivery_id
+        WHERE k.status IN ('queued', 'running', 'retry_scheduled', 'dead')))
+    ORDER BY j.id
+    FOR NO KEY UPDATE
+),
+outcomes AS (
+    UPDATE kirim_attempts a
+    SET status = u.attempt_status,
+        provider_message_id = COALESCE(u.attempt_message_id, a.provider_message_id),
+        error = u.attempt_error, completed_at = u.completed_at
+    FROM u
+    WHERE u.request_id IS NOT NULL AND a.provider_request_id = u.request_id
+      AND a.status IN ('requested', 'unknown')
+    RETURNING a.id
+),
+calc AS (
+    SELECT u.*,
+           CASE WHEN w.found THEN 'sent' ELSE u.status END AS f_status,
+           CASE WHEN w.found THEN 'completed' ELSE u.job_status END AS f_job_status,
+           CASE WHEN w.found THEN w.provider_message_id ELSE u.message_id END AS f_message_id,
+           CASE WHEN w.found AND u.doubt IS NOT NULL THEN 'resolved' ELSE u.doubt END AS f_doubt
+    FROM u LEFT JOIN LATERAL (
+        SELECT true AS found, a.provider_message_id FROM kirim_attempts a
+        WHERE a.delivery_id = u.delivery_id AND a.status = 'succeeded'
+          AND u.status NOT IN ('sent', 'confirmed')
+        ORDER BY a.id LIMIT 1
+    ) w ON true
+),
+written AS (
+    UPDATE kirim_deliveries d
+    SET status = c.f_status, doubt = c.f_doubt,
+        provider_message_id = COALESCE(c.f_message_id, d.provider_message_id),
+        last_error = c.error, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+        sent_at = CASE WHEN c.f_status IN ('sent', 'confirmed') THEN c.now ELSE d.sent_at END,
+        updated_at = c.now
+    FROM calc c
+    WHERE d.id = c.delivery_id AND d.claim_token = c.token
+      AND (SELECT count(*) FROM locked) >= 0
+    RETURNING d.id, c.job_id, c.token, c.f_job_status, c.run_at, c.error, c.now
+),
+jobs AS (
+    UPDATE kirim_jobs j
+    SET status = w.f_job_status, run_at = COALESCE(w.run_at, j.run_at), last_error = w.error,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = w.now
+    FROM written w
+    WHERE j.id = w.job_id AND j.lease_token = w.token
+    RETURNING j.id
+),
+late AS (
+    -- Stale token, but the attempt succeeded: the delivery is sent all the same.
+    SELECT c.delivery_id, c.attempt_message_id, c.now FROM calc c
+    WHERE c.attempt_status = 'succeeded' AND c.delivery_id NOT IN (SELECT id FROM written)
+),
+late_deliveries AS (
+    UPDATE kirim_deliveries d
+    SET status = 'sent',
+        provider_message_id = COALESCE(d.provider_message_id, l.attempt_message_id),
+        doubt = CASE WHEN d.doubt IS NULL THEN NULL ELSE 'resolved' END,
+        claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+        sent_at = COALESCE(d.sent_at, l.now), updated_at = l.now
+    FROM late l
+    WHERE d.id = l.delivery_id
+    RETURNING d.id
+),
+late_jobs AS (
+    UPDATE kirim_jobs j
+    SET status = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        last_error = 'completed by a late success', updated_at = l.now
+    FROM late l
+    WHERE j.delivery_id = l.delivery_id
+      AND j.status IN ('queued', 'running', 'retry_scheduled', 'dead')
+    RETURNING j.id
+)
+SELECT c.idx, c.f_status, c.f_job_status,
+       c.delivery_id IN (SELECT id FROM written) AS committed,
+       (SELECT count(*) FROM outcomes) AS outcomes, (SELECT count(*) FROM jobs) AS jobs,
+       (SELECT count(*) FROM late_deliveries) AS late_deliveries,
+       (SELECT count(*) FROM late_jobs) AS late_jobs
+FROM calc c
+ORDER BY c.idx;
+
+-- name: lock_job
+-- Jobs before deliveries: the job a per-item finish is about.
+SELECT id FROM kirim_jobs WHERE id = %(job_id)s OR delivery_id = %(delivery_id)s
+ORDER BY id FOR NO KEY UPDATE;
+
+-- name: complete_attempt
+-- Record a request's outcome; a fact is recorded whatever the claim's fate.
+UPDATE kirim_attempts
+SET status = %(status)s, provider_message_id = COALESCE(%(message_id)s, provider_message_id),
+    error = %(error)s, completed_at = %(completed_at)s::float8
+WHERE provider_request_id = %(request_id)s AND status IN ('requested', 'unknown');
+
+-- name: succeeded_attempt
+-- Any attempt of the delivery that succeeded.
+SELECT provider_message_id FROM kirim_attempts
+WHERE delivery_id = %(delivery_id)s AND status = 'succeeded'
+ORDER BY id LIMIT 1;
+
+-- name: finish_delivery
+-- Write the delivery's new status, fenced by the claim token; releases the claim.
+UPDATE kirim_deliveries
+SET status = %(status)s, doubt = %(doubt)s,
+    provider_message_id = COALESCE(%(message_id)s, provider_message_id),
+    last_error = %(error)s, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    sent_at = CASE WHEN %(status)s IN ('sent', 'confirmed') THEN %(now)s::float8
+                   ELSE sent_at END,
+    updated_at = %(now)s::float8
+WHERE id = %(delivery_id)s AND claim_token = %(token)s;
+
+-- name: finish_job
+-- Write the job's new state, fenced by the lease token; releases the lease.
+UPDATE kirim_jobs
+SET status = %(status)s, run_at = COALESCE(%(run_at)s::float8, run_at), last_error = %(error)s,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = %(now)s::float8
+WHERE id = %(job_id)s AND lease_token = %(token)s;
+
+-- name: late_success_delivery
+-- A success reported after the claim was lost still makes the delivery sent.
+UPDATE kirim_deliveries
+SET status = 'sent', provider_message_id = COALESCE(provider_message_id, %(message_id)s),
+    doubt = CASE WHEN doubt IS NULL THEN NULL ELSE 'resolved' END,
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    sent_at = COALESCE(sent_at, %(now)s::float8), updated_at = %(now)s::float8
+WHERE id = %(delivery_id)s
+RETURNING *;
+
+-- name: late_success_jobs
+-- ... and ends whatever job still carries it.
+UPDATE kirim_jobs
+SET status = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    last_error = 'completed by a late success', updated_at = %(now)s::float8
+WHERE delivery_id = %(delivery_id)s
+  AND status IN ('queued', 'running', 'retry_scheduled', 'dead');
+
+-- name: reap
+-- Running jobs whose lease expired go back to the queue (their delivery claims revoked),
+-- or die on their final attempt (their deliveries are parked by a later statement).
+WITH expired AS (
+    SELECT id, delivery_id, attempts, max_attempts, lease_owner, lease_token,
+           lease_expires_at, attempts >= max_attempts AS dead
+    FROM kirim_jobs
+    WHERE status = 'running' AND lease_expires_at < %(now)s::float8
+    ORDER BY lease_expires_at, id
+    LIMIT 1000
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+done AS (
+    UPDATE kirim_jobs j
+    SET status = CASE WHEN e.dead THEN 'dead' ELSE 'queued' END,
+        run_at = CASE WHEN e.dead THEN j.run_at ELSE %(now)s::float8 END,
+        lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+        last_error = CASE WHEN e.dead THEN 'lease expired on the final attempt'
+                          ELSE 'lease expired' END,
+        updated_at = %(now)s::float8
+    FROM expired e
+    WHERE j.id = e.id AND j.lease_token = e.lease_token
+    RETURNING j.id
+),
+revoked AS (
+    -- The expired holder's token stops working: its intent or late status write is
+    -- refused (an intent in flight holds FOR SHARE: this waits for it).
+    UPDATE kirim_deliveries d
+    SET claim_token = NULL, claim_expires_at = NULL, updated_at = %(now)s::float8
+    FROM expired e
+    WHERE NOT e.dead AND d.id = e.delivery_id AND d.claim_token = e.lease_token
+      AND d.status = 'processing'
+      AND (SELECT count(*) FROM done) >= 0
+    RETURNING d.id
+)
+SELECT e.*, (SELECT count(*) FROM done) AS done, (SELECT count(*) FROM revoked) AS revoked,
+       (SELECT d.channel FROM kirim_deliveries d WHERE d.id = e.delivery_id) AS channel
+FROM expired e ORDER BY e.lease_expires_at, e.id;
+
+-- name: lock_deliveries
+-- Wait for in-flight intents on these deliveries before reading their attempts.
+SELECT id FROM kirim_deliveries WHERE id = ANY (%(ids)s::bigint[])
+ORDER BY id FOR NO KEY UPDATE;
+
+-- name: park_expired_deliveries
+-- Deliveries of jobs that died with their lease: in doubt if a request may have left.
+UPDATE kirim_deliveries d
+SET status = CASE WHEN x.doubtful THEN 'in_doubt' ELSE 'failed' END,
+    doubt = CASE WHEN x.doubtful THEN 'held' ELSE d.doubt END,
+    last_error = 'lease expired on the final attempt',
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    updated_at = %(now)s::float8
+FROM (
+    SELECT u.id, u.token, EXISTS (
+        SELECT 1 FROM kirim_attempts a JOIN kirim_deliveries dd ON dd.id = a.delivery_id
+        WHERE a.delivery_id = u.id AND a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(dd.released_at, 0)) AS doubtful
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::text[]) AS u (id, token)
+) x
+WHERE d.id = x.id AND d.claim_token = x.token AND d.status = 'processing';
+
+-- name: release_jobs
+-- Shutdown: the jobs go back to the queue at once (the claim still counts as an attempt).
+UPDATE kirim_jobs j
+SET status = 'queued', run_at = %(now)s::float8, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, last_error = 'released at shutdown', updated_at = %(now)s::float8
+FROM unnest(%(job_ids)s::bigint[], %(tokens)s::text[]) AS u (id, token)
+WHERE j.id = u.id AND j.lease_token = u.token AND j.status = 'running';
+
+-- name: release_deliveries
+-- Shutdown: the claims are revoked now, so the next claimer takes over at once.
+UPDATE kirim_deliveries d
+SET claim_token = NULL, claim_expires_at = NULL, updated_at = %(now)s::float8
+FROM unnest(%(delivery_ids)s::bigint[], %(tokens)s::text[]) AS u (id, token)
+WHERE d.id = u.id AND d.claim_token = u.token AND d.status = 'processing';
+
+-- name: notify
+-- Wake the workers that listen (delivered at commit).
+SELECT pg_notify('kirim_jobs', '');
+
+-- name: next_run_at
+-- When the earliest claimable job is due.
+SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
+
+-- name: count_running
+-- Unfinished work of earlier claims: jobs running or waiting for a retry.
+SELECT COUNT(*) AS n FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
+
+-- name: delivery_by_key
+-- One delivery by its idempotency key.
+SELECT * FROM kirim_deliveries WHERE idempotency_key = %(key)s;
+
+-- name: delivery_by_id
+-- One delivery.
+SELECT * FROM kirim_deliveries WHERE id = %(id)s;
+
+-- name: latest_job
+-- The delivery's most recent job.
+SELECT * FROM kirim_jobs WHERE delivery_id = %(delivery_id)s ORDER BY id DESC LIMIT 1;
+
+-- name: attempts_of
+-- Every attempt of a delivery.
+SELECT * FROM kirim_attempts WHERE delivery_id = %(delivery_id)s ORDER BY id;
+
+-- name: dead_jobs
+-- Dead letters, oldest first.
+SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT %(limit)s;
+
+-- name: deliveries_by_ids
+-- Deliveries by id.
+SELECT * FROM kirim_deliveries WHERE id = ANY (%(ids)s::bigint[]);
+
+-- name: count_deliveries
+-- Deliveries per status.
+SELECT status, COUNT(*) AS n FROM kirim_deliveries GROUP BY status ORDER BY status;
+
+-- name: deliveries_by_status_doubt
+-- Gauges: deliveries per status and doubt (one scan, every few seconds).
+SELECT status, doubt, count(*) AS n FROM kirim_deliveries GROUP BY status, doubt;
+
+-- name: due_jobs_summary
+-- Gauges: claimable jobs due now, and the run_at of the oldest (the due index).
+SELECT count(*) AS n, min(run_at) AS oldest FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8;
+
+-- name: count_jobs
+-- Jobs per status.
+SELECT status, COUNT(*) AS n FROM kirim_jobs GROUP BY status ORDER BY status;
+
+-- name: lock_delivery_jobs
+-- Jobs before deliveries: every job of one delivery.
+SELECT id FROM kirim_jobs WHERE delivery_id = %(delivery_id)s ORDER BY id FOR NO KEY UPDATE;
+
+-- name: revive_delivery
+-- Operator retry: a failed or in-doubt delivery becomes pending; earlier doubt released.
+UPDATE kirim_deliveries
+SET status = 'pending', doubt = NULL, released_at = %(now)s::float8, last_error = NULL,
+    claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
+    updated_at = %(now)s::float8
+WHERE id = %(delivery_id)s AND status IN ('failed', 'in_doubt', 'canceled')
+  AND EXISTS (SELECT 1 FROM kirim_jobs j WHERE j.delivery_id = kirim_deliveries.id
+              AND j.status = 'dead');
+
+-- name: bury_dead_jobs
+-- The dead job is replaced by a fresh one.
+UPDATE kirim_jobs
+SET status = 'completed', last_error = 'retried by operator', updated_at = %(now)s::float8
+WHERE delivery_id = %(delivery_id)s AND status = 'dead';
+
+-- name: insert_job_for_retry
+-- A fresh job with the old job's max_attempts.
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+SELECT %(delivery_id)s, 'queued', %(now)s::float8, max_attempts, %(now)s::float8,
+       %(now)s::float8
+FROM kirim_jobs
+WHERE delivery_id = %(delivery_id)s ORDER BY id DESC LIMIT 1
+RETURNING id;
+
+-- name: cancel_delivery
+-- Cancel what is neither in flight nor sent (a processing delivery whose claim was
+-- revoked by the reaper or at shutdown is not in flight).
+UPDATE kirim_deliveries
+SET status = 'canceled', updated_at = %(now)s::float8
+WHERE id = %(delivery_id)s
+  AND (status IN ('pending', 'failed', 'in_doubt')
+       OR (status = 'processing' AND claim_token IS NULL));
+
+-- name: cancel_jobs
+-- Its jobs stop.
+UPDATE kirim_jobs
+SET status = 'completed', last_error = 'canceled', lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s::float8
+WHERE delivery_id = %(delivery_id)s AND status IN ('queued', 'retry_scheduled', 'dead');

@@ -1,0 +1,482 @@
+"""What only the PostgreSQL backend does: locks between processes, LISTEN/NOTIFY,
+enqueue inside the application's transaction, and surviving a lost connection."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from kirim.errors import StoreError
+from kirim.keys import canonical_json, payload_hash
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease, NewDelivery
+from kirim.store.postgres import PostgresStore
+from kirim.store.postgres_ops import Q
+from kirim.store.sqlite import SQLiteStore
+from kirim.testing import ManualClock
+from pg import fresh_database
+
+StoreFactory = Callable[..., Awaitable[PostgresStore]]
+
+
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, empty PostgreSQL database (skipped, or failed in CI, without a server)."""
+    return fresh_database(request)
+
+
+@pytest.fixture
+async def make_store(pg_url: str) -> AsyncIterator[StoreFactory]:
+    """Open stores on the same database, each with its own pool (like a process)."""
+    stores: list[PostgresStore] = []
+
+    async def make(*, migrate: bool = True) -> PostgresStore:
+        store = PostgresStore(pg_url)
+        await store.open()
+        stores.append(store)
+        if migrate:
+            await store.migrate()
+        return store
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+def item(n: int, *, run_at: float = 0.0, max_attempts: int = 3) -> NewDelivery:
+    text = canonical_json({"n": n})
+    return NewDelivery(
+        idempotency_key=f"key-{n}",
+        event_id=f"e{n}",
+        recipient=f"u{n}",
+        channel="push",
+        payload_json=text,
+        payload_hash=payload_hash(text),
+        run_at=run_at,
+        max_attempts=max_attempts,
+    )
+
+
+def intent_of(c: Claim, request_id: str) -> Intent:
+    return Intent(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        number=c.job.attempts,
+        provider_request_id=request_id,
+        worker_id="w1",
+        requested_at=c.job.updated_at,
+    )
+
+
+async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str) -> bool:
+    """Write an attempt intent in an open transaction (a worker between write and commit)."""
+    cur = await conn.execute(
+        Q["insert_attempts_fenced"],
+        {
+            "delivery_ids": [c.delivery.id],
+            "job_ids": [c.job.id],
+            "tokens": [c.token],
+            "numbers": [c.job.attempts],
+            "request_ids": [request_id],
+            "worker_ids": ["w1"],
+            "requested_ats": [c.job.updated_at],
+        },
+    )
+    return len(await cur.fetchall()) == 1
+
+
+async def test_concurrent_migrations_are_safe(make_store: StoreFactory) -> None:
+    """Two processes running `kirim init` at once both end on the same schema version."""
+    stores = [await make_store(migrate=False) for _ in range(4)]
+    versions = await asyncio.gather(*(s.migrate() for s in stores))
+    assert versions == [1, 1, 1, 1]
+    for store in stores:
+        await store.check_schema()
+
+
+async def test_wait_for_jobs_wakes_on_enqueue(make_store: StoreFactory, clock: ManualClock) -> None:
+    """A worker waiting on LISTEN wakes within a second of an enqueue on another host."""
+    worker, producer = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.05) is False  # nothing yet: times out
+    waiting = asyncio.create_task(worker.wait_for_jobs(10.0))
+    await asyncio.sleep(0.1)  # the listener is up
+    started = time.monotonic()
+    await producer.enqueue([item(1)], now=clock.now())
+    assert await asyncio.wait_for(waiting, 1.0) is True
+    assert time.monotonic() - started < 1.0
+    assert await worker.wait_for_jobs(0.05) is False  # woken once, not again
+
+
+async def test_notification_between_waits_is_not_lost(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    """A job enqueued while the worker was busy wakes its next wait at once."""
+    worker, producer = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.01) is False
+    await producer.enqueue([item(1)], now=clock.now())
+    await asyncio.sleep(0.1)
+    assert await asyncio.wait_for(worker.wait_for_jobs(10.0), 1.0) is True
+
+
+async def test_cancelled_wait_leaves_the_listener_usable(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    """A wait cancelled by its caller (a worker told to stop) does not break the next one."""
+    worker, producer = await make_store(), await make_store()
+    waiting = asyncio.create_task(worker.wait_for_jobs(10.0))
+    await asyncio.sleep(0.1)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await producer.enqueue([item(1)], now=clock.now())
+    assert await asyncio.wait_for(worker.wait_for_jobs(10.0), 1.0) is True
+
+
+async def test_enqueue_in_follows_the_callers_transaction(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """enqueue_in commits with the application's transaction and vanishes on rollback."""
+    store = await make_store()
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        await conn.execute("CREATE TABLE orders (id int PRIMARY KEY)")
+        await conn.commit()
+
+        await conn.execute("INSERT INTO orders VALUES (1)")
+        [kept] = await store.enqueue_in(conn, [item(1)], now=clock.now())
+        assert kept.created
+        assert await store.get_delivery("key-1") is None  # not committed yet
+        await conn.commit()
+
+        await conn.execute("INSERT INTO orders VALUES (2)")
+        [gone] = await store.enqueue_in(conn, [item(2)], now=clock.now())
+        assert gone.created
+        await conn.rollback()
+
+    delivery = await store.get_delivery("key-1")
+    assert delivery is not None
+    assert delivery.id == kept.delivery.id
+    assert delivery.status is DeliveryStatus.PENDING
+    assert await store.get_delivery("key-2") is None
+    assert await store.counts() == {"deliveries": {"pending": 1}, "jobs": {"queued": 1}}
+
+
+async def test_enqueue_in_wakes_workers_only_on_commit(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """The wake-up of a transactional enqueue is sent when the caller commits."""
+    worker, store = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.01) is False
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        await store.enqueue_in(conn, [item(1)], now=clock.now())
+        assert await worker.wait_for_jobs(0.2) is False
+        await conn.commit()
+    assert await worker.wait_for_jobs(1.0) is True
+
+
+async def test_terminated_connection_is_survived(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """After pg_terminate_backend the call in progress fails with StoreError; the next works."""
+    store = await make_store()
+    assert await store.wait_for_jobs(0.01) is False  # the listener connection is up too
+    await store.enqueue([item(1)], now=clock.now())
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        cur = await admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        assert row[0] >= 2
+    with pytest.raises(StoreError):
+        await store.in_flight()
+    assert await store.in_flight() == 0
+    claims = await store.claim(worker_id="w", now=clock.now(), lease=10, limit=5)
+    assert [c.delivery.idempotency_key for c in claims] == ["key-1"]
+    # The listener was lost too: the waits say "poll now" until it listens again.
+    assert await store.wait_for_jobs(0.01) is True
+    assert [await store.wait_for_jobs(0.01) for _ in range(3)][-1] is False
+    await store.enqueue([item(2)], now=clock.now())
+    assert await store.wait_for_jobs(1.0) is True
+
+
+async def test_concurrent_claims_never_share_a_job(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    """Workers on separate connections claiming at once lease every due job exactly once."""
+    stores = [await make_store() for _ in range(4)]
+    await stores[0].enqueue([item(n) for n in range(60)], now=clock.now())
+
+    async def claim_all(store: PostgresStore, worker: str) -> list[int]:
+        got: list[int] = []
+        while True:
+            claims = await store.claim(worker_id=worker, now=clock.now(), lease=30, limit=7)
+            if not claims:
+                return got
+            got += [c.job.id for c in claims]
+
+    results = await asyncio.gather(*(claim_all(s, f"w{i}") for i, s in enumerate(stores)))
+    every = [job for got in results for job in got]
+    assert len(every) == len(set(every)) == 60
+    assert await stores[0].counts() == {"deliveries": {"processing": 60}, "jobs": {"running": 60}}
+
+
+async def test_reaper_waits_for_an_intent_in_flight(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """An intent written just before the lease expired is seen by the next claimer."""
+    store, reaper = await make_store(), await make_store()
+    await store.enqueue([item(1)], now=clock.now())
+    [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
+    clock.advance(11)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        assert await begin_intent(conn, first, "req-slow")
+        reaping = asyncio.create_task(reaper.reap(now=clock.now()))
+        await asyncio.sleep(0.2)
+        assert not reaping.done()  # the claim revocation waits for the intent's commit
+        await conn.commit()
+    [reaped] = await reaping
+    assert not reaped.dead
+    [second] = await store.claim(worker_id="w2", now=clock.now(), lease=10, limit=1)
+    assert second.token != first.token
+    assert [a.provider_request_id for a in second.doubtful] == ["req-slow"]
+
+
+async def test_reaper_parks_in_doubt_after_an_intent_in_flight(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """On the final attempt, an intent committed while the reaper waited makes it in doubt."""
+    store, reaper = await make_store(), await make_store()
+    await store.enqueue([item(1, max_attempts=1)], now=clock.now())
+    [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
+    clock.advance(11)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        assert await begin_intent(conn, first, "req-slow")
+        reaping = asyncio.create_task(reaper.reap(now=clock.now()))
+        await asyncio.sleep(0.2)
+        assert not reaping.done()
+        await conn.commit()
+    [reaped] = await reaping
+    assert reaped.dead
+    delivery = await store.get_delivery("key-1")
+    assert delivery is not None
+    assert delivery.status is DeliveryStatus.IN_DOUBT
+    [attempt] = await store.get_attempts(delivery.id)
+    assert attempt.status is AttemptStatus.REQUESTED
+
+
+async def test_intent_after_a_revocation_is_refused(
+    make_store: StoreFactory, pg_url: str, clock: ManualClock
+) -> None:
+    """An intent that waited for a reaper's revocation is refused: nothing may be sent."""
+    store = await make_store()
+    await store.enqueue([item(1)], now=clock.now())
+    [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
+    clock.advance(11)
+    async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+        await conn.execute(
+            "UPDATE kirim_deliveries SET updated_at = updated_at WHERE id = %s",
+            (first.delivery.id,),
+        )  # another transaction holds the delivery row, as a reaper would
+        writing = asyncio.create_task(store.record_intents([intent_of(first, "req-late")]))
+        await asyncio.sleep(0.2)
+        assert not writing.done()
+        await conn.execute(
+            "UPDATE kirim_deliveries SET claim_token = NULL WHERE id = %s", (first.delivery.id,)
+        )
+        await conn.commit()
+    assert await writing == [False]
+    assert await store.get_attempts(first.delivery.id) == []
+
+
+async def test_concurrent_enqueues_create_each_key_once(
+    make_store: StoreFactory, clock: ManualClock
+) -> None:
+    """Hosts enqueueing the same keys at once create each delivery exactly once."""
+    stores = [await make_store() for _ in range(4)]
+    batches = [[item(n) for n in range(i, 40, 1 + i % 2)] for i in range(4)]
+    results = await asyncio.gather(
+        *(s.enqueue(b, now=clock.now()) for s, b in zip(stores, batches, strict=True))
+    )
+    created = [r.delivery.idempotency_key for rs in results for r in rs if r.created]
+    assert sorted(created) == sorted({it.idempotency_key for b in batches for it in b})
+    ids = {r.delivery.idempotency_key: r.delivery.id for rs in results for r in rs}
+    for rs in results:
+        for r in rs:
+            assert r.delivery.id == ids[r.delivery.idempotency_key]
+            assert r.job is not None
+    assert (await stores[0].counts())["jobs"] == {"queued": 40}
+
+
+# -- the same answers as the reference backend ----------------------------------------
+
+
+class _Names:
+    """Claim tokens are random: name them in order of appearance to compare backends."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[str, str] = {}
+
+    def __call__(self, value: Any, name: str = "") -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        if isinstance(value, dict):
+            return {k: self(v, k) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self(v) for v in value]
+        if name.endswith("token") and value is not None:
+            return self.tokens.setdefault(value, f"T{len(self.tokens)}")
+        return float(value) if name.endswith("_at") and isinstance(value, int) else value
+
+
+async def _tables(store: SQLiteStore | PostgresStore) -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for table in ("kirim_deliveries", "kirim_jobs", "kirim_attempts"):
+        sql = f"SELECT * FROM {table} ORDER BY id"
+        if isinstance(store, SQLiteStore):
+            out[table] = await store._tx(
+                lambda c, q=sql: [dict(r) for r in c.execute(q)], write=False
+            )
+        else:
+            async with store._auto() as cur:
+                await cur.execute(sql)
+                out[table] = [dict(r) for r in await cur.fetchall()]
+    return out
+
+
+async def _reads(store: SQLiteStore | PostgresStore, now: float, step: int) -> list[Any]:
+    """What the read methods say about the same state."""
+    some = str(step % 7)
+    return [
+        await store.counts(),
+        await store.next_run_at(),
+        await store.in_flight(),
+        await store.queue_stats(now=now),
+        await store.dead_letters(limit=3),
+        await store.list_deliveries(status=DeliveryStatus.PENDING, after_id=1, limit=2),
+        await store.get_delivery(some),
+        await store.get_job(step % 7),
+        await store.get_attempts(step % 7),
+    ]
+
+
+def _finish(c: Claim, plan: tuple[Any, ...], now: float) -> Finish:
+    request, status, delivery, job, doubt, message, run_at = plan
+    outcome = None
+    if request is not None:
+        ok = status is AttemptStatus.SUCCEEDED
+        outcome = AttemptOutcome(
+            provider_request_id=request,
+            status=status,
+            provider_message_id=message if ok else None,
+            error=None if ok else "boom",
+            completed_at=now,
+        )
+    return Finish(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        now=now,
+        attempt=outcome,
+        delivery_status=delivery,
+        doubt=doubt,
+        provider_message_id=message,
+        error="e",
+        job_status=job,
+        run_at=run_at,
+    )
+
+
+def _call(rng: random.Random, now: float, claims: list[Any], intents: list[Any]) -> Any:
+    """A random store call: (method, arguments for backend i, keyword arguments)."""
+    op = rng.choice(
+        [
+            *("enqueue", "claim", "claim", "record_intents", "record_intents", "finish"),
+            *("finish", "heartbeat", "reap", "release", "retry_dead", "cancel"),
+        ]
+    )
+    if op == "enqueue":
+        batch = [item(rng.randrange(6), run_at=now + rng.choice([0, 0, 5])) for _ in range(3)]
+        return op, lambda i: (batch,), {"now": now}
+    if op == "claim":
+        kw = {"worker_id": rng.choice("ab"), "now": now, "lease": 10.0, "limit": rng.randint(1, 4)}
+        return op, lambda i: (), kw
+    if op in ("retry_dead", "cancel"):
+        delivery_id = rng.randint(1, 6)
+        return op, lambda i: (delivery_id,), {"now": now}
+    if op == "reap" or not claims:
+        return "reap", lambda i: (), {"now": now}
+    picked = [rng.randrange(len(claims)) for _ in range(rng.randint(1, 3))]
+    if op == "record_intents":
+        ids = [f"req-{len(intents) + n}" for n in range(len(picked))]
+        intents += zip(picked, ids, strict=True)
+        pairs = list(zip(picked, ids, strict=True))
+        return op, lambda i: ([intent_of(claims[p][i], r) for p, r in pairs],), {}
+    if op in ("heartbeat", "release"):
+        kw = {"now": now, "lease": 10.0} if op == "heartbeat" else {"now": now}
+
+        def leases(i: int) -> tuple[list[Lease]]:
+            cs = [claims[p][i] for p in picked]
+            return ([Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token) for c in cs],)
+
+        return op, leases, kw
+    plans = [
+        (
+            p,
+            (
+                rng.choice([r for q, r in intents if q == p] + [None, "req-never"]),
+                rng.choice(list(AttemptStatus)[1:]),
+                rng.choice(list(DeliveryStatus)),
+                rng.choice([JobStatus.COMPLETED, JobStatus.RETRY_SCHEDULED, JobStatus.DEAD]),
+                rng.choice([None, Doubt.HELD, Doubt.ASSUMED_SENT]),
+                rng.choice([None, "pm-1", "pm-2"]),
+                rng.choice([None, now + 3]),
+            ),
+        )
+        for p in picked
+    ]
+    return op, lambda i: ([_finish(claims[p][i], plan, now) for p, plan in plans],), {}
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_same_answers_as_sqlite(pg_url: str, tmp_path: Path, seed: int) -> None:
+    """Random call sequences give the same results and rows as the SQLite reference."""
+    backends = (SQLiteStore(f"sqlite:///{tmp_path / 'ref.db'}"), PostgresStore(pg_url))
+    names = (_Names(), _Names())
+    rng, now = random.Random(seed), 1000.0
+    claims: list[tuple[Claim, Claim]] = []
+    intents: list[tuple[int, str]] = []
+    for store in backends:
+        await store.open()
+        await store.migrate()
+    try:
+        for step in range(120):
+            now += rng.choice([0, 0, 0.5, 1, 5, 11])
+            method, args, kwargs = _call(rng, now, claims, intents)
+            results = []
+            for i, store in enumerate(backends):
+                try:
+                    result = await getattr(store, method)(*args(i), **kwargs)
+                except StoreError as exc:
+                    result = type(exc).__name__
+                results.append(result)
+            if method == "claim" and isinstance(results[0], list):
+                claims += zip(results[0], results[1], strict=True)
+            where = f"seed {seed} step {step} {method}"
+            assert names[0](results[0]) == names[1](results[1]), where
+            tables = [await _tables(store) for store in backends]
+            assert names[0](tables[0]) == names[1](tables[1]), where
+            reads = [await _reads(store, now, step) for store in backends]
+            assert names[0](reads[0]) == names[1](reads[1]), where
+    finally:
+        for store in backends:
+            await store.close()
