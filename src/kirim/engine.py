@@ -16,6 +16,7 @@ from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
 from kirim.config import Config
 from kirim.errors import (
+    ConfigError,
     IdempotencyKeyReused,
     InvalidNotification,
     PayloadTooLarge,
@@ -119,8 +120,13 @@ class Kirim:
         *,
         key: str | None = None,
         send_after: SendAfter = None,
+        connection: Any = None,
     ) -> Notification:
         """Record one notification; the same key again returns the existing delivery.
+
+        With ``connection`` (an open ``psycopg.AsyncConnection`` of the application,
+        PostgreSQL only) the delivery and its job are written inside the caller's
+        transaction: the notification exists if and only if that transaction commits.
 
         Raises ``InvalidNotification`` (nothing written) or ``IdempotencyKeyReused``.
         """
@@ -132,13 +138,23 @@ class Kirim:
             key=key,
             send_after=send_after,
         )
-        return (await self.notify_many([request]))[0]
+        return (await self.notify_many([request], connection=connection))[0]
 
-    async def notify_many(self, requests: Sequence[NotifyRequest]) -> list[Notification]:
+    async def notify_many(
+        self, requests: Sequence[NotifyRequest], *, connection: Any = None
+    ) -> list[Notification]:
         """Record many notifications in one transaction (all validated first)."""
         now = self.clock.now()
         items = [self._validate(r, now) for r in requests]
-        results = await self.store.enqueue(items, now=now)
+        if connection is None:
+            results = await self.store.enqueue(items, now=now)
+        else:
+            enqueue_in = getattr(self.store, "enqueue_in", None)
+            if enqueue_in is None:
+                raise ConfigError(
+                    "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
+                )
+            results = await enqueue_in(connection, items, now=now)
         out = []
         for item, result in zip(items, results, strict=True):
             d = result.delivery

@@ -128,6 +128,8 @@ class Worker:
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        #: set while the worker waits for work (tests use it to know it is idle)
+        self.waiting = asyncio.Event()
         self._renewal_ok = True
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
@@ -150,6 +152,9 @@ class Worker:
         background = [asyncio.create_task(self._heartbeat_loop())]
         if not burst:
             background.append(asyncio.create_task(self._reap_loop()))
+        listen = getattr(self.store, "wait_for_jobs", None)
+        if listen is not None and not burst:
+            await listen(0)  # LISTEN before the first claim, so no wake-up is missed
         try:
             while not self._stopping.is_set():
                 if burst:
@@ -182,14 +187,36 @@ class Worker:
 
     async def _idle(self) -> None:
         self._wake.clear()
+        self.waiting.set()
+        try:
+            await self._wait_for_work()
+        finally:
+            self.waiting.clear()
+
+    async def _wait_for_work(self) -> None:
         timeout = self.settings.poll_interval
         next_run = None if self._tasks else await self.store.next_run_at()
         if next_run is not None:
             timeout = min(timeout, max(0.0, next_run - self.clock.now()))
         if self._tasks and len(self._tasks) < self.settings.concurrency:
             timeout = min(timeout, 0.05)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+        listen = getattr(self.store, "wait_for_jobs", None)
+        if listen is None or self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            return
+        # PostgreSQL: LISTEN/NOTIFY wakes an idle worker as soon as work is enqueued;
+        # the poll interval stays the upper bound.
+        waiters = {
+            asyncio.create_task(listen(timeout)),
+            asyncio.create_task(self._wake.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
 
     async def _nothing_left(self) -> bool:
         """Burst mode ends when no job is due, running anywhere, or waiting for a retry.

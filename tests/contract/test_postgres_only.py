@@ -106,6 +106,7 @@ async def test_concurrent_migrations_are_safe(make_store: StoreFactory) -> None:
 async def test_wait_for_jobs_wakes_on_enqueue(make_store: StoreFactory, clock: ManualClock) -> None:
     """A worker waiting on LISTEN wakes within a second of an enqueue on another host."""
     worker, producer = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.05) is True  # a new listener: poll once
     assert await worker.wait_for_jobs(0.05) is False  # nothing yet: times out
     waiting = asyncio.create_task(worker.wait_for_jobs(10.0))
     await asyncio.sleep(0.1)  # the listener is up
@@ -121,6 +122,7 @@ async def test_notification_between_waits_is_not_lost(
 ) -> None:
     """A job enqueued while the worker was busy wakes its next wait at once."""
     worker, producer = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await worker.wait_for_jobs(0.01) is False
     await producer.enqueue([item(1)], now=clock.now())
     await asyncio.sleep(0.1)
@@ -132,6 +134,7 @@ async def test_cancelled_wait_leaves_the_listener_usable(
 ) -> None:
     """A wait cancelled by its caller (a worker told to stop) does not break the next one."""
     worker, producer = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.01) is True  # a new listener: poll once
     waiting = asyncio.create_task(worker.wait_for_jobs(10.0))
     await asyncio.sleep(0.1)
     waiting.cancel()
@@ -174,6 +177,7 @@ async def test_enqueue_in_wakes_workers_only_on_commit(
 ) -> None:
     """The wake-up of a transactional enqueue is sent when the caller commits."""
     worker, store = await make_store(), await make_store()
+    assert await worker.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await worker.wait_for_jobs(0.01) is False
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
         await store.enqueue_in(conn, [item(1)], now=clock.now())
@@ -187,6 +191,7 @@ async def test_terminated_connection_is_survived(
 ) -> None:
     """After pg_terminate_backend the call in progress fails with StoreError; the next works."""
     store = await make_store()
+    assert await store.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await store.wait_for_jobs(0.01) is False  # the listener connection is up too
     await store.enqueue([item(1)], now=clock.now())
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:

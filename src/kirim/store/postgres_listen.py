@@ -63,7 +63,8 @@ class Listener:
             await conn.close()
 
     async def _listening(self) -> tuple[psycopg.AsyncConnection[tuple[object, ...]], bool]:
-        """The listening connection, and whether it had to be made again after a loss."""
+        """The listening connection, and whether it is new (notifications before it are
+        unknown, so the caller should poll once)."""
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             await self._drop()
         if self._conn is not None:
@@ -75,8 +76,9 @@ class Listener:
             await conn.close()
             raise
         self._conn = conn
-        missed, self._lost = self._lost, False
-        return conn, missed
+        # Whatever was notified before this LISTEN is unknown: the caller should poll.
+        self._lost = False
+        return conn, True
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
