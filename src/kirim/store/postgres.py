@@ -38,6 +38,7 @@ from kirim.store.base import (
 )
 from kirim.store.logic import attempt_from, delivery_from, job_from, queue_stats
 from kirim.store.postgres_listen import Listener
+from kirim.store.schema import check_version, too_new
 from kirim.store.sqlfiles import migrations
 
 #: pg_advisory_xact_lock key of ``migrate`` (the bytes of "kirimmig").
@@ -159,7 +160,7 @@ class PostgresStore:
             )
             current = await _version(cur)
             if current > SCHEMA_VERSION:
-                raise SchemaError(_too_new(current))
+                raise SchemaError(too_new(current))
             for version, sql in migrations("postgres"):
                 if version > current:
                     await cur.execute(sql)
@@ -177,15 +178,7 @@ class PostgresStore:
             found = await cur.fetchone()
             version = await _version(cur) if found and found["present"] else 0
         url = redact(self.url)
-        if version == 0:
-            raise SchemaError(f"{url} has no kirim schema; run `kirim init` first")
-        if version > SCHEMA_VERSION:
-            raise SchemaError(_too_new(version))
-        if version < SCHEMA_VERSION:
-            raise SchemaError(
-                f"{url} has schema version {version}, this kirim needs {SCHEMA_VERSION}; "
-                "run `kirim init` to migrate"
-            )
+        check_version(url, version)
 
     # -- write path ---------------------------------------------------------------
 
@@ -398,10 +391,3 @@ async def _version(cur: ops.Cursor) -> int:
     await cur.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'")
     row = await cur.fetchone()
     return int(row["value"]) if row else 0
-
-
-def _too_new(version: int) -> str:
-    return (
-        f"the database has schema version {version} but this kirim knows only up to "
-        f"{SCHEMA_VERSION}; upgrade kirim"
-    )

@@ -32,6 +32,7 @@ from kirim.store.base import (
     Reaped,
 )
 from kirim.store.logic import Row, attempt_from, delivery_from, job_from
+from kirim.store.schema import check_version, too_new
 from kirim.store.sqlfiles import load_queries, migrations
 
 T = TypeVar("T")
@@ -153,7 +154,7 @@ class SQLiteStore:
             )
             current = _version(conn)
             if current > SCHEMA_VERSION:
-                raise SchemaError(_too_new(current))
+                raise SchemaError(too_new(current))
             for version, sql in migrations("sqlite"):
                 if version > current:
                     for statement in _statements(sql):
@@ -176,15 +177,7 @@ class SQLiteStore:
             return _version(conn) if exists else 0
 
         version = await self._tx(run, write=False)
-        if version == 0:
-            raise SchemaError(f"{self.url} has no kirim schema; run `kirim init` first")
-        if version > SCHEMA_VERSION:
-            raise SchemaError(_too_new(version))
-        if version < SCHEMA_VERSION:
-            raise SchemaError(
-                f"{self.url} has schema version {version}, this kirim needs {SCHEMA_VERSION}; "
-                "run `kirim init` to migrate"
-            )
+        check_version(self.url, version)
 
     # -- write path ---------------------------------------------------------------
 
@@ -394,13 +387,6 @@ def _latest_job(conn: sqlite3.Connection, delivery_id: int) -> Job | None:
 def _version(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row else 0
-
-
-def _too_new(version: int) -> str:
-    return (
-        f"the database has schema version {version} but this kirim knows only up to "
-        f"{SCHEMA_VERSION}; upgrade kirim"
-    )
 
 
 def _statements(sql: str) -> list[str]:
