@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
-import socket
 import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kirim.batching import Batcher
 from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
+from kirim.decisions import Decisions
 from kirim.errors import (
     AmbiguousFailure,
     PermanentFailure,
@@ -45,10 +42,13 @@ from kirim.store.base import (
     Store,
 )
 from kirim.testing import Checkpoints
+from kirim.worker_settings import WorkerSettings, default_worker_id
 from kirim.worker_stats import WorkerStats
 
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
+
+__all__ = ["Worker", "WorkerSettings", "default_worker_id"]
 
 RESULT = {
     AttemptStatus.SUCCEEDED: "success",
@@ -63,37 +63,6 @@ def _outcome(result: FinishResult) -> str:
     if result.committed:
         return "committed"
     return "late_success" if result.late_success else "stale_write_rejected"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerSettings:
-    lease: float = 30.0
-    concurrency: int = 10
-    batch_size: int = 100
-    poll_interval: float = 1.0
-    heartbeat_interval: float | None = None  # default: lease / 3
-    reap_interval: float | None = None  # default: min(lease / 2, 5)
-    backoff_base: float = 1.0
-    backoff_max: float = 300.0
-    shutdown_grace: float = 10.0
-
-    def __post_init__(self) -> None:
-        if self.lease <= 0:
-            raise ValueError("lease must be positive")
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-
-    @property
-    def heartbeat_every(self) -> float:
-        return self.heartbeat_interval or self.lease / 3
-
-    @property
-    def reap_every(self) -> float:
-        return self.reap_interval or min(self.lease / 2, 5.0)
-
-
-def default_worker_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
 
 
 class Worker:
@@ -123,6 +92,7 @@ class Worker:
         self.log = get_logger(worker_id=self.worker_id)
         self.metrics = metrics
         self._tracer = tracer if tracer is not None else tracing.default_tracer()
+        self.decide = Decisions(settings=self.settings, clock=self.clock, rng=self.rng)
         self._stats_at = float("-inf")  # time.monotonic() of the last gauge refresh
         self._leases: dict[int, Lease] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -133,6 +103,10 @@ class Worker:
         self._renewal_ok = True
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
+
+    def backoff(self, attempts: int) -> float:
+        """Exponential backoff with full jitter (see ``Decisions.backoff``)."""
+        return self.decide.backoff(attempts)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -324,7 +298,7 @@ class Worker:
                 await self._commit(
                     log,
                     claim,
-                    self._transient(
+                    self.decide.retry(
                         claim, None, f"channel {d.channel!r} is not configured on {self.worker_id}"
                     ),
                 )
@@ -350,7 +324,7 @@ class Worker:
                 found = await channel.provider.lookup(claim.delivery.idempotency_key)
             except Exception as exc:
                 log.warning("in_doubt", decision="lookup_failed", error=str(exc))
-                return self._transient(claim, None, f"lookup failed: {exc}")
+                return self.decide.retry(claim, None, f"lookup failed: {exc}")
             if found is not None:
                 log.info(
                     "in_doubt",
@@ -358,7 +332,7 @@ class Worker:
                     earlier_requests=earlier,
                     provider_message_id=found.provider_message_id,
                 )
-                return self._final(
+                return self.decide.final(
                     claim,
                     DeliveryStatus.SENT,
                     doubt=Doubt.RESOLVED,
@@ -374,9 +348,9 @@ class Worker:
             return None
         if channel.on_unknown is OnUnknown.HOLD:
             log.warning("in_doubt", decision="hold", earlier_requests=earlier)
-            return self._hold(claim, "held: an earlier request may have been delivered")
+            return self.decide.hold(claim, "held: an earlier request may have been delivered")
         log.warning("in_doubt", decision="assume_sent", earlier_requests=earlier)
-        return self._final(claim, DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
+        return self.decide.final(claim, DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
 
     async def _send(self, log: Any, claim: Claim, channel: Channel) -> None:
         d, job = claim.delivery, claim.job
@@ -439,7 +413,7 @@ class Worker:
             error=None if error is None else str(error),
             completed_at=self.clock.now(),
         )
-        finish = self._decide(claim, channel, outcome, error)
+        finish = self.decide.after_request(claim, channel, outcome, error)
         await self._commit(log, claim, finish, answered=answered)
 
     async def _call(
@@ -483,113 +457,6 @@ class Worker:
                 tracing.fail(span, f"{RESULT[status]}: {error}")
         tracing.annotate(provider_request_id=message.provider_request_id)
         return status, sent, error
-
-    def _decide(
-        self, claim: Claim, channel: Channel, outcome: AttemptOutcome, error: Exception | None
-    ) -> Finish:
-        """DESIGN step 7: what the outcome means for the delivery and the job."""
-        if outcome.status is AttemptStatus.SUCCEEDED:
-            return self._final(
-                claim, DeliveryStatus.SENT, outcome=outcome, message_id=outcome.provider_message_id
-            )
-        if outcome.status is AttemptStatus.FAILED_PERMANENT:
-            return self._final(
-                claim,
-                DeliveryStatus.FAILED,
-                outcome=outcome,
-                job=JobStatus.DEAD,
-                error=outcome.error,
-            )
-        if outcome.status is AttemptStatus.FAILED_TRANSIENT:
-            after = error.retry_after if isinstance(error, TransientFailure) else None
-            return self._transient(claim, outcome, outcome.error, retry_after=after)
-        # Unknown: the provider may have acted on it.
-        if channel.idempotent or channel.lookup or channel.on_unknown is OnUnknown.RETRY:
-            return self._transient(claim, outcome, outcome.error, exhausted_status="in_doubt")
-        if channel.on_unknown is OnUnknown.HOLD:
-            return self._hold(claim, f"held: {outcome.error}", outcome=outcome)
-        return self._final(
-            claim,
-            DeliveryStatus.SENT,
-            outcome=outcome,
-            doubt=Doubt.ASSUMED_SENT,
-            error=outcome.error,
-        )
-
-    def _final(
-        self,
-        claim: Claim,
-        status: DeliveryStatus,
-        *,
-        outcome: AttemptOutcome | None = None,
-        doubt: Doubt | None = None,
-        message_id: str | None = None,
-        job: JobStatus = JobStatus.COMPLETED,
-        error: str | None = None,
-    ) -> Finish:
-        return Finish(
-            delivery_id=claim.delivery.id,
-            job_id=claim.job.id,
-            token=claim.token,
-            now=self.clock.now(),
-            attempt=outcome,
-            delivery_status=status,
-            doubt=doubt,
-            provider_message_id=message_id,
-            error=error,
-            job_status=job,
-        )
-
-    def _hold(self, claim: Claim, error: str, *, outcome: AttemptOutcome | None = None) -> Finish:
-        return self._final(
-            claim,
-            DeliveryStatus.IN_DOUBT,
-            outcome=outcome,
-            doubt=Doubt.HELD,
-            job=JobStatus.DEAD,
-            error=error,
-        )
-
-    def _transient(
-        self,
-        claim: Claim,
-        outcome: AttemptOutcome | None,
-        error: str | None,
-        *,
-        retry_after: float | None = None,
-        exhausted_status: str = "failed",
-    ) -> Finish:
-        job = claim.job
-        if job.attempts >= job.max_attempts:
-            if exhausted_status == "in_doubt":
-                return self._hold(claim, f"attempts exhausted: {error}", outcome=outcome)
-            return self._final(
-                claim,
-                DeliveryStatus.FAILED,
-                outcome=outcome,
-                job=JobStatus.DEAD,
-                error=f"attempts exhausted: {error}",
-            )
-        delay = self.backoff(job.attempts)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        now = self.clock.now()
-        return Finish(
-            delivery_id=claim.delivery.id,
-            job_id=job.id,
-            token=claim.token,
-            now=now,
-            attempt=outcome,
-            delivery_status=DeliveryStatus.PENDING,
-            error=error,
-            job_status=JobStatus.RETRY_SCHEDULED,
-            run_at=now + delay,
-        )
-
-    def backoff(self, attempts: int) -> float:
-        """Exponential backoff with full jitter."""
-        cap = min(self.settings.backoff_max, self.settings.backoff_base * 2 ** (attempts - 1))
-        return self.rng.uniform(0, cap)
 
     async def _commit(
         self, log: Any, claim: Claim, finish: Finish, *, answered: float | None = None

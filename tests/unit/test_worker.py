@@ -7,9 +7,10 @@ from datetime import timedelta
 
 import pytest
 
+from kirim.decisions import Decisions
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
-from kirim.testing import FlakyProvider
-from kirim.worker import Worker, WorkerSettings
+from kirim.testing import FlakyProvider, ManualClock
+from kirim.worker import WorkerSettings
 
 SETTINGS = WorkerSettings(lease=10, backoff_base=1.0, backoff_max=8.0)
 
@@ -128,9 +129,7 @@ async def test_operator_retry_of_a_held_delivery_sends_again(make_app, clock) ->
 @pytest.mark.parametrize("attempts", [1, 2, 5, 12])
 def test_backoff_is_full_jitter_under_a_cap(attempts: int) -> None:
     """Backoff is uniform between 0 and min(max, base * 2^(n-1))."""
-    worker = Worker.__new__(Worker)
-    worker.settings = SETTINGS
-    worker.rng = random.Random(1)
+    worker = Decisions(settings=SETTINGS, clock=ManualClock(), rng=random.Random(1))
     cap = min(8.0, 1.0 * 2 ** (attempts - 1))
     draws = [worker.backoff(attempts) for _ in range(200)]
     assert all(0 <= d <= cap for d in draws)

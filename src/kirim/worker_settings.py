@@ -1,0 +1,40 @@
+"""How a worker runs: lease, concurrency, batching, polling, backoff, shutdown."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    lease: float = 30.0
+    concurrency: int = 10
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    heartbeat_interval: float | None = None  # default: lease / 3
+    reap_interval: float | None = None  # default: min(lease / 2, 5)
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    shutdown_grace: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.lease <= 0:
+            raise ValueError("lease must be positive")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.lease / 3
+
+    @property
+    def reap_every(self) -> float:
+        return self.reap_interval or min(self.lease / 2, 5.0)
+
+
+def default_worker_id() -> str:
+    """host-pid-random: unique per process, readable in logs."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
