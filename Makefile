@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint
+	test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
 

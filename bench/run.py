@@ -32,6 +32,8 @@ def main() -> int:
         subprocess.run(
             [sys.executable, str(analyze), "--lines", str(args.analyze_lines)], check=True
         )
+    print("\n== HTTP: POST /v1/notifications (kirim serve, one worker, SQLite) ==", flush=True)
+    subprocess.run([sys.executable, str(HERE / "http_bench.py")], check=True)
     return 0
 
 

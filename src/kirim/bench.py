@@ -8,6 +8,7 @@ that start together once every one of them is ready.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import tempfile
 import time
@@ -95,19 +96,35 @@ def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float,
     return ended - started, sum(r[2] for r in results)
 
 
+def scratch(database: str | None, folder: Path) -> contextlib.AbstractContextManager[str]:
+    """Where to measure: a throw-away PostgreSQL database on the server of a
+    ``postgresql://`` URL (created, then dropped), a temporary SQLite file for None, or
+    the SQLite file given."""
+    if database is not None and database.startswith(("postgresql:", "postgres:")):
+        from kirim.simulate.harness import scratch_database
+
+        return scratch_database(database, folder)
+    return contextlib.nullcontext(database or f"sqlite:///{folder / 'bench.db'}")
+
+
 def run_bench(
     database: str | None, notifications: int, workers: int, metrics: bool = False
 ) -> dict[str, Any]:
     """Enqueue then deliver ``notifications``; return the rates (``metrics``: workers
     record Prometheus metrics, to measure what they cost)."""
     configure(level="warning")
-    with tempfile.TemporaryDirectory(prefix="kirim-bench-") as tmp:
-        url = database or f"sqlite:///{Path(tmp) / 'bench.db'}"
-        offset = int(time.time() * 1000) % 10**9 * 1000 if database else 0
+    with (
+        tempfile.TemporaryDirectory(prefix="kirim-bench-") as tmp,
+        scratch(database, Path(tmp)) as url,
+    ):
+        offset = int(time.time() * 1000) % 10**9 * 1000 if url == database else 0
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
         deliver_s, sent = _deliver(url, workers, metrics)
+    where = "sqlite (temporary file)" if database is None else url.split("@")[-1]
+    if database is not None and url != database:
+        where += " (throw-away database, dropped)"
     return {
-        "database": "sqlite (temporary file)" if database is None else url.split("@")[-1],
+        "database": where,
         "notifications": notifications,
         "workers": workers,
         "concurrency": SETTINGS.concurrency,

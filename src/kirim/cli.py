@@ -83,6 +83,12 @@ def main(
 KirimGroup.lazy = {**KirimGroup.lazy, "simulate": ("kirim.simulate.command", "simulate")}
 # `kirim doctor` lives in kirim.doctor and is imported only when used.
 KirimGroup.lazy = {**KirimGroup.lazy, "doctor": ("kirim.doctor", "doctor")}
+# `kirim serve` (kirim.http, FastAPI) and `kirim token` are imported only when used.
+KirimGroup.lazy = {
+    **KirimGroup.lazy,
+    "serve": ("kirim.http.command", "serve"),
+    "token": ("kirim.tokens", "token"),
+}
 
 
 # -- init, send ------------------------------------------------------------------------

@@ -56,6 +56,20 @@ class ChannelConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServeSettings:
+    """The ``[serve]`` table: ``kirim serve``'s defaults (its flags override them)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: /metrics needs a bearer token too
+    protect_metrics: bool = False
+    #: the dashboard needs a token (a login form sets a cookie)
+    protect_dashboard: bool = False
+    #: request bodies over this are refused with 413
+    max_body_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     database: str = DEFAULT_DATABASE
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
@@ -63,6 +77,7 @@ class Config:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
     source: str | None = None
+    serve: ServeSettings = field(default_factory=ServeSettings)
 
 
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} | {"max_attempts"}
@@ -99,7 +114,7 @@ def parse_config(
     data: Mapping[str, Any], *, database: str | None = None, source: str | None = None
 ) -> Config:
     where = source or "config"
-    unknown = set(data) - {"database", "max_payload_bytes", "worker", "channels"}
+    unknown = set(data) - {"database", "max_payload_bytes", "worker", "channels", "serve"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     db = database or os.environ.get("KIRIM_DATABASE_URL") or data.get("database")
@@ -127,6 +142,32 @@ def parse_config(
         worker=worker,
         channels=channels,
         source=source,
+        serve=_serve(_table(data, "serve", where), where),
+    )
+
+
+def _serve(spec: Mapping[str, Any], where: str) -> ServeSettings:
+    bad = set(spec) - {f.name for f in fields(ServeSettings)}
+    if bad:
+        raise ConfigError(f"{where}: unknown [serve] key(s) {', '.join(sorted(bad))}")
+    host = spec.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"{where}: serve.host must be a host name or address")
+    port = spec.get("port", 8000)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{where}: serve.port must be a port number (0-65535)")
+    for flag in ("protect_metrics", "protect_dashboard"):
+        if not isinstance(spec.get(flag, False), bool):
+            raise ConfigError(f"{where}: serve.{flag} must be true or false")
+    limit = spec.get("max_body_bytes", 1024 * 1024)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1024:
+        raise ConfigError(f"{where}: serve.max_body_bytes must be an integer of at least 1024")
+    return ServeSettings(
+        host=host,
+        port=port,
+        protect_metrics=bool(spec.get("protect_metrics", False)),
+        protect_dashboard=bool(spec.get("protect_dashboard", False)),
+        max_body_bytes=limit,
     )
 
 

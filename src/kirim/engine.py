@@ -180,6 +180,11 @@ class Kirim:
             )
         return out
 
+    def prepare(self, request: NotifyRequest, *, now: float | None = None) -> NewDelivery:
+        """Validate one request as ``notify`` does and return what it would write
+        (nothing is written). Raises ``InvalidNotification``."""
+        return self._validate(request, self.clock.now() if now is None else now)
+
     def _validate(self, r: NotifyRequest, now: float) -> NewDelivery:
         for name in ("event_id", "recipient", "channel"):
             value = getattr(r, name)

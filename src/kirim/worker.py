@@ -169,7 +169,7 @@ class Worker:
 
     async def _wait_for_work(self) -> None:
         timeout = self.settings.poll_interval
-        next_run = None if self._tasks else await self.store.next_run_at()
+        next_run = None if self._tasks else await self._next_run_at()
         if next_run is not None:
             timeout = min(timeout, max(0.0, next_run - self.clock.now()))
         if self._tasks and len(self._tasks) < self.settings.concurrency:
@@ -198,8 +198,13 @@ class Worker:
         Jobs scheduled for later by ``send_after`` do not keep a burst worker alive;
         retries do, since they finish the work that was already started.
         """
-        unfinished = await self.store.in_flight()
-        next_run = await self.store.next_run_at()
+        try:
+            unfinished = await self.store.in_flight()
+            next_run = await self.store.next_run_at()
+        except StoreError as exc:  # the store is away: not done, try again later
+            self.log.error("store_unavailable", error=str(exc))
+            await self.clock.sleep(self.settings.poll_interval)
+            return False
         now = self.clock.now()
         if next_run is not None and next_run <= now:
             return False
@@ -211,6 +216,14 @@ class Worker:
             await self.clock.sleep(min(wait, self.settings.reap_every))
             return False
         return True
+
+    async def _next_run_at(self) -> float | None:
+        """When the next job is due; None (poll) while the store does not answer."""
+        try:
+            return await self.store.next_run_at()
+        except StoreError as exc:
+            self.log.error("store_unavailable", error=str(exc))
+            return None
 
     async def claim_and_start(self) -> int:
         """Claim as many due jobs as there are free slots and start each."""
@@ -554,17 +567,23 @@ class Worker:
         while True:
             await asyncio.sleep(self.settings.heartbeat_every)
             try:
-                await self.heartbeat()
+                # A store that does not answer within a heartbeat period (the pool
+                # waiting for a server that is down) fails the renewal like an error.
+                async with asyncio.timeout(self.settings.heartbeat_every):
+                    if self._leases or self._renewal_ok:
+                        await self.heartbeat()
+                    else:  # nothing left to renew: does the store answer again?
+                        await self.store.next_run_at()
                 last_ok = self.clock.now()
                 if not self._renewal_ok:
                     self.log.info("lease_renewal_restored")
                 self._renewal_ok = True
-            except StoreError as exc:
+            except (StoreError, TimeoutError) as exc:
                 if self.clock.now() - last_ok > self.settings.lease / 2 and self._renewal_ok:
                     self._renewal_ok = False
                     self.log.error(
                         "lease_renewal_failing",
-                        error=str(exc),
+                        error=str(exc) or "no answer within the heartbeat interval",
                         reason="not claiming new work until the store answers",
                     )
 

@@ -17,7 +17,15 @@ import pytest
 from kirim.errors import StoreError
 from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
-from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease, NewDelivery
+from kirim.store.base import (
+    SCHEMA_VERSION,
+    AttemptOutcome,
+    Claim,
+    Finish,
+    Intent,
+    Lease,
+    NewDelivery,
+)
 from kirim.store.postgres import PostgresStore
 from kirim.store.postgres_ops import Q
 from kirim.store.sqlite import SQLiteStore
@@ -98,7 +106,7 @@ async def test_concurrent_migrations_are_safe(make_store: StoreFactory) -> None:
     """Two processes running `kirim init` at once both end on the same schema version."""
     stores = [await make_store(migrate=False) for _ in range(4)]
     versions = await asyncio.gather(*(s.migrate() for s in stores))
-    assert versions == [1, 1, 1, 1]
+    assert versions == [SCHEMA_VERSION] * 4
     for store in stores:
         await store.check_schema()
 

@@ -7,7 +7,7 @@ import pytest
 from kirim.errors import SchemaError
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.store import open_store
-from kirim.store.base import AttemptOutcome, ClaimKind, Finish, Intent, Lease
+from kirim.store.base import SCHEMA_VERSION, AttemptOutcome, ClaimKind, Finish, Intent, Lease
 
 LEASE = 10.0
 
@@ -71,8 +71,8 @@ async def test_schema_check_asks_for_init(database_url) -> None:
     try:
         with pytest.raises(SchemaError, match="kirim init"):
             await store.check_schema()
-        assert await store.migrate() == 1
-        assert await store.migrate() == 1  # idempotent
+        assert await store.migrate() == SCHEMA_VERSION
+        assert await store.migrate() == SCHEMA_VERSION  # idempotent
         await store.check_schema()
     finally:
         await store.close()

@@ -20,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from kirim.cli import main
 from kirim.observe.logging import configure
+from kirim.store.base import SCHEMA_VERSION
 
 
 @dataclass
@@ -119,7 +120,7 @@ def test_init_prints_schema_version_and_url(cli: Cli) -> None:
     """init creates the schema and says which version and which database."""
     result = cli("init")
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"schema version 1 at {cli.database}"
+    assert result.stdout.strip() == f"schema version {SCHEMA_VERSION} at {cli.database}"
     assert cli("init").exit_code == 0
 
 

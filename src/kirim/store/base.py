@@ -9,7 +9,7 @@ caller's clock, so that tests can drive leases without sleeping.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +24,7 @@ from kirim.model import (
     JobStatus,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +146,65 @@ class DeadLetter:
     job: Job
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiToken:
+    """A bearer token of the HTTP service. The token itself is never stored: its sha256 is."""
+
+    id: int
+    name: str
+    #: the token's first characters, to recognise it in a list
+    prefix: str
+    created_at: float
+    revoked_at: float | None
+
+
+class RequestState(enum.StrEnum):
+    ACQUIRED = "acquired"  # the caller holds the idempotency key now: go on
+    IN_PROGRESS = "in_progress"  # another request with this key is being processed
+    COMPLETED = "completed"  # answered before: replay the stored response
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestBegin:
+    """An HTTP request that wants an idempotency key (``Store.begin_requests``)."""
+
+    idempotency_key: str
+    #: sha256 of the request's canonical body
+    fingerprint: str
+    #: fences this request's completion (a fresh token per request)
+    lock_token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestSlot:
+    state: RequestState
+    #: the fingerprint of the request that holds (or held) the key
+    fingerprint: str
+    status_code: int | None = None
+    response: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestedDelivery:
+    """A delivery to enqueue for a request that holds its key (``lock_token``)."""
+
+    delivery: NewDelivery
+    lock_token: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredResponse:
+    """The response kept with a completed request, replayed for the same key."""
+
+    status_code: int
+    body: str
+
+
+#: Given an enqueue's result, the response to keep, or None to keep nothing (the row is
+#: released: an error is not replayed). Called inside the transaction: pure and quick.
+Respond = Callable[[EnqueueResult], StoredResponse | None]
+
+
 class Store(Protocol):
     """One backend. Implementations: SQLiteStore, PostgresStore."""
 
@@ -231,4 +290,47 @@ class Store(Protocol):
 
     async def queue_stats(self, *, now: float) -> QueueStats:
         """Deliveries per status, in-doubt count, due jobs and the oldest one's age."""
+        ...
+
+    async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
+        """Deliveries whose id, idempotency key or event id is ``text``, newest first."""
+        ...
+
+    # -- the HTTP service: API tokens and idempotent requests (schema version 2) -----
+
+    async def create_token(
+        self, name: str, token_hash: str, *, prefix: str, now: float
+    ) -> ApiToken | None:
+        """Store a new token's hash; None when an active token already has this name."""
+        ...
+
+    async def verify_token(self, token_hash: str) -> ApiToken | None:
+        """The active (not revoked) token with this hash, if any."""
+        ...
+
+    async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
+        """Revoke the active token with this name (or id); None when there is none."""
+        ...
+
+    async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]: ...
+
+    async def handle_requests(
+        self,
+        begin: Sequence[RequestBegin],
+        enqueue: Sequence[RequestedDelivery],
+        *,
+        now: float,
+        hold: float,
+        respond: Respond,
+    ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        """One step of the HTTP intake, in one transaction (either list may be empty).
+
+        First ``enqueue``: record the deliveries (as ``enqueue``) and complete each
+        request's row with ``respond(result)``, fenced by its lock token (None releases
+        the row). Then ``begin``: take each request's idempotency key until ``now +
+        hold`` (a row in progress), or say that another request holds it or completed
+        it (with its response); an expired hold is taken over (its server died before
+        answering). A request begins in one step and enqueues in a later one, so that
+        its key is seen in progress in between, by every server.
+        """
         ...

@@ -20,7 +20,17 @@ from kirim.model import (
     Job,
     JobStatus,
 )
-from kirim.store.base import Claim, ClaimKind, Finish, FinishResult, QueueStats, Reaped
+from kirim.store.base import (
+    ApiToken,
+    Claim,
+    ClaimKind,
+    Finish,
+    FinishResult,
+    QueueStats,
+    Reaped,
+    RequestSlot,
+    RequestState,
+)
 
 Row = Mapping[str, Any]
 
@@ -273,3 +283,23 @@ def _must(row: Row | None) -> Row:
     if row is None:
         raise LookupError("row vanished inside a transaction")
     return row
+
+
+def token_from(row: Row) -> ApiToken:
+    return ApiToken(
+        id=row["id"],
+        name=row["name"],
+        prefix=row["prefix"],
+        created_at=row["created_at"],
+        revoked_at=row["revoked_at"],
+    )
+
+
+def request_slot_from(row: Row) -> RequestSlot:
+    """What a ``kirim_requests`` row says to a request that did not get its key."""
+    return RequestSlot(
+        state=RequestState(row["state"]),
+        fingerprint=row["fingerprint"],
+        status_code=row["status_code"],
+        response=row["response"],
+    )

@@ -26,6 +26,7 @@ from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
 from kirim.store import postgres_ops as ops
 from kirim.store.base import (
     SCHEMA_VERSION,
+    ApiToken,
     Claim,
     DeadLetter,
     Finish,
@@ -35,8 +36,13 @@ from kirim.store.base import (
     NewDelivery,
     QueueStats,
     Reaped,
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    Respond,
+    StoredResponse,
 )
-from kirim.store.logic import attempt_from, delivery_from, job_from, queue_stats
+from kirim.store.logic import attempt_from, delivery_from, job_from, queue_stats, token_from
 from kirim.store.postgres_listen import Listener
 from kirim.store.schema import check_version, too_new
 from kirim.store.sqlfiles import migrations
@@ -363,6 +369,60 @@ class PostgresStore:
             due = await ops.one(cur, "due_jobs_summary", {"now": float(now)})
         assert due is not None
         return queue_stats(by_status, int(due["n"]), due["oldest"], now)
+
+    async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
+        if "\x00" in text:  # PostgreSQL text cannot hold NUL: nothing matches
+            return []
+        number = _as_id(text)
+        args = {"id": -1 if number is None else number, "text": text, "limit": _limit(limit)}
+        return [delivery_from(r) for r in await self._rows("search_deliveries", args)]
+
+    # -- the HTTP service: API tokens and idempotent requests ---------------------
+
+    async def create_token(
+        self, name: str, token_hash: str, *, prefix: str, now: float
+    ) -> ApiToken | None:
+        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": float(now)}
+        found = await self._rows("insert_token", args)
+        return token_from(found[0]) if found else None
+
+    async def verify_token(self, token_hash: str) -> ApiToken | None:
+        found = await self._rows("token_by_hash", {"hash": token_hash})
+        return token_from(found[0]) if found else None
+
+    async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
+        if "\x00" in name_or_id:
+            return None
+        async with self._tx() as cur:
+            row = await ops.one(cur, "revoke_token_by_name", {"name": name_or_id, "now": now})
+            number = _as_id(name_or_id) if row is None else None
+            if number is not None:
+                row = await ops.one(cur, "revoke_token_by_id", {"id": number, "now": now})
+        return None if row is None else token_from(row)
+
+    async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
+        sql: LiteralString = "SELECT * FROM kirim_tokens"
+        if not include_revoked:
+            sql += " WHERE revoked_at IS NULL"
+        async with self._auto() as cur:
+            await cur.execute(sql + " ORDER BY id")
+            return [token_from(r) for r in await cur.fetchall()]
+
+    async def handle_requests(
+        self,
+        begin: Sequence[RequestBegin],
+        enqueue: Sequence[RequestedDelivery],
+        *,
+        now: float,
+        hold: float,
+        respond: Respond,
+    ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        if not begin and not enqueue:
+            return [], []
+        async with self._tx() as cur:
+            done = await ops.enqueue_requests(cur, enqueue, now, respond) if enqueue else []
+            slots = await ops.begin_requests(cur, begin, now, hold) if begin else []
+        return slots, done
 
 
 async def _configure(conn: Conn) -> None:

@@ -26,8 +26,21 @@ from kirim.model import (
     Job,
     JobStatus,
 )
-from kirim.store.base import Claim, ClaimKind, Finish, FinishResult, NewDelivery, Reaped
-from kirim.store.logic import Row, attempt_from, delivery_from, job_from
+from kirim.store.base import (
+    Claim,
+    ClaimKind,
+    Finish,
+    FinishResult,
+    NewDelivery,
+    Reaped,
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    RequestState,
+    Respond,
+    StoredResponse,
+)
+from kirim.store.logic import Row, attempt_from, delivery_from, job_from, request_slot_from
 from kirim.store.sqlfiles import load_queries
 
 Q = load_queries("postgres")
@@ -413,3 +426,79 @@ async def cancel(cur: Cursor, delivery_id: int, now: float) -> bool:
         return False
     await run(cur, "cancel_jobs", args)
     return True
+
+
+# -- the HTTP service's idempotent requests ------------------------------------------
+
+
+async def begin_requests(
+    cur: Cursor, items: Sequence[RequestBegin], now: float, hold: float
+) -> list[RequestSlot]:
+    """The second half of ``Store.handle_requests``: take the keys, or say who has them.
+
+    Keys are taken in key order, in every transaction, so that two servers taking the
+    same keys wait for each other (an insert waits for the uncommitted row of another)
+    without a deadlock.
+    """
+    slots: dict[int, RequestSlot] = {}
+    for i in sorted(range(len(items)), key=lambda i: items[i].idempotency_key):
+        it = items[i]
+        args = {
+            "key": it.idempotency_key,
+            "fingerprint": it.fingerprint,
+            "token": it.lock_token,
+            "until": float(now + hold),
+            "now": float(now),
+        }
+        for _ in range(3):  # a row released between two statements: take the key again
+            row = await one(cur, "insert_request", args)
+            if row is None:
+                row = await one(cur, "take_over_request", args)
+            if row is not None:
+                slots[i] = RequestSlot(state=RequestState.ACQUIRED, fingerprint=it.fingerprint)
+                break
+            held = await one(cur, "request_by_key", args)
+            if held is not None:
+                slots[i] = request_slot_from(held)
+                break
+        else:
+            raise StoreError(f"the request row of key {it.idempotency_key!r} keeps vanishing")
+    return [slots[i] for i in range(len(items))]
+
+
+async def enqueue_requests(
+    cur: Cursor, items: Sequence[RequestedDelivery], now: float, respond: Respond
+) -> list[tuple[EnqueueResult, StoredResponse | None]]:
+    """The first half of ``Store.handle_requests``: record the deliveries (in key order)
+    and complete, or release, the requests' rows."""
+    order = sorted(range(len(items)), key=lambda i: items[i].delivery.idempotency_key)
+    found = await enqueue(cur, [items[i].delivery for i in order], now)
+    results: dict[int, EnqueueResult] = dict(zip(order, found, strict=True))
+    out: list[tuple[EnqueueResult, StoredResponse | None]] = []
+    done: dict[str, list[Any]] = {
+        "keys": [],
+        "tokens": [],
+        "codes": [],
+        "responses": [],
+        "delivery_ids": [],
+    }
+    released: dict[str, list[str]] = {"keys": [], "tokens": []}
+    for i, it in enumerate(items):
+        result = results[i]
+        kept = respond(result)
+        key = it.delivery.idempotency_key
+        if kept is None:
+            released["keys"].append(key)
+            released["tokens"].append(it.lock_token)
+        else:
+            done["keys"].append(key)
+            done["tokens"].append(it.lock_token)
+            done["codes"].append(kept.status_code)
+            done["responses"].append(kept.body)
+            done["delivery_ids"].append(result.delivery.id)
+        out.append((result, kept))
+    if done["keys"]:
+        await run(cur, "complete_requests", {**done, "now": float(now)})
+    if released["keys"]:
+        await run(cur, "release_requests", released)
+    return out

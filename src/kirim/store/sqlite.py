@@ -21,6 +21,7 @@ from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
 from kirim.store import logic
 from kirim.store.base import (
     SCHEMA_VERSION,
+    ApiToken,
     Claim,
     DeadLetter,
     Finish,
@@ -30,8 +31,21 @@ from kirim.store.base import (
     NewDelivery,
     QueueStats,
     Reaped,
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    RequestState,
+    Respond,
+    StoredResponse,
 )
-from kirim.store.logic import Row, attempt_from, delivery_from, job_from
+from kirim.store.logic import (
+    Row,
+    attempt_from,
+    delivery_from,
+    job_from,
+    request_slot_from,
+    token_from,
+)
 from kirim.store.schema import check_version, too_new
 from kirim.store.sqlfiles import load_queries, migrations
 
@@ -182,51 +196,7 @@ class SQLiteStore:
     # -- write path ---------------------------------------------------------------
 
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        def run(conn: sqlite3.Connection) -> list[EnqueueResult]:
-            out = []
-            for it in items:
-                row = conn.execute(
-                    Q["insert_delivery"],
-                    (
-                        it.idempotency_key,
-                        it.event_id,
-                        it.recipient,
-                        it.channel,
-                        it.payload_json,
-                        it.payload_hash,
-                        now,
-                        now,
-                    ),
-                ).fetchone()
-                if row is None:
-                    existing = conn.execute(
-                        "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?",
-                        (it.idempotency_key,),
-                    ).fetchone()
-                    out.append(
-                        EnqueueResult(
-                            delivery=delivery_from(existing),
-                            job=_latest_job(conn, existing["id"]),
-                            created=False,
-                        )
-                    )
-                    continue
-                conn.execute(
-                    Q["insert_job"], (row["id"], it.run_at, it.max_attempts, now, now)
-                ).fetchone()
-                delivery = conn.execute(
-                    "SELECT * FROM kirim_deliveries WHERE id = ?", (row["id"],)
-                ).fetchone()
-                out.append(
-                    EnqueueResult(
-                        delivery=delivery_from(delivery),
-                        job=_latest_job(conn, row["id"]),
-                        created=True,
-                    )
-                )
-            return out
-
-        return await self._tx(run)
+        return await self._tx(lambda conn: _enqueue(conn, items, now))
 
     async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
         return await self._tx(
@@ -375,6 +345,147 @@ class SQLiteStore:
             return logic.queue_stats(rows, due["n"], due["oldest"], now)
 
         return await self._tx(run, write=False)
+
+    async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
+        number = int(text) if text.isdigit() and len(text) < 19 else -1
+        rows = await self._tx(
+            lambda c: c.execute(Q["search_deliveries"], (number, text, text, limit)).fetchall(),
+            write=False,
+        )
+        return [delivery_from(r) for r in rows]
+
+    # -- the HTTP service: API tokens and idempotent requests ---------------------
+
+    async def create_token(
+        self, name: str, token_hash: str, *, prefix: str, now: float
+    ) -> ApiToken | None:
+        row = await self._tx(
+            lambda c: c.execute(Q["insert_token"], (name, token_hash, prefix, now)).fetchone()
+        )
+        return None if row is None else token_from(row)
+
+    async def verify_token(self, token_hash: str) -> ApiToken | None:
+        row = await self._tx(
+            lambda c: c.execute(Q["token_by_hash"], (token_hash,)).fetchone(), write=False
+        )
+        return None if row is None else token_from(row)
+
+    async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
+        def run(conn: sqlite3.Connection) -> Row | None:
+            row: Row | None = conn.execute(Q["revoke_token_by_name"], (now, name_or_id)).fetchone()
+            if row is None and name_or_id.isdigit() and len(name_or_id) < 19:
+                row = conn.execute(Q["revoke_token_by_id"], (now, int(name_or_id))).fetchone()
+            return row
+
+        row = await self._tx(run)
+        return None if row is None else token_from(row)
+
+    async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
+        sql = "SELECT * FROM kirim_tokens"
+        if not include_revoked:
+            sql += " WHERE revoked_at IS NULL"
+        rows = await self._tx(lambda c: c.execute(sql + " ORDER BY id").fetchall(), write=False)
+        return [token_from(r) for r in rows]
+
+    async def handle_requests(
+        self,
+        begin: Sequence[RequestBegin],
+        enqueue: Sequence[RequestedDelivery],
+        *,
+        now: float,
+        hold: float,
+        respond: Respond,
+    ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        def run(
+            conn: sqlite3.Connection,
+        ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+            done = _enqueue_requests(conn, enqueue, now, respond) if enqueue else []
+            return _begin_requests(conn, begin, now, hold), done
+
+        return await self._tx(run)
+
+
+def _begin_requests(
+    conn: sqlite3.Connection, items: Sequence[RequestBegin], now: float, hold: float
+) -> list[RequestSlot]:
+    out = []
+    for it in items:
+        key, fp, token = it.idempotency_key, it.fingerprint, it.lock_token
+        row = conn.execute(Q["insert_request"], (key, fp, token, now + hold, now, now)).fetchone()
+        if row is None:
+            row = conn.execute(
+                Q["take_over_request"], (fp, token, now + hold, now, key, now)
+            ).fetchone()
+        if row is not None:
+            out.append(RequestSlot(state=RequestState.ACQUIRED, fingerprint=fp))
+            continue
+        held = conn.execute(Q["request_by_key"], (key,)).fetchone()
+        out.append(request_slot_from(held))
+    return out
+
+
+def _enqueue_requests(
+    conn: sqlite3.Connection, items: Sequence[RequestedDelivery], now: float, respond: Respond
+) -> list[tuple[EnqueueResult, StoredResponse | None]]:
+    results = _enqueue(conn, [it.delivery for it in items], now)
+    out = []
+    for it, result in zip(items, results, strict=True):
+        key = it.delivery.idempotency_key
+        kept = respond(result)
+        if kept is None:
+            conn.execute(Q["release_request"], (key, it.lock_token))
+        else:
+            conn.execute(
+                Q["complete_request"],
+                (kept.status_code, kept.body, result.delivery.id, now, key, it.lock_token),
+            )
+        out.append((result, kept))
+    return out
+
+
+def _enqueue(
+    conn: sqlite3.Connection, items: Sequence[NewDelivery], now: float
+) -> list[EnqueueResult]:
+    out = []
+    for it in items:
+        row = conn.execute(
+            Q["insert_delivery"],
+            (
+                it.idempotency_key,
+                it.event_id,
+                it.recipient,
+                it.channel,
+                it.payload_json,
+                it.payload_hash,
+                now,
+                now,
+            ),
+        ).fetchone()
+        if row is None:
+            existing = conn.execute(
+                "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?",
+                (it.idempotency_key,),
+            ).fetchone()
+            out.append(
+                EnqueueResult(
+                    delivery=delivery_from(existing),
+                    job=_latest_job(conn, existing["id"]),
+                    created=False,
+                )
+            )
+            continue
+        conn.execute(Q["insert_job"], (row["id"], it.run_at, it.max_attempts, now, now)).fetchone()
+        delivery = conn.execute(
+            "SELECT * FROM kirim_deliveries WHERE id = ?", (row["id"],)
+        ).fetchone()
+        out.append(
+            EnqueueResult(
+                delivery=delivery_from(delivery),
+                job=_latest_job(conn, row["id"]),
+                created=True,
+            )
+        )
+    return out
 
 
 def _latest_job(conn: sqlite3.Connection, delivery_id: int) -> Job | None:

@@ -527,3 +527,74 @@ UPDATE kirim_jobs
 SET status = 'completed', last_error = 'canceled', lease_owner = NULL, lease_token = NULL,
     lease_expires_at = NULL, updated_at = %(now)s::float8
 WHERE delivery_id = %(delivery_id)s AND status IN ('queued', 'retry_scheduled', 'dead');
+
+-- name: search_deliveries
+-- The dashboard's search: a delivery id, an idempotency key or an event id (indexed).
+SELECT * FROM kirim_deliveries
+WHERE id = %(id)s::bigint OR idempotency_key = %(text)s OR event_id = %(text)s
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: insert_token
+-- A new API token (its hash); nothing when an active token has the name.
+INSERT INTO kirim_tokens (name, token_hash, prefix, created_at)
+VALUES (%(name)s, %(hash)s, %(prefix)s, %(now)s::float8)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: token_by_hash
+-- The active token with this hash.
+SELECT * FROM kirim_tokens WHERE token_hash = %(hash)s AND revoked_at IS NULL;
+
+-- name: revoke_token_by_name
+-- Revoke the active token with this name.
+UPDATE kirim_tokens SET revoked_at = %(now)s::float8
+WHERE name = %(name)s AND revoked_at IS NULL
+RETURNING *;
+
+-- name: revoke_token_by_id
+-- Revoke the token with this id, if active.
+UPDATE kirim_tokens SET revoked_at = %(now)s::float8
+WHERE id = %(id)s::bigint AND revoked_at IS NULL
+RETURNING *;
+
+-- name: insert_request
+-- Take an idempotency key for one HTTP request (nothing when a row exists; a row being
+-- inserted by another transaction is waited for).
+INSERT INTO kirim_requests
+    (idempotency_key, fingerprint, state, lock_token, locked_until, created_at, updated_at)
+VALUES (%(key)s, %(fingerprint)s, 'in_progress', %(token)s, %(until)s::float8,
+        %(now)s::float8, %(now)s::float8)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING idempotency_key;
+
+-- name: take_over_request
+-- Take over a key whose holder stopped before answering (its hold expired).
+UPDATE kirim_requests
+SET fingerprint = %(fingerprint)s, lock_token = %(token)s, locked_until = %(until)s::float8,
+    updated_at = %(now)s::float8
+WHERE idempotency_key = %(key)s AND state = 'in_progress' AND locked_until < %(now)s::float8
+RETURNING idempotency_key;
+
+-- name: request_by_key
+-- Who holds, or held, an idempotency key.
+SELECT * FROM kirim_requests WHERE idempotency_key = %(key)s;
+
+-- name: complete_requests
+-- Keep the responses to replay, where each request still holds its key.
+UPDATE kirim_requests r
+SET state = 'completed', status_code = u.status_code, response = u.response,
+    delivery_id = u.delivery_id, lock_token = NULL, locked_until = NULL,
+    updated_at = %(now)s::float8
+FROM unnest(%(keys)s::text[], %(tokens)s::text[], %(codes)s::int[], %(responses)s::text[],
+            %(delivery_ids)s::bigint[])
+     AS u (idempotency_key, lock_token, status_code, response, delivery_id)
+WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
+  AND r.state = 'in_progress';
+
+-- name: release_requests
+-- Give the keys back (the requests failed; an error is not replayed).
+DELETE FROM kirim_requests r
+USING unnest(%(keys)s::text[], %(tokens)s::text[]) AS u (idempotency_key, lock_token)
+WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
+  AND r.state = 'in_progress';

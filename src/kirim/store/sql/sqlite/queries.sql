@@ -237,3 +237,62 @@ WHERE id = ? AND lease_token = ? AND status = 'running';
 -- Shutdown: the claim is revoked now, so the next claimer takes over at once.
 UPDATE kirim_deliveries SET claim_token = NULL, claim_expires_at = NULL, updated_at = ?
 WHERE id = ? AND claim_token = ? AND status = 'processing';
+
+-- name: search_deliveries
+-- The dashboard's search: a delivery id, an idempotency key or an event id (indexed).
+SELECT * FROM kirim_deliveries
+WHERE id = ? OR idempotency_key = ? OR event_id = ?
+ORDER BY id DESC
+LIMIT ?;
+
+-- name: insert_token
+-- A new API token (its hash); nothing when an active token has the name.
+INSERT INTO kirim_tokens (name, token_hash, prefix, created_at)
+VALUES (?, ?, ?, ?)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: token_by_hash
+-- The active token with this hash.
+SELECT * FROM kirim_tokens WHERE token_hash = ? AND revoked_at IS NULL;
+
+-- name: revoke_token_by_name
+-- Revoke the active token with this name.
+UPDATE kirim_tokens SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL
+RETURNING *;
+
+-- name: revoke_token_by_id
+-- Revoke the token with this id, if active.
+UPDATE kirim_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL
+RETURNING *;
+
+-- name: insert_request
+-- Take an idempotency key for one HTTP request (nothing when a row exists).
+INSERT INTO kirim_requests
+    (idempotency_key, fingerprint, state, lock_token, locked_until, created_at, updated_at)
+VALUES (?, ?, 'in_progress', ?, ?, ?, ?)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING idempotency_key;
+
+-- name: take_over_request
+-- Take over a key whose holder stopped before answering (its hold expired).
+UPDATE kirim_requests
+SET fingerprint = ?, lock_token = ?, locked_until = ?, updated_at = ?
+WHERE idempotency_key = ? AND state = 'in_progress' AND locked_until < ?
+RETURNING idempotency_key;
+
+-- name: request_by_key
+-- Who holds, or held, an idempotency key.
+SELECT * FROM kirim_requests WHERE idempotency_key = ?;
+
+-- name: complete_request
+-- Keep the response to replay, while this request still holds the key.
+UPDATE kirim_requests
+SET state = 'completed', status_code = ?, response = ?, delivery_id = ?, lock_token = NULL,
+    locked_until = NULL, updated_at = ?
+WHERE idempotency_key = ? AND lock_token = ? AND state = 'in_progress';
+
+-- name: release_request
+-- Give the key back (the request failed; an error is not replayed).
+DELETE FROM kirim_requests
+WHERE idempotency_key = ? AND lock_token = ? AND state = 'in_progress';

@@ -1,0 +1,122 @@
+"""The FastAPI application of ``kirim serve``: the API, the dashboard, /metrics."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from starlette.responses import Response
+
+from kirim.config import Config, ServeSettings
+from kirim.engine import Kirim
+from kirim.http import dashboard, errors, routes_notifications, routes_ops
+from kirim.http.errors import ErrorBody
+from kirim.http.models import NotificationIn
+from kirim.http.service import AccessLog, Service, make_service
+from kirim.observe.metrics import Metrics
+
+#: the API's version (of this document), not kirim's
+API_VERSION = "1.0"
+DESCRIPTION = """\
+kirim records notifications and delivers them **once**: one delivery per
+idempotency key, whatever the number of requests, retries or servers.
+
+Every `/v1` route needs `Authorization: Bearer TOKEN` (`kirim token create --name
+NAME`). `POST /v1/notifications` honours the `Idempotency-Key` header (IETF
+httpapi draft): a replay of a completed request answers the original response
+(with `Idempotent-Replayed: true`), a request whose key is still being processed
+gets 409, and the same key with another body gets 422. Errors share one format:
+`{"error": {"code", "message", "details": [{"field", "message", "type"}]}}`.
+"""
+
+
+def _css() -> bytes:
+    return resources.files("kirim.http").joinpath("static", "dashboard.css").read_bytes()
+
+
+def create_app(
+    kirim: Kirim | None = None,
+    *,
+    config: Config | None = None,
+    settings: ServeSettings | None = None,
+    metrics: Metrics | None = None,
+    token_cache: float = 1.0,
+) -> FastAPI:
+    """The service on ``kirim``, or on a new ``Kirim(config)``. The server opens it when
+    it starts, in its own event loop (a no-op if it is open; the schema is checked), and
+    closes it when it stops.
+
+    ``token_cache``: seconds a verified token is remembered (0: ask the store each time).
+    """
+    if kirim is None:
+        kirim = Kirim(config)
+    svc = make_service(
+        kirim, settings or kirim.config.serve, metrics=metrics, token_cache=token_cache
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await svc.kirim.open()
+        try:
+            yield
+        finally:
+            await svc.kirim.close()
+
+    app = FastAPI(
+        title="kirim",
+        version=API_VERSION,
+        summary="Notification delivery that never sends the same notification twice.",
+        description=DESCRIPTION,
+        docs_url=None,
+        redoc_url=None,
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: route.name,
+    )
+    app.state.service = svc
+    app.state.verifier = svc.verifier
+    errors.install(app)
+    app.include_router(routes_notifications.intake_router)
+    app.include_router(routes_notifications.router)
+    app.include_router(routes_ops.dead_router)
+    app.include_router(routes_ops.ops_router)
+    app.include_router(dashboard.router)
+    css = _css()
+
+    @app.get("/static/dashboard.css", include_in_schema=False)
+    async def stylesheet() -> Response:
+        return Response(
+            css, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"}
+        )
+
+    app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    app.add_middleware(AccessLog, svc=svc)
+    return app
+
+
+def openapi_document(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document (cached on the app), with the hand-documented schemas."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    doc = get_openapi(
+        title=app.title,
+        version=app.version,
+        openapi_version=app.openapi_version,
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    body = NotificationIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas["NewNotification"] = body
+    schemas.setdefault("ErrorBody", ErrorBody.model_json_schema())
+    app.openapi_schema = doc
+    return doc
+
+
+def service_of(app: FastAPI) -> Service:
+    svc: Service = app.state.service
+    return svc

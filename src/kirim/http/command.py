@@ -1,0 +1,165 @@
+"""``kirim serve``: the HTTP API, the dashboard and /metrics on uvicorn."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import signal
+import socket
+from typing import Any
+
+import click
+
+from kirim import cli_ops
+from kirim.cli_ops import EXIT_USAGE, State, pass_state
+from kirim.errors import ConfigError
+from kirim.observe.logging import get_logger
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket (so that the port is known, even when it is 0)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot resolve --host {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; choose another --port"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+@click.command()
+@click.option("--host", metavar="HOST", help="Address to bind.  [default: 127.0.0.1]")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), metavar="PORT", help="Port.  [default: 8000]"
+)
+@click.option(
+    "--protect-metrics", is_flag=True, default=None, help="/metrics needs a bearer token too."
+)
+@click.option(
+    "--protect-dashboard",
+    is_flag=True,
+    default=None,
+    help="The dashboard needs a token (a login form sets a cookie).",
+)
+@click.option(
+    "--token-cache",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a verified token is remembered (a revoked one works that long).",
+)
+@pass_state
+def serve(
+    state: State,
+    host: str | None,
+    port: int | None,
+    protect_metrics: bool | None,
+    protect_dashboard: bool | None,
+    token_cache: float,
+) -> None:
+    """Serve the HTTP API, the dashboard and Prometheus metrics.
+
+    \b
+    /v1/notifications          POST (Idempotency-Key), GET list, GET /{id},
+                               GET /{id}/timeline, POST /{id}/cancel
+    /v1/dead-letters           GET, POST /{id}/retry
+    /healthz /readyz /metrics  liveness, database reachable, Prometheus text
+    /openapi.json              the OpenAPI document
+    /                          the dashboard
+
+    Every /v1 route needs `Authorization: Bearer TOKEN` (`kirim token create`).
+    Options not given come from the [serve] table of the config file. Binds
+    127.0.0.1 unless told otherwise. SIGTERM or SIGINT stops it gracefully.
+
+    \b
+    Examples:
+      kirim serve
+      kirim serve --host 0.0.0.0 --port 8080 --protect-metrics --protect-dashboard
+    """
+    import uvicorn
+
+    from kirim.http.app import create_app
+
+    state.setup_logging("info")
+    with cli_ops.reported():
+        config = state.config()
+        given: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "protect_metrics": protect_metrics,
+            "protect_dashboard": protect_dashboard,
+        }
+        settings = dataclasses.replace(
+            config.serve, **{k: v for k, v in given.items() if v is not None}
+        )
+        config = dataclasses.replace(config, serve=settings)
+
+    async def check() -> None:  # a missing schema is one line, before anything listens
+        async with state.app():
+            pass
+
+    cli_ops.run(check)
+    with cli_ops.reported():
+        sock = bind(settings.host, settings.port)
+    log = get_logger(component="http")
+    if not _loopback(settings.host) and not settings.protect_dashboard:
+        log.warning(
+            "dashboard_unprotected",
+            host=settings.host,
+            hint="anyone who reaches this address can retry and cancel; add --protect-dashboard",
+        )
+    app = create_app(config=config, settings=settings, token_cache=token_cache)
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
+    log.info(
+        "serving",
+        url=f"http://{shown}:{bound[1]}",
+        database=cli_ops.safe_url(config.database),
+        protect_metrics=settings.protect_metrics,
+        protect_dashboard=settings.protect_dashboard,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
+    )
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # uvicorn shuts down gracefully, then raises the signal again for the handler it
+        # found: this one notes it, so that a stop on request exits 0 (as the worker does)
+        signal.signal(sig, lambda number, _: received.append(number))
+    try:
+        with cli_ops.reported():
+            server.run(sockets=[sock])  # uvloop and httptools when installed
+    finally:
+        sock.close()
+    if received:
+        log.info("stopped", signal=signal.Signals(received[0]).name)
+    if not server.started:
+        cli_ops.fail("the server did not start; see the log above", EXIT_USAGE)

@@ -1,0 +1,309 @@
+"""The dashboard: server-rendered HTML (Jinja2), no JavaScript, no build step.
+
+``/`` shows the counts by status, the queue depth and oldest due job, the in-doubt
+deliveries and the dead letters (with retry and cancel buttons), and a search by
+key, event id or delivery id. ``/dashboard/notifications/{id}`` draws one
+notification's timeline as a pseudo-log. Buttons are forms posting to dashboard
+routes, which redirect back (303) with a message.
+
+With ``protect_dashboard`` the pages need a token: the ``Authorization`` header,
+or a login form that sets an HttpOnly, SameSite=Strict cookie. Every POST is
+refused when the browser says it comes from another site (``Origin`` /
+``Sec-Fetch-Site``), protected or not.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import jinja2
+from fastapi import APIRouter, Path, Query, Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from kirim.cli_ops import Record, iso
+from kirim.http.auth import COOKIE, bearer_secret
+from kirim.http.errors import ApiError
+from kirim.http.routes_notifications import MAX_ID, read_body, record_of
+from kirim.http.service import Service, service
+from kirim.http.timeline import events
+from kirim.model import Delivery, DeliveryStatus, Job, JobStatus
+
+router = APIRouter(include_in_schema=False)
+
+_env = jinja2.Environment(
+    loader=jinja2.PackageLoader("kirim.http", "templates"),
+    autoescape=jinja2.select_autoescape(default=True),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_env.filters["iso"] = iso
+
+#: flash messages, by code: the text is never taken from the URL
+MESSAGES = {
+    "retried": ("ok", "notification {id} requeued with a fresh job"),
+    "canceled": ("ok", "notification {id} canceled"),
+    "not_retried": ("error", "notification {id} is not dead-lettered: nothing to retry"),
+    "not_canceled": ("error", "notification {id} cannot be canceled in its current state"),
+    "missing": ("error", "no notification {id}"),
+    "logged_out": ("ok", "logged out"),
+}
+CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
+PAGE_ROWS = 50
+
+Id = Annotated[int, Path(ge=1, le=MAX_ID)]
+
+
+def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+    html = _env.get_template(name).render(**context)
+    return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+def _here(request: Request) -> str:
+    """This page's path and query, as a local redirect target."""
+    query = request.url.query
+    return _local(request.url.path + ("?" + query if query else ""))
+
+
+def _local(path: str | None, default: str = "/") -> str:
+    """A redirect target on this site only (no scheme, no host, no ``//``)."""
+    if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return default
+    parts = urlsplit(path)
+    return default if parts.scheme or parts.netloc else path
+
+
+async def _client(request: Request, svc: Service) -> str | Response | None:
+    """The token's name when the dashboard is protected (None when it is not), or the
+    response to send instead (a redirect to the login form)."""
+    if not svc.settings.protect_dashboard:
+        return None
+    secret = bearer_secret(request) or request.cookies.get(COOKIE)
+    token = None if secret is None else await svc.verifier.verify(secret)
+    if token is None:
+        target = quote(_here(request))
+        return RedirectResponse(f"/dashboard/login?next={target}", status_code=303)
+    request.scope.setdefault("state", {})["kirim_client"] = token.name
+    return token.name
+
+
+def _same_site(request: Request) -> bool:
+    """False when the browser says the form was posted from another site."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return False
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", "")
+
+
+async def _form(request: Request, svc: Service) -> dict[str, str]:
+    raw = await read_body(request, svc.max_body_bytes)
+    try:
+        parsed = parse_qs(raw.decode("utf-8"), max_num_fields=20)
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def _row(d: Delivery, job: Job | None) -> dict[str, Any]:
+    return {
+        "d": d,
+        "job": job,
+        "retry": job is not None and job.status is JobStatus.DEAD,
+        "cancel": d.status in CANCELABLE
+        or (d.status is DeliveryStatus.PROCESSING and d.claim_token is None),
+    }
+
+
+def _flash(msg: str | None, ident: str | None) -> dict[str, str] | None:
+    if msg not in MESSAGES:
+        return None
+    kind, text = MESSAGES[msg]
+    safe = ident if ident is not None and ident.isdigit() else "?"
+    return {"kind": kind, "text": text.format(id=safe)}
+
+
+def _age(seconds: float) -> str:
+    if seconds < 1:
+        return "0 s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+@router.get("/", response_class=HTMLResponse)
+async def overview(
+    request: Request,
+    q: Annotated[str | None, Query(max_length=255)] = None,
+    msg: Annotated[str | None, Query(max_length=32)] = None,
+    id: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    svc = service(request)
+    who = await _client(request, svc)
+    if isinstance(who, Response):
+        return who
+    store = svc.kirim.store
+    now = svc.kirim.clock.now()
+    counts = await store.counts()
+    stats = await store.queue_stats(now=now)
+    in_doubt = await store.list_deliveries(status=DeliveryStatus.IN_DOUBT, limit=PAGE_ROWS)
+    doubt_rows = [_row(d, await store.get_job(d.id)) for d in in_doubt]
+    dead_rows = [_row(x.delivery, x.job) for x in await store.dead_letters(limit=PAGE_ROWS)]
+    query = (q or "").strip()
+    found: list[dict[str, Any]] | None = None
+    if query:
+        found = [_row(d, await store.get_job(d.id)) for d in await store.search_deliveries(query)]
+    statuses = [str(s) for s in DeliveryStatus]
+    return render(
+        "overview.html",
+        title="overview",
+        client=who,
+        protected=svc.settings.protect_dashboard,
+        flash=_flash(msg, id),
+        statuses=statuses,
+        deliveries={s: counts["deliveries"].get(s, 0) for s in statuses},
+        total=sum(counts["deliveries"].values()),
+        jobs=counts["jobs"],
+        queue_depth=stats.queue_depth,
+        oldest_due=_age(stats.oldest_due_age_s),
+        in_doubt_total=stats.in_doubt,
+        in_doubt=doubt_rows,
+        dead=dead_rows,
+        q=query,
+        found=found,
+        back=_here(request),
+        now=iso(now),
+    )
+
+
+@router.get("/dashboard/notifications/{delivery_id}", response_class=HTMLResponse)
+async def notification_page(
+    request: Request,
+    delivery_id: Id,
+    msg: Annotated[str | None, Query(max_length=32)] = None,
+) -> Response:
+    svc = service(request)
+    who = await _client(request, svc)
+    if isinstance(who, Response):
+        return who
+    try:
+        record: Record = await record_of(svc, delivery_id)
+    except ApiError:
+        return render(
+            "missing.html", status=404, title="not found", delivery_id=delivery_id, client=who
+        )
+    d, job, attempts = record
+    lines = events(record, now=svc.kirim.clock.now())
+    return render(
+        "notification.html",
+        title=f"notification {d.id}",
+        client=who,
+        protected=svc.settings.protect_dashboard,
+        flash=_flash(msg, str(d.id)),
+        row=_row(d, job),
+        d=d,
+        job=job,
+        attempts=attempts,
+        lines=lines,
+        payload=json.dumps(d.payload, indent=2, ensure_ascii=False, sort_keys=True),
+        back=f"/dashboard/notifications/{d.id}",
+    )
+
+
+async def _act(request: Request, delivery_id: int, action: str) -> Response:
+    svc = service(request)
+    who = await _client(request, svc)
+    if isinstance(who, Response):
+        return who
+    if not _same_site(request):
+        return render("forbidden.html", status=403, title="forbidden", client=who)
+    form = await _form(request, svc)
+    back = _local(form.get("back"))
+    store, now = svc.kirim.store, svc.kirim.clock.now()
+    found = await store.list_deliveries(after_id=delivery_id - 1, limit=1)
+    if not found or found[0].id != delivery_id:
+        code = "missing"
+    elif action == "retry":
+        code = "retried" if await store.retry_dead(delivery_id, now=now) else "not_retried"
+    else:
+        code = "canceled" if await store.cancel(delivery_id, now=now) else "not_canceled"
+    if code in ("retried", "canceled"):
+        svc.log.info(f"dashboard_{code}", notification_id=delivery_id, client=who)
+    back = _strip_flash(back)
+    separator = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{separator}msg={code}&id={delivery_id}", status_code=303)
+
+
+def _strip_flash(path: str) -> str:
+    """The path without an earlier ``msg``/``id`` flash."""
+    parts = urlsplit(path)
+    if not parts.query:
+        return path
+    kept = [
+        f"{quote(k)}={quote(v)}"
+        for k, values in parse_qs(parts.query).items()
+        if k not in ("msg", "id")
+        for v in values
+    ]
+    return parts.path + ("?" + "&".join(kept) if kept else "")
+
+
+@router.post("/dashboard/notifications/{delivery_id}/retry")
+async def retry_action(request: Request, delivery_id: Id) -> Response:
+    return await _act(request, delivery_id, "retry")
+
+
+@router.post("/dashboard/notifications/{delivery_id}/cancel")
+async def cancel_action(request: Request, delivery_id: Id) -> Response:
+    return await _act(request, delivery_id, "cancel")
+
+
+@router.get("/dashboard/login", response_class=HTMLResponse)
+async def login_form(
+    request: Request, next: Annotated[str | None, Query(max_length=2000)] = None
+) -> Response:
+    return render("login.html", title="log in", next=_local(next), error=None, client=None)
+
+
+@router.post("/dashboard/login")
+async def login(request: Request) -> Response:
+    svc = service(request)
+    if not _same_site(request):
+        return render("forbidden.html", status=403, title="forbidden", client=None)
+    form = await _form(request, svc)
+    target = _local(form.get("next"))
+    token = await svc.verifier.verify(form.get("token", "").strip())
+    if token is None:
+        return render(
+            "login.html",
+            status=401,
+            title="log in",
+            next=target,
+            error="unknown or revoked token",
+            client=None,
+        )
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        form["token"].strip(),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
+
+
+@router.post("/dashboard/logout")
+async def logout(request: Request) -> Response:
+    if not _same_site(request):
+        return render("forbidden.html", status=403, title="forbidden", client=None)
+    response = RedirectResponse("/dashboard/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response

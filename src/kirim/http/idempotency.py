@@ -1,0 +1,226 @@
+"""``POST /v1/notifications`` with the IETF ``Idempotency-Key`` semantics, on kirim.
+
+The key (the ``Idempotency-Key`` header, else the body's ``key``, else kirim's
+default key) is the delivery's idempotency key. A request goes through two
+transactions, both in the database so that any number of servers agree:
+
+1. *begin*: take the key (a ``kirim_requests`` row *in progress*, held for ``hold``
+   seconds), or find who has it. In progress with the same body: 409; completed
+   with the same body: replay the stored response; a different body (another
+   fingerprint, the sha256 of the canonical body): 422.
+2. *enqueue*: record the delivery and its job and, in the same transaction,
+   complete the row with the response to replay.
+
+A server that dies between the two leaves the key in progress until its hold
+expires; the next request with the key then takes it over.
+
+Concurrent requests of one server share transactions (group commit), and one
+transaction (``Store.handle_requests``) carries the second step of the requests
+that began in the previous one and the first step of those that arrived since: a
+request costs a share of one commit, not two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kirim.batching import Batcher
+from kirim.cli_ops import Record, delivery_json
+from kirim.engine import Kirim, NotifyRequest
+from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
+from kirim.http.errors import ApiError, detail
+from kirim.http.models import NotificationIn, parse_when
+from kirim.keys import canonical_json
+from kirim.model import EnqueueResult
+from kirim.observe.logging import get_logger
+from kirim.store.base import (
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    RequestState,
+    StoredResponse,
+)
+
+#: seconds a request holds its key before another server may take it over
+HOLD = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status_code: int
+    body: str
+    replayed: bool = False
+    delivery_id: int | None = None
+
+
+def fingerprint(body: Any) -> str:
+    """sha256 of the canonical JSON of a request body (key order and spacing ignored)."""
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def header_key(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header: a structured-field string (``"abc"``), or bare."""
+    if value is None:
+        return None
+    text = value.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        inner, out, i = text[1:-1], [], 0
+        while i < len(inner):
+            c = inner[i]
+            if c == "\\" and i + 1 < len(inner) and inner[i + 1] in '"\\':
+                out.append(inner[i + 1])
+                i += 2
+                continue
+            if c in '"\\':
+                raise _bad_header("is not a valid structured-field string")
+            out.append(c)
+            i += 1
+        text = "".join(out)
+    if not text:
+        raise _bad_header("must not be empty")
+    if len(text) > 255:
+        raise _bad_header("is longer than 255 characters")
+    if not all(" " <= c <= "~" for c in text):
+        raise _bad_header("must be printable ASCII")
+    return text
+
+
+def _bad_header(why: str) -> ApiError:
+    return ApiError(
+        400,
+        "bad_request",
+        f"the Idempotency-Key header {why}",
+        details=[detail("header.idempotency-key", why, "invalid_header")],
+    )
+
+
+def _respond(result: EnqueueResult) -> StoredResponse | None:
+    """The response kept for a new delivery; None (keep nothing) for an existing one."""
+    if not result.created:
+        return None
+    record: Record = (result.delivery, result.job, [])
+    return StoredResponse(
+        status_code=201, body=json.dumps(delivery_json(record), ensure_ascii=False)
+    )
+
+
+def reused(key: str) -> ApiError:
+    return ApiError(
+        422,
+        "idempotency_key_reused",
+        f"idempotency key {key!r} was already used with a different request body; "
+        "use a new key for a new notification",
+        details=[detail("header.idempotency-key", "used with another body", "key_reused")],
+    )
+
+
+Step = RequestBegin | RequestedDelivery
+Done = tuple[EnqueueResult, StoredResponse | None]
+
+
+class Intake:
+    """Accepts notifications for one server (see the module's docstring)."""
+
+    def __init__(self, kirim: Kirim, *, hold: float = HOLD) -> None:
+        self.kirim = kirim
+        self.hold = hold
+        self.log = get_logger(component="http")
+        self._steps: Batcher[Step, RequestSlot | Done] = Batcher(self._write)
+
+    async def _write(self, items: Sequence[Step]) -> list[RequestSlot | Done]:
+        begin = [it for it in items if isinstance(it, RequestBegin)]
+        enqueue = [it for it in items if isinstance(it, RequestedDelivery)]
+        slots, done = await self.kirim.store.handle_requests(
+            begin, enqueue, now=self.kirim.clock.now(), hold=self.hold, respond=_respond
+        )
+        next_slot, next_done = iter(slots), iter(done)
+        return [
+            next(next_slot) if isinstance(it, RequestBegin) else next(next_done) for it in items
+        ]
+
+    async def accept(self, body: NotificationIn, raw: Any, key_header: str | None) -> Answer:
+        key = header_key(key_header)
+        if key is not None and body.key is not None and body.key != key:
+            raise ApiError(
+                422,
+                "validation_error",
+                "the Idempotency-Key header and the body's key differ; send one, or both equal",
+                details=[detail("body.key", "differs from the Idempotency-Key header", "key")],
+            )
+        send_after: datetime | None = None
+        if body.send_after is not None:
+            send_after = parse_when(body.send_after)
+        request = NotifyRequest(
+            event_id=body.event_id,
+            recipient=body.recipient,
+            channel=body.channel,
+            payload=body.payload,
+            key=key if key is not None else body.key,
+            send_after=send_after,
+        )
+        try:
+            item = self.kirim.prepare(request)
+        except UnknownChannel as exc:
+            raise ApiError(
+                422,
+                "unknown_channel",
+                str(exc),
+                details=[detail("body.channel", str(exc), "unknown_channel")],
+            ) from None
+        except PayloadTooLarge as exc:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                str(exc),
+                details=[detail("body.payload", str(exc), "payload_too_large")],
+            ) from None
+        except InvalidNotification as exc:
+            raise ApiError(422, "validation_error", str(exc)) from None
+        except RecursionError:
+            raise ApiError(422, "validation_error", "the payload is nested too deeply") from None
+        print_ = fingerprint(raw)
+        token = secrets.token_hex(16)
+        slot = await self._steps.submit(
+            RequestBegin(idempotency_key=item.idempotency_key, fingerprint=print_, lock_token=token)
+        )
+        assert isinstance(slot, RequestSlot)
+        if slot.state is not RequestState.ACQUIRED:
+            if slot.fingerprint != print_:
+                raise reused(item.idempotency_key)
+            if slot.state is RequestState.IN_PROGRESS:
+                raise ApiError(
+                    409,
+                    "request_in_progress",
+                    "a request with this idempotency key is still being processed; "
+                    "retry in a moment",
+                    headers={"Retry-After": "1"},
+                )
+            return Answer(slot.status_code or 200, slot.response or "", replayed=True)
+        done = await self._steps.submit(RequestedDelivery(delivery=item, lock_token=token))
+        assert not isinstance(done, RequestSlot)
+        result, kept = done
+        d = result.delivery
+        self.log.info(
+            "enqueued" if result.created else "enqueue_conflict",
+            notification_id=d.id,
+            event_id=d.event_id,
+            idempotency_key=d.idempotency_key,
+            channel=d.channel,
+            job_id=None if result.job is None else result.job.id,
+        )
+        if kept is not None:
+            return Answer(kept.status_code, kept.body, delivery_id=d.id)
+        if self.kirim.metrics is not None:
+            self.kirim.metrics.enqueue_conflict(d.channel)
+        if d.payload_hash != item.payload_hash:
+            raise reused(item.idempotency_key)
+        # recorded before, by kirim itself (notify, the CLI): this answer is not kept
+        record = await self.kirim.get(d.id)
+        assert record is not None
+        return Answer(200, json.dumps(delivery_json(record), ensure_ascii=False), delivery_id=d.id)

@@ -1,0 +1,177 @@
+"""The API's request and response shapes (pydantic, for validation and the OpenAPI).
+
+Responses reuse the JSON of ``kirim status --json`` (``kirim.cli_ops.delivery_json``)
+so that the CLI and the API agree; the models here only describe it. Times are
+ISO-8601 UTC strings with milliseconds (``2026-07-21T10:00:01.125Z``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+
+#: send_after must land between these (UTC), so that every time kirim prints is valid.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def clean_text(value: str) -> str:
+    """Text a database can keep: no NUL, no lone surrogate, not blank."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def parse_when(value: str) -> datetime:
+    """An ISO-8601 / RFC 3339 datetime with a timezone (``Z`` or an offset)."""
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(
+            "must be an ISO-8601 datetime with a timezone, such as 2030-01-01T09:00:00Z"
+        ) from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError("must have a timezone (Z or an offset such as +07:00)")
+    try:
+        in_range = EARLIEST <= when <= LATEST
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise ValueError("must be between the years 0001 and 9999 in UTC")
+    return when
+
+
+def _when(value: str) -> str:
+    parse_when(value)
+    return value
+
+
+Text = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(clean_text)]
+ChannelName = Annotated[
+    str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)
+]
+Key = Annotated[str, StringConstraints(min_length=1, max_length=255), AfterValidator(clean_text)]
+When = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=64),
+    AfterValidator(_when),
+    Field(json_schema_extra={"format": "date-time"}),
+]
+
+
+class NotificationIn(BaseModel):
+    """A notification to record (``POST /v1/notifications``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="NewNotification")
+
+    event_id: Text = Field(description="The business event's id.")
+    recipient: Text = Field(description="Who receives it (a user id, an address).")
+    channel: ChannelName = Field(description="A channel configured on the server.")
+    payload: Any = Field(
+        description="Any JSON value, given to the channel's provider (at most the server's "
+        "`max_payload_bytes` once encoded)."
+    )
+    key: Key | None = Field(
+        default=None,
+        description="The idempotency key, when the `Idempotency-Key` header is not used "
+        "(both must then be equal). Default: sha256 of event, recipient and channel.",
+    )
+    send_after: When | None = Field(
+        default=None,
+        description="Not before this ISO-8601 datetime with a timezone (RFC 3339).",
+    )
+
+
+StrTime = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+
+class AttemptOut(BaseModel):
+    """One outbound provider request, recorded before it left."""
+
+    id: int
+    job_id: int
+    number: int
+    provider_request_id: str
+    status: AttemptStatus
+    provider_message_id: str | None
+    worker_id: str
+    error: str | None
+    requested_at: StrTime
+    completed_at: StrTime | None
+
+
+class JobOut(BaseModel):
+    """The technical carrier a worker leases."""
+
+    id: int
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    run_at: StrTime
+    lease_owner: str | None
+    lease_expires_at: StrTime | None
+    last_error: str | None
+    created_at: StrTime
+    updated_at: StrTime
+
+
+class DeliveryOut(BaseModel):
+    """A delivery, its most recent job and every attempt (as ``kirim status --json``)."""
+
+    id: int
+    idempotency_key: str
+    event_id: str
+    recipient: str
+    channel: str
+    payload: Any
+    status: DeliveryStatus
+    doubt: Doubt | None
+    provider_message_id: str | None
+    last_error: str | None
+    claimed_by: str | None
+    claim_expires_at: StrTime | None
+    created_at: StrTime
+    updated_at: StrTime
+    sent_at: StrTime | None
+    job: JobOut | None
+    attempts: list[AttemptOut]
+
+
+class DeliveryPage(BaseModel):
+    """A page of deliveries, oldest first; pass ``next_cursor`` as ``cursor`` for the next."""
+
+    items: list[DeliveryOut]
+    next_cursor: str | None = Field(description="null on the last page.")
+
+
+class DeadLetters(BaseModel):
+    items: list[DeliveryOut]
+
+
+class TimelineEvent(BaseModel):
+    at: StrTime
+    action: str = Field(
+        description="enqueued, provider_request, provider_response, claim_taken_over, "
+        "status_write, job_state, lease_held, lease_expired, claim_expired…"
+    )
+    line: str = Field(description="The event as a log line (`time key=value …`).")
+    warn: bool = Field(description="A sign of a race: overlapping requests, a late answer…")
+
+
+class Timeline(BaseModel):
+    notification_id: int
+    events: list[TimelineEvent]
+
+
+class Health(BaseModel):
+    status: Literal["ok", "ready"]

@@ -1,0 +1,262 @@
+"""``/v1/notifications``: record, read, list and cancel notifications."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from kirim.cli_ops import Record, delivery_json
+from kirim.http.auth import authenticate, bearer_secret, require_token
+from kirim.http.errors import JSON, ApiError, detail, responses, validation_details
+from kirim.http.idempotency import Answer
+from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timeline
+from kirim.http.service import Service, service
+from kirim.http.timeline import events
+from kirim.model import DeliveryStatus
+
+MAX_ID = 2**63 - 1
+#: the request body's schema, documented by hand: the body is read and validated by
+#: the route itself (size limit, JSON errors, fingerprint)
+#: (as are its header and its security: the hot route resolves no dependency)
+NEW_OPERATION: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {JSON: {"schema": {"$ref": "#/components/schemas/NewNotification"}}},
+    },
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "The delivery's idempotency key (a structured-field string such "
+            'as `"8e03978e"`, or a bare token), at most 255 printable ASCII characters. The '
+            "same key again replays the first response; with another body it is refused "
+            "(422); while the first request is in progress, 409.",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 257},
+        }
+    ],
+    "security": [{"bearerToken": []}],
+}
+
+router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["notifications"])
+intake_router = APIRouter(prefix="/v1", tags=["notifications"])
+
+DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id.")]
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return Response(body.encode(), status_code=status, media_type=JSON, headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 past ``limit`` bytes (announced or streamed)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> ApiError:
+    return ApiError(413, "body_too_large", f"the request body is over the limit of {limit} bytes")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+#: JSON as RFC 8259 has it: NaN and Infinity are refused
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return _DECODER.decode(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(
+            400,
+            "malformed_json",
+            f"the body is not valid JSON: {exc}",
+            details=[detail("body", str(exc), "json_invalid")],
+        ) from None
+    except RecursionError:
+        raise ApiError(400, "malformed_json", "the body is nested too deeply") from None
+
+
+def is_json(content_type: str | None) -> bool:
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == JSON or (media.startswith("application/") and media.endswith("+json"))
+
+
+async def record_of(svc: Service, delivery_id: int) -> Record:
+    """The delivery with this id (never one whose key happens to be these digits)."""
+    store = svc.kirim.store
+    found = await store.list_deliveries(after_id=delivery_id - 1, limit=1)
+    if not found or found[0].id != delivery_id:
+        raise ApiError(404, "not_found", f"no notification with id {delivery_id}")
+    d = found[0]
+    return d, await store.get_job(d.id), await store.get_attempts(d.id)
+
+
+@intake_router.post(
+    "/notifications",
+    status_code=201,
+    summary="Record a notification (idempotent)",
+    openapi_extra=NEW_OPERATION,
+    responses={
+        201: {
+            "model": DeliveryOut,
+            "description": "Recorded; a replay of the same request answers the same "
+            "(with `Idempotent-Replayed: true`).",
+        },
+        200: {
+            "model": DeliveryOut,
+            "description": "The key names a delivery recorded before, outside the API, "
+            "with the same payload.",
+        },
+        **responses(400, 401, 409, 413, 415, 422, 503),
+    },
+)
+async def create_notification(request: Request) -> Response:
+    """Record one notification for delivery by the workers.
+
+    The idempotency key is the `Idempotency-Key` header, else the body's `key`, else
+    kirim's default (sha256 of event, recipient and channel). One delivery per key,
+    whatever the number of requests or servers.
+    """
+    await authenticate(request, bearer_secret(request))
+    svc = service(request)
+    headers = request.headers
+    if not is_json(headers.get("content-type")):
+        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
+    raw = parse_json(await read_body(request, svc.max_body_bytes))
+    try:
+        body = NotificationIn.model_validate(raw)
+    except ValidationError as exc:
+        raise ApiError(
+            422,
+            "validation_error",
+            "the notification is invalid; see details",
+            details=validation_details(exc.errors(include_input=False), "body"),
+        ) from None
+    except RecursionError:
+        raise ApiError(422, "validation_error", "the body is nested too deeply") from None
+    answer: Answer = await svc.intake.accept(body, raw, headers.get("idempotency-key"))
+    extra: dict[str, str] = {}
+    if answer.replayed:
+        extra["Idempotent-Replayed"] = "true"
+    if answer.status_code == 201 and answer.delivery_id is not None:
+        extra["Location"] = f"/v1/notifications/{answer.delivery_id}"
+    return json_response(answer.body, answer.status_code, extra)
+
+
+@router.get(
+    "/notifications",
+    summary="List notifications",
+    response_model=None,
+    responses={200: {"model": DeliveryPage, "description": "A page."}, **responses(401, 422, 503)},
+)
+async def list_notifications(
+    request: Request,
+    status: Annotated[DeliveryStatus | None, Query(description="Only this status.")] = None,
+    channel: Annotated[
+        str | None, Query(min_length=1, max_length=200, description="Only this channel.")
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=19,
+            pattern=r"^[0-9]+$",
+            description="`next_cursor` of the previous page.",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=200, description="Page size.")] = 50,
+) -> Response:
+    """Deliveries oldest first, each with its job and attempts; page with `next_cursor`."""
+    svc = service(request)
+    after = int(cursor) if cursor else 0
+    if after > MAX_ID:
+        raise ApiError(
+            422,
+            "validation_error",
+            "cursor is out of range",
+            details=[detail("query.cursor", "out of range", "value_error")],
+        )
+    if channel is not None and "\x00" in channel:
+        return json_response({"items": [], "next_cursor": None})
+    store = svc.kirim.store
+    rows = await store.list_deliveries(
+        status=status, channel=channel, after_id=after, limit=limit + 1
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    items = [
+        delivery_json((d, await store.get_job(d.id), await store.get_attempts(d.id))) for d in rows
+    ]
+    next_cursor = str(rows[-1].id) if more and rows else None
+    return json_response({"items": items, "next_cursor": next_cursor})
+
+
+@router.get(
+    "/notifications/{delivery_id}",
+    summary="One notification",
+    response_model=None,
+    responses={
+        200: {"model": DeliveryOut, "description": "The delivery, its job and attempts."},
+        **responses(401, 404, 422, 503),
+    },
+)
+async def get_notification(request: Request, delivery_id: DeliveryId) -> Response:
+    """The delivery, its most recent job and every attempt (as `kirim status --json`)."""
+    return json_response(delivery_json(await record_of(service(request), delivery_id)))
+
+
+@router.get(
+    "/notifications/{delivery_id}/timeline",
+    summary="One notification's timeline",
+    response_model=None,
+    responses={
+        200: {"model": Timeline, "description": "Its events as log lines."},
+        **responses(401, 404, 422, 503),
+    },
+)
+async def get_timeline(request: Request, delivery_id: DeliveryId) -> Response:
+    """Requests, answers, takeovers, status writes and leases, oldest first."""
+    svc = service(request)
+    record = await record_of(svc, delivery_id)
+    found = events(record, now=svc.kirim.clock.now())
+    return json_response({"notification_id": delivery_id, "events": [e.json() for e in found]})
+
+
+@router.post(
+    "/notifications/{delivery_id}/cancel",
+    summary="Cancel a notification",
+    response_model=None,
+    responses={
+        200: {"model": DeliveryOut, "description": "Canceled."},
+        **responses(401, 404, 409, 422, 503),
+    },
+)
+async def cancel_notification(request: Request, delivery_id: DeliveryId) -> Response:
+    """Cancel a delivery that is neither in flight nor sent (409 otherwise)."""
+    svc = service(request)
+    d, _, _ = await record_of(svc, delivery_id)
+    if not await svc.kirim.store.cancel(d.id, now=svc.kirim.clock.now()):
+        raise ApiError(
+            409,
+            "not_cancelable",
+            f"notification {d.id} is {d.status}: only a pending, failed or in-doubt "
+            "notification that is not in flight can be canceled",
+        )
+    svc.log.info("canceled", notification_id=d.id, client=request.state.kirim_client)
+    return json_response(delivery_json(await record_of(svc, delivery_id)))

@@ -1,0 +1,214 @@
+"""One notification's history as a pseudo-log, the way the write-up draws races::
+
+    2026-07-21T10:00:01.125Z worker=A job_id=9381 attempt=1 action=provider_request \
+        request_id=req-abc
+
+Built from the records alone (delivery, its latest job, every attempt): requests and
+their answers, a second worker taking over while a request was unanswered, late
+answers, status writes, and the current lease or claim when it has expired. Lines
+that show a race are marked ``warn``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kirim.cli_ops import Record, iso
+from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    at: float
+    action: str
+    fields: tuple[tuple[str, Any], ...]
+    warn: bool = False
+    order: int = 0
+
+    @property
+    def line(self) -> str:
+        parts = [iso(self.at) or "-"]
+        for key, value in self.fields:
+            if value is None or value == "":
+                continue
+            parts.append(f"{key}={_value(value)}")
+        return " ".join(parts)
+
+    def json(self) -> dict[str, Any]:
+        return {"at": iso(self.at), "action": self.action, "line": self.line, "warn": self.warn}
+
+
+def _value(value: Any) -> str:
+    text = str(value)
+    if not text or any(c in text for c in ' "=\\') or not text.isprintable():
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in escaped) + '"'
+    return text
+
+
+def events(record: Record, *, now: float) -> list[Event]:
+    """What happened to one delivery, oldest first."""
+    d, job, attempts = record
+    out: list[Event] = []
+    first_job = attempts[0].job_id if attempts else (job.id if job is not None else None)
+    out.append(
+        Event(
+            d.created_at,
+            "enqueued",
+            (
+                ("job_id", first_job),
+                ("action", "enqueued"),
+                ("notification_id", d.id),
+                ("event_id", d.event_id),
+                ("channel", d.channel),
+            ),
+            order=0,
+        )
+    )
+    for i, a in enumerate(attempts):
+        # earlier requests still unanswered when this one left: a race, at a glance
+        open_before = [
+            b for b in attempts[:i] if b.completed_at is None or b.completed_at > a.requested_at
+        ]
+        taken_from = [b for b in open_before if b.worker_id != a.worker_id]
+        if taken_from:
+            out.append(
+                Event(
+                    a.requested_at,
+                    "claim_taken_over",
+                    (
+                        ("worker", a.worker_id),
+                        ("job_id", a.job_id),
+                        ("attempt", a.number),
+                        ("action", "claim_taken_over"),
+                        ("from", ",".join(sorted({b.worker_id for b in taken_from}))),
+                        ("unanswered", ",".join(b.provider_request_id for b in taken_from)),
+                    ),
+                    warn=True,
+                    order=1,
+                )
+            )
+        request_fields: list[tuple[str, Any]] = [
+            ("worker", a.worker_id),
+            ("job_id", a.job_id),
+            ("attempt", a.number),
+            ("action", "provider_request"),
+            ("request_id", a.provider_request_id),
+        ]
+        if open_before:
+            request_fields.append(
+                ("overlaps", ",".join(f"attempt:{b.number}" for b in open_before))
+            )
+        if a.completed_at is None:
+            request_fields.append(("answer", "none_recorded"))
+        out.append(
+            Event(
+                a.requested_at,
+                "provider_request",
+                tuple(request_fields),
+                warn=bool(open_before) or a.status.in_doubt,
+                order=2,
+            )
+        )
+        if a.completed_at is not None:
+            later = [b for b in attempts[i + 1 :] if b.requested_at < a.completed_at]
+            fields: list[tuple[str, Any]] = [
+                ("worker", a.worker_id),
+                ("job_id", a.job_id),
+                ("attempt", a.number),
+                ("action", "provider_response"),
+                ("request_id", a.provider_request_id),
+                ("result", a.status),
+                ("message_id", a.provider_message_id),
+                ("error", a.error),
+            ]
+            if later:
+                fields.append(("late", "true"))
+            out.append(
+                Event(
+                    a.completed_at,
+                    "provider_response",
+                    tuple(fields),
+                    warn=bool(later) or a.status is AttemptStatus.UNKNOWN,
+                    order=3,
+                )
+            )
+    if d.sent_at is not None:
+        out.append(
+            Event(
+                d.sent_at,
+                "status_write",
+                (
+                    ("action", "status_write"),
+                    ("status", DeliveryStatus.SENT),
+                    ("message_id", d.provider_message_id),
+                ),
+                order=4,
+            )
+        )
+    if d.status not in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING, DeliveryStatus.SENT):
+        out.append(
+            Event(
+                d.updated_at,
+                "status_write",
+                (
+                    ("action", "status_write"),
+                    ("status", d.status),
+                    ("doubt", d.doubt),
+                    ("error", d.last_error),
+                ),
+                warn=d.status is DeliveryStatus.IN_DOUBT,
+                order=4,
+            )
+        )
+    if job is not None:
+        out.append(
+            Event(
+                job.updated_at,
+                "job_state",
+                (
+                    ("worker", job.lease_owner),
+                    ("job_id", job.id),
+                    ("action", "job_state"),
+                    ("status", job.status),
+                    ("attempts", f"{job.attempts}/{job.max_attempts}"),
+                    ("error", job.last_error),
+                ),
+                warn=job.status is JobStatus.DEAD,
+                order=5,
+            )
+        )
+        if job.status is JobStatus.RUNNING and job.lease_expires_at is not None:
+            expired = job.lease_expires_at < now
+            action = "lease_expired" if expired else "lease_held"
+            out.append(
+                Event(
+                    job.lease_expires_at,
+                    action,
+                    (
+                        ("worker", job.lease_owner),
+                        ("job_id", job.id),
+                        ("attempt", job.attempts),
+                        ("action", action),
+                    ),
+                    warn=expired,
+                    order=6,
+                )
+            )
+    if (
+        d.status is DeliveryStatus.PROCESSING
+        and d.claim_expires_at is not None
+        and d.claim_expires_at < now
+    ):
+        out.append(
+            Event(
+                d.claim_expires_at,
+                "claim_expired",
+                (("worker", d.claimed_by), ("action", "claim_expired")),
+                warn=True,
+                order=6,
+            )
+        )
+    out.sort(key=lambda e: (e.at, e.order))
+    return out
