@@ -28,6 +28,8 @@ test: lint
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,bench]'
+	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python bench/run.py
 
 clean:

@@ -24,6 +24,13 @@ from kirim.worker import WorkerSettings
 
 BATCH = 1000
 SETTINGS = WorkerSettings(lease=30, concurrency=256, batch_size=256, poll_interval=0.05)
+# PostgreSQL: two claim batches in flight per worker, so that the next batch is claimed
+# while the last one's intents and outcomes are written (one worker: +36%).
+PG_SETTINGS = WorkerSettings(lease=30, concurrency=512, batch_size=256, poll_interval=0.05)
+
+
+def settings_for(database: str) -> WorkerSettings:
+    return PG_SETTINGS if database.startswith(("postgresql:", "postgres:")) else SETTINGS
 
 
 def _app(database: str) -> Kirim:
@@ -64,7 +71,7 @@ def _worker(database: str, ready: Any, go: Any, out: Any, metrics: bool = False)
                 from kirim.observe.metrics import Metrics
 
                 app.metrics = Metrics()
-            worker = app.worker(settings=SETTINGS)
+            worker = app.worker(settings=settings_for(database))
             ready.release()
             await asyncio.get_running_loop().run_in_executor(None, go.wait)
             started = time.perf_counter()
@@ -127,7 +134,8 @@ def run_bench(
         "database": where,
         "notifications": notifications,
         "workers": workers,
-        "concurrency": SETTINGS.concurrency,
+        "concurrency": settings_for(url).concurrency,
+        "batch_size": settings_for(url).batch_size,
         "metrics": metrics,
         "delivered": sent,
         "enqueues_per_s": round(notifications / enqueue_s, 1),
