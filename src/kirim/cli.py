@@ -492,7 +492,13 @@ def demo(state: State, notifications: int, workers: int, seed: int | None) -> No
 
 
 @main.command()
-@click.option("--database", "bench_database", metavar="URL", help="Database to measure.")
+@click.option(
+    "--database",
+    "bench_database",
+    metavar="URL",
+    help="SQLite file to measure, or a PostgreSQL server on which a throw-away database "
+    "is created and dropped.",
+)
 @click.option("--notifications", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--metrics", is_flag=True, help="Workers record Prometheus metrics (their cost).")
@@ -508,9 +514,11 @@ def bench(
 ) -> None:
     """Measure enqueue and delivery throughput.
 
-    Notifications go through WORKERS workers to a local provider. --database
-    (here or before the command) picks the database; without it the benchmark
-    uses a scratch one.
+    Notifications go through WORKERS worker processes to a zero-latency
+    in-process provider, with the full ledger (delivery, job, attempt). --database
+    (here or before the command) picks where: a SQLite file, or a PostgreSQL
+    server on which a throw-away database is created and dropped; without it a
+    temporary SQLite file is used.
 
     \b
     Example:
