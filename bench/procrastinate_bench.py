@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing as mp
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from kirim.bench import scratch
+from kirim.bench import run_together, scratch
 
 BATCH = 1000
 
@@ -80,20 +79,7 @@ def run(database: str, jobs: int, processes: int, concurrency: int) -> dict[str,
     """Defer then run ``jobs`` no-op jobs; the rates."""
     with tempfile.TemporaryDirectory() as tmp, scratch(database, Path(tmp)) as url:
         defer_s = asyncio.run(_defer(url, jobs))
-        ctx = mp.get_context("spawn")
-        ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-        procs = [
-            ctx.Process(target=_worker, args=(url, concurrency, ready, go, out))
-            for _ in range(processes)
-        ]
-        for p in procs:
-            p.start()
-        for _ in procs:
-            ready.acquire()
-        go.set()
-        results = [out.get(timeout=600) for _ in procs]
-        for p in procs:
-            p.join()
+        results = run_together(_worker, (url, concurrency), processes)
         run_s = max(r[1] for r in results) - min(r[0] for r in results)
         done = asyncio.run(_done(url))
     return {

@@ -12,6 +12,7 @@ import contextlib
 import multiprocessing as mp
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ async def _enqueue(database: str, n: int, offset: int) -> float:
         await app.close()
 
 
-def _worker(database: str, ready: Any, go: Any, out: Any, metrics: bool = False) -> None:
+def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None:
     configure(level="warning")
 
     async def main() -> tuple[float, float, int]:
@@ -83,13 +84,13 @@ def _worker(database: str, ready: Any, go: Any, out: Any, metrics: bool = False)
     out.put(asyncio.run(main()))
 
 
-def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float, int]:
+def run_together(target: Callable[..., None], args: tuple[Any, ...], processes: int) -> list[Any]:
+    """Run ``target(*args, ready, go, out)`` in ``processes`` spawned processes that start
+    their work together, once every one has released ``ready``; return what each put on
+    ``out`` (for the benchmarks: its start and end times first)."""
     ctx = mp.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_worker, args=(database, ready, go, out, metrics))
-        for _ in range(workers)
-    ]
+    procs = [ctx.Process(target=target, args=(*args, ready, go, out)) for _ in range(processes)]
     for p in procs:
         p.start()
     for _ in procs:
@@ -98,6 +99,11 @@ def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float,
     results = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
+    return results
+
+
+def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float, int]:
+    results = run_together(_worker, (database, metrics), workers)
     started = min(r[0] for r in results)
     ended = max(r[1] for r in results)
     return ended - started, sum(r[2] for r in results)
