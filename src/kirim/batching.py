@@ -14,7 +14,8 @@ class Batcher(Generic[I, R]):
     """Collects items submitted while the previous batch was being written.
 
     Under load every commit carries many items; when idle an item is written at
-    once, so batching adds no latency.
+    once, so batching adds no latency. A batch that fails is written again item by
+    item, so that one bad row fails only its own submitter.
     """
 
     def __init__(
@@ -38,9 +39,13 @@ class Batcher(Generic[I, R]):
             try:
                 results = await self._write([item for item, _ in batch])
             except Exception as exc:
-                for _, future in batch:
+                if len(batch) == 1:
+                    _, future = batch[0]
                     if not future.done():
                         future.set_exception(exc)
+                    continue
+                # One bad row must not fail the others: write them one by one.
+                await self._one_by_one(batch)
                 continue
             except BaseException:
                 for _, future in batch:
@@ -49,3 +54,19 @@ class Batcher(Generic[I, R]):
             for (_, future), result in zip(batch, results, strict=True):
                 if not future.done():
                     future.set_result(result)
+
+    async def _one_by_one(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
+        """Write each item of a failed batch alone; each gets its own result or error."""
+        for item, future in batch:
+            try:
+                (result,) = await self._write([item])
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                continue
+            except BaseException:
+                for _, rest in batch:
+                    rest.cancel()
+                raise
+            if not future.done():
+                future.set_result(result)

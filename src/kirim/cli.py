@@ -289,19 +289,24 @@ def worker(
 def status(state: State, key_or_id: str, as_json: bool) -> None:
     """Show one delivery, its job and every attempt as a timeline.
 
-    KEY_OR_ID is the delivery id or its idempotency key. A missing delivery
-    exits 1. JSON times are ISO-8601 UTC strings.
+    KEY_OR_ID is the delivery's idempotency key, else its id; id:N is always
+    the id and key:K always the key (so that a key of digits is never taken
+    for an id, nor an id for such a key). A missing delivery exits 1. JSON
+    times are ISO-8601 UTC strings.
 
     \b
     Examples:
       kirim status 42
+      kirim status id:42
+      kirim status key:48291 --json
       kirim status order-48291-push --json | jq '.attempts[].status'
     """
     state.setup_logging()
+    value, by = cli_ops.delivery_ref(key_or_id)
 
     async def go() -> cli_ops.Record:
         async with state.app() as app:
-            return await cli_ops.resolve(app, key_or_id)
+            return await cli_ops.resolve(app, value, by)
 
     record = run(go)
     if as_json:

@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, NoReturn, TextIO, TypeVar, cast
+from typing import Any, ClassVar, Literal, NoReturn, TextIO, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -37,6 +37,7 @@ from kirim.errors import (
     InvalidNotification,
     KirimError,
     NotFound,
+    NotSettled,
     SchemaError,
 )
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
@@ -145,11 +146,32 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-async def resolve(app: Kirim, key_or_id: str) -> Record:
-    found = await app.get(key_or_id)
-    if found is None:
-        raise NotFound(f"no delivery with id or idempotency key {key_or_id!r}")
-    return found
+#: how ``kirim status`` reads its argument: ``id:N``, ``key:K``, or bare (key, else id)
+By = Literal["auto", "id", "key"]
+
+
+def delivery_ref(text: str) -> tuple[str, By]:
+    """``id:42`` names delivery 42, ``key:42`` the delivery whose key is ``42``; a bare
+    value is a key, else (digits) an id. A key that starts with ``id:`` or ``key:``
+    is given as ``key:id:…``. A bad ``id:`` exits 2."""
+    if text.startswith("id:"):
+        number = text[3:]
+        if not (number.isascii() and number.isdigit() and 0 < int(number) < 2**63):
+            fail(f"{text!r}: an id is a positive integer (give a key as key:K)", EXIT_USAGE)
+        return number, "id"
+    if text.startswith("key:"):
+        return text[4:], "key"
+    return text, "auto"
+
+
+async def resolve(app: Kirim, value: str, by: By = "auto") -> Record:
+    """The delivery ``value`` names (see :func:`delivery_ref`); NotFound otherwise."""
+    delivery = await app.store.get_delivery(value, by=by)
+    if delivery is None:
+        what = {"auto": "id or idempotency key", "id": "id", "key": "idempotency key"}[by]
+        raise NotFound(f"no delivery with {what} {value!r}")
+    job = await app.store.get_job(delivery.id)
+    return delivery, job, await app.store.get_attempts(delivery.id)
 
 
 # -- input -----------------------------------------------------------------------------
@@ -254,7 +276,12 @@ def operate(
                 found = await app.get(key_or_id)
                 if found is None:
                     problems.append(f"{key_or_id}: not found")
-                elif (why := await action(app, found)) is not None:
+                    continue
+                try:
+                    why = await action(app, found)
+                except NotSettled as exc:  # an earlier request may still land
+                    why = str(exc)
+                if why is not None:
                     problems.append(f"{key_or_id}: {why}")
                 else:
                     click.echo(f"delivery {found[0].id} {done}")

@@ -1,6 +1,9 @@
 """What an outcome means for a delivery and its job (DESIGN.md, worker step 7).
 
 Pure decisions: each returns the ``Finish`` a worker commits, fenced by its token.
+Statuses never claim more certainty than kirim has: attempts that run out while an
+earlier request may have arrived end ``in_doubt`` (held), never a plain ``failed``.
+Text from outside (errors, provider answers) is made fit for the ledger here.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from kirim.clock import Clock
 from kirim.errors import TransientFailure
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.store.base import AttemptOutcome, Claim, Finish
+from kirim.text import stored_text
 from kirim.worker_settings import WorkerSettings
 
 
@@ -73,8 +77,8 @@ class Decisions:
             attempt=outcome,
             delivery_status=status,
             doubt=doubt,
-            provider_message_id=message_id,
-            error=error,
+            provider_message_id=stored_text(message_id),
+            error=stored_text(error),
             job_status=job,
         )
 
@@ -97,9 +101,14 @@ class Decisions:
         retry_after: float | None = None,
         exhausted_status: str = "failed",
     ) -> Finish:
+        """Try again after a backoff; when the attempts are over, a dead letter: held in
+        doubt if this or an earlier request may have arrived, else failed."""
         job = claim.job
         if job.attempts >= job.max_attempts:
-            if exhausted_status == "in_doubt":
+            doubtful = bool(claim.doubtful) or (
+                outcome is not None and outcome.status is AttemptStatus.UNKNOWN
+            )
+            if exhausted_status == "in_doubt" or doubtful:
                 return self.hold(claim, f"attempts exhausted: {error}", outcome=outcome)
             return self.final(
                 claim,
@@ -111,17 +120,32 @@ class Decisions:
         delay = self.backoff(job.attempts)
         if retry_after is not None:
             delay = max(delay, retry_after)
-        now = self.clock.now()
         return Finish(
             delivery_id=claim.delivery.id,
             job_id=job.id,
             token=claim.token,
-            now=now,
+            now=self.clock.now(),
             attempt=outcome,
             delivery_status=DeliveryStatus.PENDING,
-            error=error,
+            error=stored_text(error),
             job_status=JobStatus.RETRY_SCHEDULED,
-            run_at=now + delay,
+            delay=delay,  # from the commit, in the store's time
+        )
+
+    def wait_until_settled(self, claim: Claim, until: float) -> Finish:
+        """Put the job back until ``until`` (store time), when no earlier request can
+        still land; the claim does not count as an attempt."""
+        return Finish(
+            delivery_id=claim.delivery.id,
+            job_id=claim.job.id,
+            token=claim.token,
+            now=self.clock.now(),
+            attempt=None,
+            delivery_status=DeliveryStatus.PENDING,
+            error="waiting until no earlier request can still land",
+            job_status=JobStatus.RETRY_SCHEDULED,
+            run_at=until,
+            refund_attempt=True,
         )
 
     def backoff(self, attempts: int) -> float:

@@ -22,7 +22,7 @@ from kirim.errors import (
     PayloadTooLarge,
     UnknownChannel,
 )
-from kirim.keys import canonical_json, default_key, payload_hash
+from kirim.keys import canonical_json, default_key, payload_hash, text_problem
 from kirim.model import Attempt, Delivery, DeliveryStatus, Job
 from kirim.observe.logging import get_logger
 from kirim.store import open_store
@@ -72,7 +72,12 @@ class Kirim:
         self.config = config or Config()
         #: counts enqueue conflicts here; given to the workers of ``worker()``
         self.metrics = metrics
-        self.store = store or open_store(self.config.database)
+        # Without a clock of its own the app keeps time by the database's clock, so that
+        # hosts whose clocks disagree agree on leases; an explicit clock (tests, tools
+        # that move time by hand) is the time of record instead.
+        self.store = store or open_store(
+            self.config.database, time="database" if clock is None else None
+        )
         self.clock = clock or SystemClock()
         self._channels = dict(channels) if channels is not None else None
         self.log = get_logger()
@@ -160,8 +165,8 @@ class Kirim:
             d = result.delivery
             if not result.created and self.metrics is not None:
                 self.metrics.enqueue_conflict(item.channel)
-            if not result.created and d.payload_hash != item.payload_hash:
-                raise IdempotencyKeyReused(item.idempotency_key, d.id)
+            if not result.created and (field := reused_field(d, item)) is not None:
+                raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
             self.log.info(
                 "enqueued" if result.created else "enqueue_conflict",
                 notification_id=d.id,
@@ -192,6 +197,8 @@ class Kirim:
                 value = str(value)
             if not isinstance(value, str) or not value.strip():
                 raise InvalidNotification(f"{name} is required (a non-empty string)")
+            if (problem := text_problem(value)) is not None:
+                raise InvalidNotification(f"{name} {problem}")
         event_id, recipient = str(r.event_id), str(r.recipient)
         if r.channel not in self.channel_names:
             known = ", ".join(sorted(self.channel_names)) or "none configured"
@@ -205,8 +212,11 @@ class Kirim:
             raise PayloadTooLarge(
                 f"payload is {size} bytes, over the limit of {self.config.max_payload_bytes}"
             )
-        if r.key is not None and (not isinstance(r.key, str) or not r.key.strip()):
-            raise InvalidNotification("key must be a non-empty string")
+        if r.key is not None:
+            if not isinstance(r.key, str) or not r.key.strip():
+                raise InvalidNotification("key must be a non-empty string")
+            if (problem := text_problem(r.key)) is not None:
+                raise InvalidNotification(f"key {problem}")
         return NewDelivery(
             idempotency_key=r.key or default_key(event_id, recipient, r.channel),
             event_id=event_id,
@@ -246,6 +256,24 @@ class Kirim:
             checkpoints=checkpoints,
             metrics=metrics if metrics is not None else self.metrics,
         )
+
+
+def reused_field(existing: Delivery, item: NewDelivery) -> str | None:
+    """Where ``item`` differs from the delivery its key already names, or None.
+
+    The first of ``event_id``, ``recipient``, ``channel`` and ``payload`` (by its
+    hash) that differs: one key is one business action, so any difference means the
+    key was reused for another notification. ``notify`` and the HTTP intake both ask.
+    """
+    if existing.event_id != item.event_id:
+        return "event_id"
+    if existing.recipient != item.recipient:
+        return "recipient"
+    if existing.channel != item.channel:
+        return "channel"
+    if existing.payload_hash != item.payload_hash:
+        return "payload"
+    return None
 
 
 def _run_at(send_after: SendAfter, now: float) -> float:

@@ -4,11 +4,12 @@ KirimError
 ├── InvalidNotification        bad input to notify(); nothing was written
 │   ├── UnknownChannel
 │   └── PayloadTooLarge
-├── IdempotencyKeyReused       same key, different payload
+├── IdempotencyKeyReused       same key, another event, recipient, channel or payload
 ├── ConfigError                a kirim.toml or URL that cannot be used
 ├── StoreError                 the database said no
 │   └── SchemaError            not initialised, or newer than this code
 ├── NotFound                   no delivery with that key or id
+├── NotSettled                 an earlier request may still land; try again at retry_at
 └── ProviderError              raised by providers, classified at the seam
     ├── PermanentFailure       the provider refused; never retry
     ├── TransientFailure       certainly not processed; safe to retry
@@ -35,15 +36,20 @@ class PayloadTooLarge(InvalidNotification):
 
 
 class IdempotencyKeyReused(KirimError):
-    """The idempotency key already names a delivery with a different payload."""
+    """The idempotency key already names a delivery of another notification.
 
-    def __init__(self, key: str, delivery_id: int) -> None:
+    ``field`` names the first difference found: ``event_id``, ``recipient``,
+    ``channel`` or ``payload``, compared in that order.
+    """
+
+    def __init__(self, key: str, delivery_id: int, field: str = "payload") -> None:
         super().__init__(
             f"idempotency key {key!r} already belongs to delivery {delivery_id} "
-            "with a different payload; use a new key for a new notification"
+            f"with a different {field}; use a new key for a new notification"
         )
         self.key = key
         self.delivery_id = delivery_id
+        self.field = field
 
 
 class ConfigError(KirimError):
@@ -60,6 +66,23 @@ class SchemaError(StoreError):
 
 class NotFound(KirimError):
     """No record matches."""
+
+
+class NotSettled(KirimError):
+    """An operator action must wait: an earlier request of the delivery may still land.
+
+    ``retry_at`` is the store time (epoch seconds) after which no earlier request can
+    still reach the provider; the action can be tried again then.
+    """
+
+    def __init__(self, delivery_id: int, retry_at: float, action: str) -> None:
+        super().__init__(
+            f"cannot {action} delivery {delivery_id} yet: an earlier request may still "
+            f"reach the provider until {retry_at:.3f} (epoch seconds); try again then"
+        )
+        self.delivery_id = delivery_id
+        self.retry_at = retry_at
+        self.action = action
 
 
 class ProviderError(KirimError):

@@ -9,9 +9,42 @@ from typing import Any
 
 
 def default_key(event_id: str, recipient: str, channel: str) -> str:
-    """The key of one business action: one event, one recipient, one channel."""
-    raw = f"event:{event_id}:user:{recipient}:channel:{channel}"
-    return hashlib.sha256(raw.encode()).hexdigest()
+    """The key of one business action: one event, one recipient, one channel.
+
+    sha256 of :func:`default_key_text`: distinct triples give distinct texts, so two
+    business actions share a default key only if sha256 collides.
+    """
+    return hashlib.sha256(default_key_text(event_id, recipient, channel).encode()).hexdigest()
+
+
+def default_key_text(event_id: str, recipient: str, channel: str) -> str:
+    """What :func:`default_key` hashes: ``event:{e}:user:{r}:channel:{c}``, each field
+    with ``%`` written ``%25`` and ``:`` written ``%3A``.
+
+    An escaped field holds no ``:``, so the text splits back into exactly its three
+    fields, and the escaping is undone unambiguously: the encoding is injective. A
+    field without ``%`` or ``:`` is written as it is (the key of kirim's first
+    releases).
+    """
+    return f"event:{_escaped(event_id)}:user:{_escaped(recipient)}:channel:{_escaped(channel)}"
+
+
+def _escaped(field: str) -> str:
+    return field.replace("%", "%25").replace(":", "%3A")
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text by every backend, or None.
+
+    PostgreSQL's text cannot hold NUL, and a lone surrogate has no UTF-8 form.
+    """
+    if "\x00" in value:
+        return "must not contain NUL characters"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode text (no lone surrogates)"
+    return None
 
 
 def canonical_json(payload: Any) -> str:

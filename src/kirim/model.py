@@ -128,6 +128,17 @@ class Attempt:
     error: str | None
     requested_at: float
     completed_at: float | None
+    #: no request of this attempt leaves after this (store time); None: written
+    #: before schema version 3
+    send_deadline: float | None = None
+    #: after this the attempt can no longer cause a request to land (store time)
+    settles_at: float | None = None
+
+    def settled(self, now: float) -> bool:
+        """Whether this attempt can no longer cause a request to reach the provider."""
+        if not self.status.in_doubt:
+            return True  # answered: whatever it did is known
+        return self.settles_at is None or self.settles_at <= now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,6 +32,10 @@ class ManualClock:
     def now(self) -> float:
         return self._now
 
+    def monotonic(self) -> float:
+        """Seconds on the same manual time line (for deadlines)."""
+        return self._now
+
     def advance(self, seconds: float) -> None:
         self._now += seconds
 
@@ -182,10 +186,62 @@ class FlakyProvider:
         return None
 
 
+class GatedProvider(FlakyProvider):
+    """A ``FlakyProvider`` whose first ``gated`` requests wait at a gate the test opens.
+
+    A gated request lives on the provider's side: cancelling the caller (a worker
+    stopping or crashing) does not stop it, and it lands when ``open(i)`` is called,
+    as a slow request already on the wire would. ``effect`` is what happens when it
+    lands (by default ``FlakyProvider.send``); override it to script late answers.
+    """
+
+    def __init__(self, *, gated: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gated = gated
+        self.gates: list[asyncio.Event] = []
+        self.arrivals: list[Message] = []
+        self._arrived = asyncio.Event()
+        self._landing: list[asyncio.Task[Sent]] = []
+
+    async def send(self, message: Message) -> Sent:
+        self.arrivals.append(message)
+        if len(self.gates) >= self.gated:
+            return await self.effect(message)
+        gate = asyncio.Event()
+        self.gates.append(gate)
+        self._arrived.set()
+        landing = asyncio.ensure_future(self._land(gate, message))
+        self._landing.append(landing)
+        return await asyncio.shield(landing)
+
+    async def _land(self, gate: asyncio.Event, message: Message) -> Sent:
+        await gate.wait()
+        return await self.effect(message)
+
+    async def effect(self, message: Message) -> Sent:
+        return await FlakyProvider.send(self, message)
+
+    def open(self, index: int) -> None:
+        """Let the ``index``-th gated request land."""
+        self.gates[index].set()
+
+    async def wait_requests(self, count: int, within: float = 10.0) -> None:
+        """Wait until ``count`` gated requests have arrived."""
+        async with asyncio.timeout(within):
+            while len(self.gates) < count:
+                self._arrived.clear()
+                await self._arrived.wait()
+
+    async def drain(self) -> None:
+        """Wait for every gated request that was let through to land."""
+        await asyncio.gather(*self._landing, return_exceptions=True)
+
+
 __all__ = [
     "CHECKPOINTS",
     "Checkpoints",
     "FlakyProvider",
+    "GatedProvider",
     "ManualClock",
     "NullProvider",
     "Pause",

@@ -4,6 +4,18 @@ One asyncio process runs up to ``concurrency`` deliveries at once. Claims, attem
 intents and outcomes of concurrent deliveries are grouped into shared transactions
 (``Batcher``). A heartbeat renews the job lease and the delivery claim of all work
 in flight; a reaper returns expired leases to the queue.
+
+Every intent is bounded in time. Its row carries ``send_deadline`` (intent commit +
+``send_within``, in the store's time) and ``settles_at`` (+ the request timeout).
+Here, right before the request leaves (``_send``, after the last checkpoint), the
+worker checks a local monotonic deadline that is earlier than the stored one (it is
+measured from before the intent's commit) and a lease the heartbeat found lost; past
+either, nothing is sent and the attempt is recorded as not sent. The request itself
+is cut off at the request timeout. So once ``settles_at`` has passed (store time) an
+attempt can no longer cause a request to land, and what assumes that — lookup "not
+found" then send (``_in_doubt``), an operator's retry or cancel (``store.logic``) —
+waits for it. Residual window: a process frozen between that check and the socket
+write.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ from kirim.store.base import (
     Store,
 )
 from kirim.testing import Checkpoints
+from kirim.text import stored_text
 from kirim.worker_settings import WorkerSettings, default_worker_id
 from kirim.worker_stats import WorkerStats
 
@@ -56,6 +69,15 @@ RESULT = {
     AttemptStatus.FAILED_TRANSIENT: "failed_transient",
     AttemptStatus.UNKNOWN: "unknown",
 }
+
+
+def request_timeout(channel: Channel, settings: WorkerSettings) -> float:
+    """How long one request of ``channel`` may take: its provider's ``timeout`` if it
+    names one, else the worker's ``request_timeout``."""
+    named = getattr(channel.provider, "timeout", None)
+    if isinstance(named, int | float) and not isinstance(named, bool) and named > 0:
+        return float(named)
+    return settings.request_timeout
 
 
 def _outcome(result: FinishResult) -> str:
@@ -96,6 +118,12 @@ class Worker:
         self._stats_at = float("-inf")  # time.monotonic() of the last gauge refresh
         self._leases: dict[int, Lease] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        #: jobs whose outcome is being committed (a lease gone now is not a takeover)
+        self._finishing: set[int] = set()
+        #: jobs whose lease the heartbeat found taken over: they must send nothing more
+        self._lost: set[int] = set()
+        monotonic = getattr(self.clock, "monotonic", None)
+        self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         #: set while the worker waits for work (tests use it to know it is idle)
@@ -258,6 +286,8 @@ class Worker:
     def _done(self, job_id: int) -> None:
         self._tasks.pop(job_id, None)
         self._leases.pop(job_id, None)
+        self._finishing.discard(job_id)
+        self._lost.discard(job_id)
         self._wake.set()
 
     # -- one delivery -----------------------------------------------------------------
@@ -351,6 +381,15 @@ class Worker:
                     doubt=Doubt.RESOLVED,
                     message_id=found.provider_message_id,
                 )
+            if claim.unsettled_until is not None:
+                # "Not found" proves nothing while an earlier request may still land.
+                log.info(
+                    "in_doubt",
+                    decision="wait_until_settled",
+                    earlier_requests=earlier,
+                    until=round(claim.unsettled_until, 3),
+                )
+                return self.decide.wait_until_settled(claim, claim.unsettled_until)
             log.info("in_doubt", decision="lookup_not_found_send", earlier_requests=earlier)
             return None
         if channel.idempotent:
@@ -369,6 +408,9 @@ class Worker:
         d, job = claim.delivery, claim.job
         request_id = new_request_id()
         log = log.bind(provider_request_id=request_id)
+        timeout = request_timeout(channel, self.settings)
+        send_within = self.settings.send_within
+        lag = float(getattr(channel.provider, "lookup_lag", 0.0) or 0.0)
         intent = Intent(
             delivery_id=d.id,
             job_id=job.id,
@@ -377,7 +419,10 @@ class Worker:
             provider_request_id=request_id,
             worker_id=self.worker_id,
             requested_at=self.clock.now(),
+            send_within=send_within,
+            settle_within=send_within + timeout + lag,
         )
+        deadline = self._monotonic() + send_within  # earlier than the stored one
         if not await self._intents.submit(intent):
             self.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
@@ -388,6 +433,19 @@ class Worker:
         if metrics is not None and claim.prior_requests == 1:
             metrics.multi_request(d.channel)  # its second request: counted once per delivery
         await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
+        late = self._too_late(job.id, deadline)
+        if late is not None:  # the bound of the intent: nothing leaves after it
+            self.stats.not_sent += 1
+            log.warning("not_sent", reason=late)
+            outcome = AttemptOutcome(
+                provider_request_id=request_id,
+                status=AttemptStatus.FAILED_TRANSIENT,
+                provider_message_id=None,
+                error=f"not sent: {late}",
+                completed_at=self.clock.now(),
+            )
+            await self._commit(log, claim, self.decide.retry(claim, outcome, outcome.error))
+            return
         message = Message(
             delivery_id=d.id,
             idempotency_key=d.idempotency_key,
@@ -403,9 +461,9 @@ class Worker:
         started = self.clock.now()
         t0 = time.perf_counter() if metrics is not None else 0.0
         if self._tracer is None:
-            status, sent, error = await self._call(channel, message)
+            status, sent, error = await self._call(channel, message, timeout)
         else:
-            status, sent, error = await self._traced_call(claim, channel, message)
+            status, sent, error = await self._traced_call(claim, channel, message, timeout)
         answered = time.perf_counter() if metrics is not None else 0.0
         latency = self.clock.now() - started
         if metrics is not None:
@@ -422,19 +480,35 @@ class Worker:
         outcome = AttemptOutcome(
             provider_request_id=request_id,
             status=status,
-            provider_message_id=message_id,
-            error=None if error is None else str(error),
+            provider_message_id=stored_text(message_id),
+            error=None if error is None else stored_text(str(error)),
             completed_at=self.clock.now(),
         )
         finish = self.decide.after_request(claim, channel, outcome, error)
         await self._commit(log, claim, finish, answered=answered)
 
+    def _too_late(self, job_id: int, deadline: float) -> str | None:
+        """Why a committed intent must not be sent any more, if it must not."""
+        if job_id in self._lost:
+            return "the lease was taken over before the request left"
+        if self._monotonic() > deadline:
+            return "the intent's send deadline passed before the request left"
+        return None
+
     async def _call(
-        self, channel: Channel, message: Message
+        self, channel: Channel, message: Message, limit: float
     ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
-        """The provider request, its failure classified (DESIGN step 7)."""
+        """The provider request, cut off after ``limit`` seconds, classified (step 7)."""
         try:
-            return AttemptStatus.SUCCEEDED, await channel.provider.send(message), None
+            async with asyncio.timeout(limit):
+                sent = await channel.provider.send(message)
+            return AttemptStatus.SUCCEEDED, sent, None
+        except TimeoutError:
+            return (
+                AttemptStatus.UNKNOWN,
+                None,
+                AmbiguousFailure(f"no answer within the request timeout of {limit:g} s"),
+            )
         except PermanentFailure as exc:
             return AttemptStatus.FAILED_PERMANENT, None, exc
         except TransientFailure as exc:
@@ -445,7 +519,7 @@ class Worker:
             return AttemptStatus.UNKNOWN, None, exc
 
     async def _traced_call(
-        self, claim: Claim, channel: Channel, message: Message
+        self, claim: Claim, channel: Channel, message: Message, limit: float
     ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
         """``_call`` inside a ``kirim.provider_request`` span (child of the delivery's)."""
         attributes = {
@@ -459,7 +533,7 @@ class Worker:
             "channel": message.channel,
         }
         with tracing.request_span(self._tracer, attributes) as span:
-            status, sent, error = await self._call(channel, message)
+            status, sent, error = await self._call(channel, message, limit)
             tracing.annotate(
                 span,
                 result=RESULT[status],
@@ -479,6 +553,7 @@ class Worker:
         ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
         """
         await self._checkpoint("before_commit", claim)
+        self._finishing.add(claim.job.id)
         for attempt in range(5):
             try:
                 result = await self._finishes.submit(finish)
@@ -509,12 +584,21 @@ class Worker:
                 error=finish.error,
             )
             if result.job_status is JobStatus.RETRY_SCHEDULED:
-                log.info("retry_scheduled", delay_s=round((finish.run_at or 0) - finish.now, 3))
+                delay = finish.delay if finish.delay is not None else None
+                log.info("retry_scheduled", delay_s=None if delay is None else round(delay, 3))
             elif result.job_status is JobStatus.DEAD:
                 log.warning("dead_lettered", error=finish.error)
         elif result.late_success:
             self.stats.late_successes += 1
             log.warning("stale_write_rejected", late_success=True, status="sent")
+        elif result.reopened:
+            self.stats.stale_rejected += 1
+            log.warning(
+                "stale_write_rejected",
+                late_failure=True,
+                status=str(result.delivery_status),
+                reason="a late refusal withdrew the assumption that it was sent",
+            )
         else:
             self.stats.stale_rejected += 1
             log.warning("stale_write_rejected", reason="claim token no longer holds")
@@ -556,9 +640,14 @@ class Worker:
         if not leases:
             return []
         held = await self.store.heartbeat(leases, now=self.clock.now(), lease=self.settings.lease)
-        lost = [lease.job_id for lease, ok in zip(leases, held, strict=True) if not ok]
-        for job_id in lost:
+        lost = []
+        for lease, ok in zip(leases, held, strict=True):
+            job_id = lease.job_id
+            if ok or self._leases.get(job_id) is not lease or job_id in self._finishing:
+                continue  # renewed, or gone because its job completed: not a takeover
             self._leases.pop(job_id, None)
+            self._lost.add(job_id)  # a request that has not left now never will
+            lost.append(job_id)
             self.log.warning("claim_lost", job_id=job_id, reason="lease taken over")
         return lost
 

@@ -19,12 +19,28 @@ class WorkerSettings:
     backoff_base: float = 1.0
     backoff_max: float = 300.0
     shutdown_grace: float = 10.0
+    #: the longest a provider request may take when its provider names no ``timeout``:
+    #: the worker stops waiting then (the outcome is unknown)
+    request_timeout: float = 30.0
+    #: how long before the lease ends a committed intent stops being sent (default:
+    #: a fifth of the lease); covers clock-rate drift and the commit's own duration
+    send_margin: float | None = None
 
     def __post_init__(self) -> None:
         if self.lease <= 0:
             raise ValueError("lease must be positive")
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if not self.request_timeout > 0:
+            raise ValueError("request_timeout must be positive")
+        if self.send_margin is not None and not 0 <= self.send_margin < self.lease:
+            raise ValueError("send_margin must be at least 0 and less than the lease")
+
+    @property
+    def send_within(self) -> float:
+        """Seconds after its intent's commit within which a request may still leave."""
+        margin = self.lease / 5 if self.send_margin is None else self.send_margin
+        return self.lease - margin
 
     @property
     def heartbeat_every(self) -> float:

@@ -23,6 +23,8 @@ class WorkerStats:
     claims_lost: int = 0
     stale_rejected: int = 0
     late_successes: int = 0
+    #: committed intents not sent: their deadline passed or their lease was lost first
+    not_sent: int = 0
     leases_expired: int = 0
     errors: int = 0
 

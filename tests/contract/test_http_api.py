@@ -412,3 +412,35 @@ async def test_unknown_routes_and_methods_use_the_error_format(api: Api) -> None
     assert (missing.status_code, missing.json()["error"]["code"]) == (404, "not_found")
     wrong = await api.client.delete("/v1/notifications")
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"event_id": "order-2"}, "event_id"),
+        ({"recipient": "user-2", "payload": {"n": 2}}, "recipient"),
+        ({"payload": {"n": 2}}, "payload"),
+    ],
+)
+async def test_a_reused_key_names_the_field_that_differs(api: Api, change, field) -> None:
+    """422 idempotency_key_reused names the body's field that differs from the key's
+    delivery (event and recipient before payload), and nothing is written."""
+    await api.post(key="k-1")
+    response = await api.post({**BODY, **change}, key="k-1")
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "idempotency_key_reused"
+    assert f"different {field};" in error["message"]
+    assert [d["field"] for d in error["details"]] == [f"body.{field}"]
+    assert (await api.kirim.store.counts())["deliveries"] == {"pending": 1}
+
+
+async def test_a_key_notify_used_for_another_recipient_is_refused(api: Api) -> None:
+    """A key that notify() used for another recipient (same payload) is 422, naming it."""
+    await api.kirim.notify("order-1", "user-9", "push", {"n": 1}, key="k-1")
+    response = await api.post(key="k-1")
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "idempotency_key_reused"
+    assert [d["field"] for d in error["details"]] == ["body.recipient"]
+    assert (await api.kirim.store.counts())["deliveries"] == {"pending": 1}

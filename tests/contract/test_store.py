@@ -376,3 +376,29 @@ async def test_a_released_delivery_can_be_canceled(make_app, clock) -> None:
     await app.store.release([lease], now=clock.now())
     assert await app.store.cancel(n.delivery_id, now=clock.now())
     assert await claim(app) == []
+
+
+async def test_get_delivery_by_id_or_by_key(make_app) -> None:
+    """by="id" and by="key" never mix up a key of digits and an id; auto tries the key first."""
+    app = await make_app()
+    plain = await app.notify("e1", "u", "push", {}, key="k-a")
+    digits = await app.notify("e2", "u", "push", {}, key=str(plain.delivery_id))
+    named = str(plain.delivery_id)
+    assert (await app.store.get_delivery(named)).id == digits.delivery_id
+    assert (await app.store.get_delivery(named, by="key")).id == digits.delivery_id
+    assert (await app.store.get_delivery(named, by="id")).id == plain.delivery_id
+    assert (await app.store.get_delivery(str(digits.delivery_id))).id == digits.delivery_id
+    assert await app.store.get_delivery(str(digits.delivery_id), by="key") is None
+    assert await app.store.get_delivery("k-a", by="id") is None
+    assert await app.store.get_delivery(str(2**63), by="id") is None
+    with pytest.raises(ValueError, match="by must be"):
+        await app.store.get_delivery("k-a", by="name")
+
+
+@pytest.mark.parametrize("key", ["a\ud800b", "\udfff"])
+async def test_get_delivery_of_a_lone_surrogate_key_is_none(make_app, key) -> None:
+    """A key with a lone surrogate (no UTF-8 form) names no delivery, on every backend."""
+    app = await make_app()
+    await enqueue(app)
+    assert await app.store.get_delivery(key) is None
+    assert await app.store.get_delivery(key, by="key") is None

@@ -421,3 +421,33 @@ def test_python_m_kirim_worker_stops_on_sigterm(ready: Cli) -> None:
                 proc.kill()
     assert "event=signal_received" in rest
     assert "event=worker_stopped" in rest
+
+
+def test_status_prefixes_tell_an_id_from_a_key_of_digits(ready: Cli) -> None:
+    """status id:N is always the id and key:K always the key; a bare value is the key first."""
+    first = ready.json(*_send("a"), "--key", "k-a")
+    digits = ready.json(*_send("b"), "--key", str(first["delivery_id"]))
+    named = str(first["delivery_id"])
+    assert ready.json("status", named)["id"] == digits["delivery_id"]
+    assert ready.json("status", f"key:{named}")["id"] == digits["delivery_id"]
+    assert ready.json("status", f"id:{named}")["id"] == first["delivery_id"]
+    assert ready.json("status", "key:k-a")["id"] == first["delivery_id"]
+    missing = ready("status", f"key:{digits['delivery_id']}", "--json")
+    assert missing.exit_code == 1
+    assert "no delivery with idempotency key" in missing.stderr
+
+
+@pytest.mark.parametrize("ref", ["id:", "id:k-a", "id:0", "id:-1", f"id:{2**63}"])
+def test_status_with_a_bad_id_exits_2(ready: Cli, ref: str) -> None:
+    """status id: followed by anything but a positive integer is a usage error."""
+    result = ready("status", ref, "--json")
+    assert result.exit_code == 2
+    assert "an id is a positive integer" in result.stderr
+
+
+def test_send_with_a_key_of_another_event_exits_2_naming_it(ready: Cli) -> None:
+    """Reusing a key for another event (same payload) is refused, naming event_id."""
+    assert ready.json(*_send("a"), "--key", "k-1")["created"] is True
+    result = ready(*_send("b"), "--key", "k-1")
+    assert result.exit_code == 2
+    assert "different event_id" in result.stderr

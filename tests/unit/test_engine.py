@@ -52,6 +52,61 @@ async def test_same_key_other_payload_is_refused(make_app) -> None:
 
 
 @pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"event_id": "e2"}, "event_id"),
+        ({"recipient": "u2"}, "recipient"),
+        ({"payload": {"a": 2}}, "payload"),
+        ({"event_id": "e2", "payload": {"a": 2}}, "event_id"),
+        ({"recipient": "u2", "payload": {"a": 2}}, "recipient"),
+    ],
+)
+async def test_a_key_reused_for_another_notification_names_the_field(
+    make_app, change, field
+) -> None:
+    """A key reused with another event, recipient or payload raises, naming the field
+    (event and recipient are compared before the payload)."""
+    app = await make_app()
+    first = {"event_id": "e", "recipient": "u", "channel": "push", "payload": {"a": 1}}
+    made = await app.notify(**first, key="k-1")
+    with pytest.raises(IdempotencyKeyReused, match=f"different {field};") as caught:
+        await app.notify(**{**first, **change}, key="k-1")
+    assert (caught.value.key, caught.value.delivery_id) == ("k-1", made.delivery_id)
+    assert caught.value.field == field
+    assert (await app.store.counts())["deliveries"] == {"pending": 1}
+
+
+async def test_a_key_reused_on_another_channel_names_the_channel(make_app) -> None:
+    """A key reused on another channel (same event, recipient, payload) raises, naming it."""
+    push, sms = await make_app(channel="push"), await make_app(channel="sms")
+    await push.notify("e", "u", "push", {"a": 1}, key="k-1")
+    with pytest.raises(IdempotencyKeyReused, match="different channel;") as caught:
+        await sms.notify("e", "u", "sms", {"a": 2}, key="k-1")
+    assert caught.value.field == "channel"
+
+
+def test_key_reused_keeps_its_constructor() -> None:
+    """IdempotencyKeyReused(key, delivery_id) still works and means a payload conflict."""
+    error = IdempotencyKeyReused("k-1", 7)
+    assert (error.key, error.delivery_id, error.field) == ("k-1", 7, "payload")
+    assert "delivery 7 with a different payload" in str(error)
+
+
+@pytest.mark.parametrize("bad", ["\x00", "\ud800"])
+@pytest.mark.parametrize("name", ["key", "event_id", "recipient", "channel"])
+async def test_text_no_backend_can_store_is_refused(make_app, name, bad) -> None:
+    """NUL or a lone surrogate in the key, event, recipient or channel raises
+    InvalidNotification naming the field, and writes nothing."""
+    app = await make_app()
+    fields = {"event_id": "e", "recipient": "u", "channel": "push", "key": "k"}
+    fields[name] = f"a{bad}b"
+    key = fields.pop("key")
+    with pytest.raises(InvalidNotification, match=f"^{name} must"):
+        await app.notify(**fields, payload={}, key=key)
+    assert (await app.store.counts())["deliveries"] == {}
+
+
+@pytest.mark.parametrize(
     ("args", "error", "message"),
     [
         (("", "u", "push", {}), InvalidNotification, "event_id is required"),

@@ -174,5 +174,5 @@ def test_init_migrates_a_version_1_database(folder: Path) -> None:
     refused = kirim(folder, "token", "list")
     assert refused.exit_code == 2
     assert "kirim init" in refused.stderr
-    assert kirim(folder, "init").stdout.startswith("schema version 2 ")
+    assert kirim(folder, "init").stdout.startswith("schema version 3 ")
     assert kirim(folder, "token", "create", "--name", "after-upgrade").exit_code == 0

@@ -91,6 +91,7 @@ async def test_success_sends_keys_and_reads_the_message_id(server) -> None:
     [
         (400, {}, PermanentFailure, None),
         (404, {}, PermanentFailure, None),
+        (409, {}, AmbiguousFailure, None),  # "this key is in progress": it may still land
         (408, {}, TransientFailure, None),
         (429, {"Retry-After": "7"}, TransientFailure, 7.0),
         (500, {}, AmbiguousFailure, None),
@@ -98,7 +99,8 @@ async def test_success_sends_keys_and_reads_the_message_id(server) -> None:
     ],
 )
 async def test_status_codes_are_classified(server, code, headers, error, after) -> None:
-    """4xx is permanent except 408/429 (transient, Retry-After kept); 5xx is ambiguous."""
+    """4xx is permanent except 408/429 (transient, Retry-After kept) and 409 (an earlier
+    request with the key in progress: ambiguous, like 5xx)."""
     url, script = server
     script.answers.append((code, headers, b"nope"))
     provider = WebhookProvider(url)

@@ -23,6 +23,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from kirim.cli_ops import Record, iso
+from kirim.errors import NotSettled
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
 from kirim.http.routes_notifications import MAX_ID, read_body, record_of
@@ -46,6 +47,10 @@ MESSAGES = {
     "canceled": ("ok", "notification {id} canceled"),
     "not_retried": ("error", "notification {id} is not dead-lettered: nothing to retry"),
     "not_canceled": ("error", "notification {id} cannot be canceled in its current state"),
+    "not_settled": (
+        "error",
+        "notification {id}: an earlier request may still reach the provider; try again later",
+    ),
     "missing": ("error", "no notification {id}"),
     "logged_out": ("ok", "logged out"),
 }
@@ -229,10 +234,15 @@ async def _act(request: Request, delivery_id: int, action: str) -> Response:
     found = await store.list_deliveries(after_id=delivery_id - 1, limit=1)
     if not found or found[0].id != delivery_id:
         code = "missing"
-    elif action == "retry":
-        code = "retried" if await store.retry_dead(delivery_id, now=now) else "not_retried"
     else:
-        code = "canceled" if await store.cancel(delivery_id, now=now) else "not_canceled"
+        try:
+            if action == "retry":
+                done = await store.retry_dead(delivery_id, now=now)
+                code = "retried" if done else "not_retried"
+            else:
+                code = "canceled" if await store.cancel(delivery_id, now=now) else "not_canceled"
+        except NotSettled:
+            code = "not_settled"
     if code in ("retried", "canceled"):
         svc.log.info(f"dashboard_{code}", notification_id=delivery_id, client=who)
     back = _strip_flash(back)

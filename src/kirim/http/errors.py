@@ -13,6 +13,8 @@ unexpected exception, is a JSON object::
 from __future__ import annotations
 
 import json
+import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -22,7 +24,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from kirim.errors import StoreError
+from kirim.errors import NotSettled, StoreError
 from kirim.observe.logging import get_logger
 
 JSON = "application/json"
@@ -176,6 +178,11 @@ def install(app: FastAPI) -> None:
             headers={"Retry-After": "1"},
         )
 
+    async def not_settled(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, NotSettled)
+        wait = max(1, math.ceil(exc.retry_at - time.time()))
+        return error_response(409, "not_settled", str(exc), headers={"Retry-After": str(wait)})
+
     async def unexpected(_: Request, exc: Exception) -> Response:
         log.error("internal_error", error=repr(exc))
         return error_response(500, "internal_error", "internal error; see the server's log")
@@ -184,4 +191,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StoreError, store_error)
+    app.add_exception_handler(NotSettled, not_settled)
     app.add_exception_handler(Exception, unexpected)

@@ -32,7 +32,7 @@ from typing import Any
 
 from kirim.batching import Batcher
 from kirim.cli_ops import Record, delivery_json
-from kirim.engine import Kirim, NotifyRequest
+from kirim.engine import Kirim, NotifyRequest, reused_field
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.http.errors import ApiError, detail
 from kirim.http.models import NotificationIn, parse_when
@@ -40,6 +40,7 @@ from kirim.keys import canonical_json
 from kirim.model import EnqueueResult
 from kirim.observe.logging import get_logger
 from kirim.store.base import (
+    NewDelivery,
     RequestBegin,
     RequestedDelivery,
     RequestSlot,
@@ -110,13 +111,23 @@ def _respond(result: EnqueueResult) -> StoredResponse | None:
     )
 
 
-def reused(key: str) -> ApiError:
+def reused(key: str, field: str | None = None) -> ApiError:
+    """422 ``idempotency_key_reused``; ``field`` names the body's field that differs from
+    the delivery the key names (None: the body differs, the delivery is not known yet)."""
+    if field is None:
+        return ApiError(
+            422,
+            "idempotency_key_reused",
+            f"idempotency key {key!r} was already used with a different request body; "
+            "use a new key for a new notification",
+            details=[detail("header.idempotency-key", "used with another body", "key_reused")],
+        )
     return ApiError(
         422,
         "idempotency_key_reused",
-        f"idempotency key {key!r} was already used with a different request body; "
+        f"idempotency key {key!r} already names a notification with a different {field}; "
         "use a new key for a new notification",
-        details=[detail("header.idempotency-key", "used with another body", "key_reused")],
+        details=[detail(f"body.{field}", "differs from the key's notification", "key_reused")],
     )
 
 
@@ -192,7 +203,7 @@ class Intake:
         assert isinstance(slot, RequestSlot)
         if slot.state is not RequestState.ACQUIRED:
             if slot.fingerprint != print_:
-                raise reused(item.idempotency_key)
+                raise await self._reused(item)
             if slot.state is RequestState.IN_PROGRESS:
                 raise ApiError(
                     409,
@@ -218,9 +229,15 @@ class Intake:
             return Answer(kept.status_code, kept.body, delivery_id=d.id)
         if self.kirim.metrics is not None:
             self.kirim.metrics.enqueue_conflict(d.channel)
-        if d.payload_hash != item.payload_hash:
-            raise reused(item.idempotency_key)
+        if (field := reused_field(d, item)) is not None:
+            raise reused(item.idempotency_key, field)
         # recorded before, by kirim itself (notify, the CLI): this answer is not kept
         record = await self.kirim.get(d.id)
         assert record is not None
         return Answer(200, json.dumps(delivery_json(record), ensure_ascii=False), delivery_id=d.id)
+
+    async def _reused(self, item: NewDelivery) -> ApiError:
+        """The refusal of a body other than the key's first one, naming the field that
+        differs when the key's delivery exists."""
+        found = await self.kirim.store.get_delivery(item.idempotency_key, by="key")
+        return reused(item.idempotency_key, None if found is None else reused_field(found, item))

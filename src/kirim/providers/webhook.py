@@ -4,9 +4,10 @@ Failures are classified at this seam:
 
 - connection refused or not established, pool exhausted, 408, 429: the request was
   certainly not processed → ``TransientFailure`` (429/503 ``Retry-After`` honoured)
+- 409 (an earlier request with this idempotency key is still being processed),
+  timeouts and broken connections after the request was written, 5xx →
+  ``AmbiguousFailure``: the provider may have acted on it (or will)
 - any other 4xx → ``PermanentFailure``
-- timeouts and broken connections after the request was written, 5xx →
-  ``AmbiguousFailure``: the provider may have acted on it
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class WebhookProvider:
     ) -> None:
         self.url = url
         self.idempotent = idempotent
+        #: the longest one request may take: the worker's settle bound relies on it
+        self.timeout = timeout
         self._headers = dict(headers or {})
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
@@ -103,6 +106,8 @@ class WebhookProvider:
                 status_code=code,
                 retry_after=retry_after(response.headers.get("Retry-After")),
             )
+        if code == 409:  # "in progress" for this key: the earlier request may still land
+            raise AmbiguousFailure(f"HTTP {code}: {text}", status_code=code)
         if 400 <= code < 500:
             raise PermanentFailure(f"HTTP {code}: {text}", status_code=code)
         raise AmbiguousFailure(f"HTTP {code}: {text}", status_code=code)

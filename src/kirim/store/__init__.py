@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from kirim.errors import ConfigError
-from kirim.store.base import Store
+from kirim.store.base import Store, StoreTime
 
 
-def open_store(url: str) -> Store:
-    """The backend for a database URL (``sqlite:///…`` or ``postgresql://…``); not yet opened."""
+def open_store(url: str, *, time: StoreTime = None) -> Store:
+    """The backend for a database URL (``sqlite:///…`` or ``postgresql://…``); not yet
+    opened. ``time``: its time of record (``StoreTime``; default: each caller's ``now``)."""
     if url.startswith("sqlite:"):
         from kirim.store.sqlite import SQLiteStore
 
-        return SQLiteStore(url)
+        return SQLiteStore(url, time=time)
     if url.startswith(("postgresql:", "postgres:")):
         try:
             from kirim.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]
@@ -19,11 +20,11 @@ def open_store(url: str) -> Store:
             raise ConfigError(
                 "PostgreSQL needs the postgres extra: pip install 'kirim[postgres]'"
             ) from exc
-        store: Store = PostgresStore(url)
+        store: Store = PostgresStore(url, time=time)
         return store
     raise ConfigError(
         f"unsupported database URL {url!r}; use sqlite:///path.db or postgresql://host/db"
     )
 
 
-__all__ = ["Store", "open_store"]
+__all__ = ["Store", "StoreTime", "open_store"]

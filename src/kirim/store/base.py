@@ -2,8 +2,12 @@
 
 Each method is one transaction. Batch methods take many items and return one
 result per item in the same order, so a worker can group the writes of many
-in-flight deliveries into one commit. All times are epoch seconds given by the
-caller's clock, so that tests can drive leases without sleeping.
+in-flight deliveries into one commit. All times are epoch seconds on one time line,
+the store's *time of record* (``StoreTime``): by default the ``now`` each caller
+passes (tests drive leases without sleeping); an application opens its store on
+the database's clock, so that lease expiry, takeover, reaping, due-ness and
+settled-ness never depend on two hosts' clocks agreeing. Durations (a lease, a
+backoff) are added to the time of record by the store, never by the caller.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
+from kirim.clock import Clock
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -24,7 +29,13 @@ from kirim.model import (
     JobStatus,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+#: A store's time of record. None: each caller's ``now`` (one host, or tests that move
+#: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
+#: host's, which every process on the file shares). A ``Clock``: that clock (tests and
+#: the explorer, which give every host its own skewed clock but one time of record).
+StoreTime = Clock | Literal["database"] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +67,11 @@ class Claim:
     reason: str = ""
     #: attempt rows (outbound requests) the delivery already had when claimed
     prior_requests: int = 0
+    #: the store's time at the claim (the time of record, see ``StoreTime``)
+    now: float = 0.0
+    #: the latest ``settles_at`` of the doubtful attempts, when later than ``now``:
+    #: until then an earlier request may still land (``Attempt.settled``)
+    unsettled_until: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +92,12 @@ class Intent:
     provider_request_id: str
     worker_id: str
     requested_at: float
+    #: the request must leave within this many seconds of the intent's commit
+    #: (``send_deadline``); None: no bound (tests of the store only)
+    send_within: float | None = None
+    #: ... and can no longer land after this many (``settles_at``: the send bound
+    #: plus the request timeout)
+    settle_within: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,7 +127,14 @@ class Finish:
     provider_message_id: str | None = None
     error: str | None = None
     job_status: JobStatus = JobStatus.COMPLETED
+    #: when the job runs again, in store time (a time the store gave, such as
+    #: ``Claim.unsettled_until``)
     run_at: float | None = None
+    #: ... or in this many seconds from the commit, in store time (a backoff: never
+    #: the worker's own clock, which may disagree with the store's)
+    delay: float | None = None
+    #: the claim does not count as an attempt (it only waited for doubt to settle)
+    refund_attempt: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +143,8 @@ class FinishResult:
     delivery_status: DeliveryStatus | None  # the status written (or found after a late success)
     job_status: JobStatus | None
     late_success: bool = False
+    #: a late definite failure withdrew an assumption (``logic.reopen``)
+    reopened: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -257,7 +288,12 @@ class Store(Protocol):
         """Unfinished work of earlier claims: jobs running or scheduled for a retry."""
         ...
 
-    async def get_delivery(self, key_or_id: str) -> Delivery | None: ...
+    async def get_delivery(
+        self, key_or_id: str, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Delivery | None:
+        """The delivery with this idempotency key (``by="key"``), this id (``by="id"``,
+        a decimal string), or ``auto``: the key, else the id a digit string names."""
+        ...
 
     async def get_job(self, delivery_id: int) -> Job | None:
         """The delivery's most recent job."""

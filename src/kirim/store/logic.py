@@ -10,6 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from kirim.errors import NotSettled
 from kirim.keys import new_token
 from kirim.model import (
     Attempt,
@@ -98,6 +99,8 @@ def attempt_from(row: Row) -> Attempt:
         error=row["error"],
         requested_at=row["requested_at"],
         completed_at=row["completed_at"],
+        send_deadline=row["send_deadline"],
+        settles_at=row["settles_at"],
     )
 
 
@@ -120,8 +123,10 @@ def _claim_delivery(
     ops: Ops, job: Job, current: Delivery, token: str, worker_id: str, now: float, until: float
 ) -> Claim:
     def noop(delivery: Delivery, reason: str) -> Claim:
-        ops.run("finish_job", ("completed", None, reason, now, job.id, token))
-        return Claim(kind=ClaimKind.NOOP, job=job, delivery=delivery, token=token, reason=reason)
+        ops.run("finish_job", ("completed", None, reason, 0, now, job.id, token))
+        return Claim(
+            kind=ClaimKind.NOOP, job=job, delivery=delivery, token=token, reason=reason, now=now
+        )
 
     if current.status is not DeliveryStatus.PENDING and current.status is not (
         DeliveryStatus.PROCESSING
@@ -140,6 +145,7 @@ def _claim_delivery(
             delivery=current,
             token=token,
             reason=f"delivery claimed by {current.claimed_by}",
+            now=now,
         )
     delivery = delivery_from(row)
     # Most claims are a delivery's first: no attempt row, so nothing more to look for.
@@ -161,11 +167,40 @@ def _claim_delivery(
         token=token,
         doubtful=doubtful,
         prior_requests=prior,
+        now=now,
+        unsettled_until=unsettled_until(doubtful, now),
     )
 
 
-def finish(ops: Ops, it: Finish) -> FinishResult:
-    """Outcome, delivery status and job state in one go, fenced by the token (step 6)."""
+def unsettled_until(attempts: Sequence[Attempt], now: float) -> float | None:
+    """The latest time an earlier request may still land, if that is after ``now``."""
+    later = [a.settles_at for a in attempts if not a.settled(now) and a.settles_at is not None]
+    return max(later) if later else None
+
+
+def run_at_of(it: Finish, now: float) -> float | None:
+    """When a finished job runs again, in store time (``Finish.run_at`` or ``delay``)."""
+    if it.run_at is not None:
+        return it.run_at
+    return None if it.delay is None else now + it.delay
+
+
+#: Outcomes that say for certain the request was not acted on.
+DEFINITE_FAILURE = (AttemptStatus.FAILED_PERMANENT, AttemptStatus.FAILED_TRANSIENT)
+
+
+def finish(ops: Ops, it: Finish, now: float | None = None) -> FinishResult:
+    """Outcome, delivery status and job state in one go, fenced by the token (step 6).
+
+    ``now``: the store's time (default ``it.now``). Two rules keep a status from
+    claiming more than kirim knows: a success recorded by any attempt outranks a
+    failure, and a doubt decision (assume sent, hold) whose doubt vanished before its
+    commit (every earlier request was answered with a definite failure meanwhile) is
+    replaced by a retry. A stale token rejects the transition, but a late answer is
+    still a fact: a success marks the delivery sent, a definite failure of the only
+    doubtful request withdraws an assumption (``reopen``).
+    """
+    now = it.now if now is None else now
     if it.attempt is not None:
         a = it.attempt
         ops.run(
@@ -178,6 +213,7 @@ def finish(ops: Ops, it: Finish) -> FinishResult:
         it.provider_message_id,
         it.job_status,
     )
+    run_at, error, refund = run_at_of(it, now), it.error, it.refund_attempt
     if status not in (DeliveryStatus.SENT, DeliveryStatus.CONFIRMED):
         # A success recorded by any attempt (even a stale one) outranks a failure now.
         success = ops.one("succeeded_attempt", (it.delivery_id,))
@@ -185,16 +221,36 @@ def finish(ops: Ops, it: Finish) -> FinishResult:
             status, job_status = DeliveryStatus.SENT, JobStatus.COMPLETED
             message_id = success["provider_message_id"]
             doubt = Doubt.RESOLVED if doubt is not None else None
+    if (
+        doubt in (Doubt.ASSUMED_SENT, Doubt.HELD)
+        and (it.attempt is None or it.attempt.status in DEFINITE_FAILURE)
+        and not ops.all("doubtful_attempts", (it.delivery_id,))
+        and ops.one("succeeded_attempt", (it.delivery_id,)) is None
+    ):
+        # Decided on doubt that answers which came in since then removed: every
+        # earlier request was refused. Without a request of its own, send again (the
+        # claim does not count); after a refusal of its own, the attempts are over.
+        doubt = None
+        if it.attempt is None:
+            status, job_status, run_at, refund = (
+                DeliveryStatus.PENDING,
+                JobStatus.RETRY_SCHEDULED,
+                now,
+                True,
+            )
+            error = "the earlier requests were refused meanwhile: sending again"
+        else:
+            status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
     changed = ops.run(
         "finish_delivery",
         (
             str(status),
             None if doubt is None else str(doubt),
             message_id,
-            it.error,
+            error,
             str(status),
-            it.now,
-            it.now,
+            now,
+            now,
             it.delivery_id,
             it.token,
         ),
@@ -202,23 +258,61 @@ def finish(ops: Ops, it: Finish) -> FinishResult:
     if changed == 1:
         ops.run(
             "finish_job",
-            (str(job_status), it.run_at, it.error, it.now, it.job_id, it.token),
+            (str(job_status), run_at, error, 1 if refund else 0, now, it.job_id, it.token),
         )
         return FinishResult(committed=True, delivery_status=status, job_status=job_status)
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
         ops.run(
             "late_success_delivery",
-            (it.attempt.provider_message_id, it.now, it.now, it.delivery_id),
+            (it.attempt.provider_message_id, now, now, it.delivery_id),
         )
-        ops.run("late_success_jobs", (it.now, it.delivery_id))
+        ops.run("late_success_jobs", (now, it.delivery_id))
         return FinishResult(
             committed=False,
             delivery_status=DeliveryStatus.SENT,
             job_status=JobStatus.COMPLETED,
             late_success=True,
         )
+    if it.attempt is not None and it.attempt.status in DEFINITE_FAILURE:
+        reopened = reopen(ops, it, now)
+        if reopened is not None:
+            return reopened
     return FinishResult(committed=False, delivery_status=None, job_status=None)
+
+
+def reopen(ops: Ops, it: Finish, now: float) -> FinishResult | None:
+    """A late definite failure of the only doubtful request withdraws an assumption.
+
+    The delivery was marked sent (assumed) or held because that request might have
+    arrived; it was refused, so the user has nothing. Transient: the delivery is sent
+    again (its latest job is scheduled, within its attempts); permanent: it failed.
+    """
+    row = ops.one("delivery_by_id", (it.delivery_id,))
+    if row is None:
+        return None
+    d = delivery_from(row)
+    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
+    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
+    if not (assumed or held) or ops.all("doubtful_attempts", (d.id,)):
+        return None
+    if ops.one("succeeded_attempt", (d.id,)) is not None:
+        return None
+    assert it.attempt is not None
+    job_row = ops.one("latest_job", (d.id,))
+    job = None if job_row is None else job_from(job_row)
+    transient = it.attempt.status is AttemptStatus.FAILED_TRANSIENT
+    if transient and job is not None and job.attempts < job.max_attempts:
+        status, job_status = DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
+    else:
+        status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+    error = f"late answer: {it.attempt.error}"
+    ops.run("reopen_delivery", (str(status), error, now, d.id))
+    if job is not None:
+        ops.run("reopen_job", (str(job_status), now + (it.delay or 0.0), error, now, job.id))
+    return FinishResult(
+        committed=False, delivery_status=status, job_status=job_status, reopened=True
+    )
 
 
 def reap(ops: Ops, now: float) -> list[Reaped]:
@@ -245,8 +339,21 @@ def reap(ops: Ops, now: float) -> list[Reaped]:
     return out
 
 
+def must_be_settled(ops: Ops, delivery_id: int, now: float, action: str) -> None:
+    """Raise ``NotSettled`` while an earlier request of the delivery may still land."""
+    attempts = [attempt_from(r) for r in ops.all("doubtful_attempts", (delivery_id,))]
+    until = unsettled_until(attempts, now)
+    if until is not None:
+        raise NotSettled(delivery_id, until, action)
+
+
 def retry_dead(ops: Ops, delivery_id: int, now: float) -> bool:
-    """An operator sends a dead-lettered delivery again, releasing any earlier doubt."""
+    """An operator sends a dead-lettered delivery again, releasing any earlier doubt.
+
+    Not while an earlier request may still land (``NotSettled``): the operator's
+    judgement that the user has nothing holds only once nothing more can arrive.
+    """
+    must_be_settled(ops, delivery_id, now, "retry")
     if ops.run("revive_delivery", (now, now, delivery_id)) != 1:
         return False
     ops.run("bury_dead_jobs", (now, delivery_id))
@@ -255,7 +362,12 @@ def retry_dead(ops: Ops, delivery_id: int, now: float) -> bool:
 
 
 def cancel(ops: Ops, delivery_id: int, now: float) -> bool:
-    """Cancel a delivery that is neither in flight nor sent."""
+    """Cancel a delivery that is neither in flight nor sent.
+
+    Not while an earlier request may still land (``NotSettled``): "canceled" must
+    mean that nothing reaches the user.
+    """
+    must_be_settled(ops, delivery_id, now, "cancel")
     if ops.run("cancel_delivery", (now, delivery_id)) != 1:
         return False
     ops.run("cancel_jobs", (now, delivery_id))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, LiteralString
+from typing import Any, Literal, LiteralString
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -23,6 +23,7 @@ from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import AsyncConnectionPool
 
 from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.keys import text_problem
 from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
 from kirim.store import postgres_ops as ops
 from kirim.store.base import (
@@ -42,8 +43,16 @@ from kirim.store.base import (
     RequestSlot,
     Respond,
     StoredResponse,
+    StoreTime,
 )
-from kirim.store.logic import attempt_from, delivery_from, job_from, queue_stats, token_from
+from kirim.store.logic import (
+    _must,
+    attempt_from,
+    delivery_from,
+    job_from,
+    queue_stats,
+    token_from,
+)
 from kirim.store.postgres_listen import Listener
 from kirim.store.schema import check_version, too_new
 from kirim.store.sqlfiles import migrations
@@ -87,8 +96,11 @@ def redact(url: str) -> str:
 class PostgresStore:
     """The shared backend (``postgresql://user@host/db``)."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 10.0, time: StoreTime = None) -> None:
+        """``time``: the time of record (``StoreTime``); None takes each caller's ``now``,
+        "database" the server's clock (``kirim_now()`` in every statement)."""
         self.url = url
+        self.time = time
         self.conninfo, sizes = postgres_conninfo(url)
         self.min_size, self.max_size = sizes["pool_min_size"], sizes["pool_max_size"]
         self.timeout = timeout
@@ -96,6 +108,14 @@ class PostgresStore:
         self._listener = Listener(self.conninfo, connect_timeout=timeout)
 
     # -- plumbing -----------------------------------------------------------------
+
+    def _t(self, now: float) -> float | None:
+        """The time of record to pass: None lets ``kirim_now()`` read the server's clock."""
+        if self.time is None:
+            return float(now)
+        if self.time == "database":
+            return None
+        return float(self.time.now())
 
     async def open(self) -> None:
         if self._pool is not None:
@@ -191,7 +211,7 @@ class PostgresStore:
 
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
         async with self._tx() as cur:
-            return await ops.enqueue(cur, items, now)
+            return await ops.enqueue(cur, items, self._t(now))
 
     async def enqueue_in(
         self, conn: psycopg.AsyncConnection[Any], items: Sequence[NewDelivery], *, now: float
@@ -203,7 +223,7 @@ class PostgresStore:
         """
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
-                return await ops.enqueue(cur, items, now)
+                return await ops.enqueue(cur, items, self._t(now))
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
@@ -211,7 +231,7 @@ class PostgresStore:
         if limit == 0:
             return []
         async with self._tx() as cur:
-            return await ops.claim(cur, worker_id, now, lease, _limit(limit))
+            return await ops.claim(cur, worker_id, self._t(now), lease, _limit(limit))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
         if not leases:
@@ -222,8 +242,8 @@ class PostgresStore:
                 "job_ids": [it.job_id for it in leases],
                 "delivery_ids": [it.delivery_id for it in leases],
                 "tokens": [it.token for it in leases],
-                "now": float(now),
-                "until": float(now + lease),
+                "now": self._t(now),
+                "lease": float(lease),
             },
         )
         return [bool(r["held"]) for r in found]
@@ -240,7 +260,9 @@ class PostgresStore:
                 "numbers": [it.number for it in intents],
                 "request_ids": [it.provider_request_id for it in intents],
                 "worker_ids": [it.worker_id for it in intents],
-                "requested_ats": [float(it.requested_at) for it in intents],
+                "requested_ats": [self._t(it.requested_at) for it in intents],
+                "send_withins": [it.send_within for it in intents],
+                "settle_withins": [it.settle_within for it in intents],
             },
         )
         ok = {r["provider_request_id"] for r in written}
@@ -251,24 +273,25 @@ class PostgresStore:
             return []
         if ops.needs_items(items):
             async with self._tx() as cur:
-                return [await ops.finish_one(cur, it) for it in items]
+                return [await ops.finish_one(cur, it, self._t(it.now)) for it in items]
         async with self._auto() as cur:
-            return await ops.finish_batch(cur, items)
+            return await ops.finish_batch(cur, items, [self._t(it.now) for it in items])
 
     async def reap(self, *, now: float) -> list[Reaped]:
         async with self._tx() as cur:
-            return await ops.reap(cur, now)
+            return await ops.reap(cur, self._t(now))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         if not leases:
             return
         tokens = [it.token for it in leases]
         async with self._tx() as cur:
-            jobs = {"job_ids": [it.job_id for it in leases], "tokens": tokens, "now": float(now)}
+            t = self._t(now)
+            jobs = {"job_ids": [it.job_id for it in leases], "tokens": tokens, "now": t}
             if await ops.run(cur, "release_jobs", jobs):
                 await ops.rows(cur, "notify")
             deliveries = {"delivery_ids": [it.delivery_id for it in leases], "tokens": tokens}
-            await ops.run(cur, "release_deliveries", {**deliveries, "now": float(now)})
+            await ops.run(cur, "release_deliveries", {**deliveries, "now": t})
 
     async def next_run_at(self) -> float | None:
         found = await self._rows("next_run_at")
@@ -295,13 +318,19 @@ class PostgresStore:
 
     # -- read path and operator actions -------------------------------------------
 
-    async def get_delivery(self, key_or_id: str) -> Delivery | None:
-        if "\x00" in key_or_id:  # PostgreSQL text cannot hold NUL: no such key
-            return None
+    async def get_delivery(
+        self, key_or_id: str, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Delivery | None:
+        if by not in ("auto", "id", "key"):
+            raise ValueError(f"by must be 'auto', 'id' or 'key', not {by!r}")
+        # PostgreSQL text cannot hold NUL (nor a lone surrogate): no key has one
+        as_key = by != "id" and text_problem(key_or_id) is None
+        number = _as_id(key_or_id) if by != "key" else None
+        row = None
         async with self._auto() as cur:
-            row = await ops.one(cur, "delivery_by_key", {"key": key_or_id})
-            number = _as_id(key_or_id) if row is None else None
-            if number is not None:
+            if as_key:
+                row = await ops.one(cur, "delivery_by_key", {"key": key_or_id})
+            if row is None and number is not None:
                 row = await ops.one(cur, "delivery_by_id", {"id": number})
         return None if row is None else delivery_from(row)
 
@@ -349,11 +378,11 @@ class PostgresStore:
 
     async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
         async with self._tx() as cur:
-            return await ops.retry_dead(cur, delivery_id, now)
+            return await ops.retry_dead(cur, delivery_id, self._t(now))
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
         async with self._tx() as cur:
-            return await ops.cancel(cur, delivery_id, now)
+            return await ops.cancel(cur, delivery_id, self._t(now))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         async with self._tx() as cur:
@@ -367,9 +396,10 @@ class PostgresStore:
     async def queue_stats(self, *, now: float) -> QueueStats:
         async with self._auto() as cur:
             by_status = await ops.rows(cur, "deliveries_by_status_doubt")
-            due = await ops.one(cur, "due_jobs_summary", {"now": float(now)})
+            t = _must(await ops.one(cur, "store_now", {"now": self._t(now)}))["now"]
+            due = await ops.one(cur, "due_jobs_summary", {"now": t})
         assert due is not None
-        return queue_stats(by_status, int(due["n"]), due["oldest"], now)
+        return queue_stats(by_status, int(due["n"]), due["oldest"], float(t))
 
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
         if "\x00" in text:  # PostgreSQL text cannot hold NUL: nothing matches
@@ -383,7 +413,7 @@ class PostgresStore:
     async def create_token(
         self, name: str, token_hash: str, *, prefix: str, now: float
     ) -> ApiToken | None:
-        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": float(now)}
+        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": self._t(now)}
         found = await self._rows("insert_token", args)
         return token_from(found[0]) if found else None
 
@@ -395,10 +425,11 @@ class PostgresStore:
         if "\x00" in name_or_id:
             return None
         async with self._tx() as cur:
-            row = await ops.one(cur, "revoke_token_by_name", {"name": name_or_id, "now": now})
+            t = self._t(now)
+            row = await ops.one(cur, "revoke_token_by_name", {"name": name_or_id, "now": t})
             number = _as_id(name_or_id) if row is None else None
             if number is not None:
-                row = await ops.one(cur, "revoke_token_by_id", {"id": number, "now": now})
+                row = await ops.one(cur, "revoke_token_by_id", {"id": number, "now": t})
         return None if row is None else token_from(row)
 
     async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
@@ -421,8 +452,9 @@ class PostgresStore:
         if not begin and not enqueue:
             return [], []
         async with self._tx() as cur:
-            done = await ops.enqueue_requests(cur, enqueue, now, respond) if enqueue else []
-            slots = await ops.begin_requests(cur, begin, now, hold) if begin else []
+            t = self._t(now)
+            done = await ops.enqueue_requests(cur, enqueue, t, respond) if enqueue else []
+            slots = await ops.begin_requests(cur, begin, t, hold) if begin else []
         return slots, done
 
 

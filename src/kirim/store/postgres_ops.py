@@ -16,7 +16,7 @@ from typing import Any
 from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
-from kirim.errors import StoreError
+from kirim.errors import NotSettled, StoreError
 from kirim.model import (
     AttemptStatus,
     Delivery,
@@ -40,7 +40,17 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
 )
-from kirim.store.logic import Row, attempt_from, delivery_from, job_from, request_slot_from
+from kirim.store.logic import (
+    DEFINITE_FAILURE,
+    Row,
+    _must,
+    attempt_from,
+    delivery_from,
+    job_from,
+    request_slot_from,
+    run_at_of,
+    unsettled_until,
+)
 from kirim.store.sqlfiles import load_queries
 
 Q = load_queries("postgres")
@@ -75,7 +85,9 @@ def job_of(row: Row) -> Job | None:
 # -- enqueue ------------------------------------------------------------------------
 
 
-async def enqueue(cur: Cursor, items: Sequence[NewDelivery], now: float) -> list[EnqueueResult]:
+async def enqueue(
+    cur: Cursor, items: Sequence[NewDelivery], now: float | None
+) -> list[EnqueueResult]:
     """Insert deliveries and jobs; a known key returns the existing row (``created=False``).
 
     Not prepared: a generic plan would not know how many items the arrays hold (the
@@ -98,7 +110,7 @@ async def enqueue(cur: Cursor, items: Sequence[NewDelivery], now: float) -> list
             "hashes": [it.payload_hash for it in items],
             "run_ats": [float(it.run_at) for it in items],
             "max_attempts": [it.max_attempts for it in items],
-            "now": float(now),
+            "now": now,
         },
         prepare=False,
     )
@@ -116,8 +128,8 @@ async def enqueue(cur: Cursor, items: Sequence[NewDelivery], now: float) -> list
             lease_token=None,
             lease_expires_at=None,
             last_error=None,
-            created_at=float(now),
-            updated_at=float(now),
+            created_at=float(row["created_at"]),
+            updated_at=float(row["created_at"]),
         )
         created[row["idempotency_key"]] = (delivery_from(row), job)
     missing = sorted(first.keys() - created.keys())
@@ -144,17 +156,21 @@ async def enqueue(cur: Cursor, items: Sequence[NewDelivery], now: float) -> list
 
 
 async def claim(
-    cur: Cursor, worker_id: str, now: float, lease: float, limit: int | None
+    cur: Cursor, worker_id: str, now: float | None, lease: float, limit: int | None
 ) -> list[Claim]:
-    """Lease due jobs and claim their deliveries (DESIGN steps 1–3), as ``logic.claim``."""
-    until = now + lease
+    """Lease due jobs and claim their deliveries (DESIGN steps 1–3), as ``logic.claim``.
+
+    ``now``: the caller's time of record, or None for the database's clock.
+    """
     leased = await rows(
         cur,
         "claim",
-        {"now": float(now), "until": float(until), "limit": limit, "worker_id": worker_id},
+        {"now": now, "lease": float(lease), "limit": limit, "worker_id": worker_id},
     )
     if not leased:
         return []
+    now = float(leased[0]["db_now"])
+    until = now + lease
     ours = [r["id"] for r in leased if r["kind"] == "claimed"]
     if leased[0]["leased"] != len(leased) or leased[0]["claimed"] != len(ours):
         raise StoreError("a claimed row changed under its lock")  # pragma: no cover
@@ -179,7 +195,14 @@ async def claim(
         if row["kind"] == "noop":
             reason = f"delivery already {current.status}"
             claims.append(
-                Claim(kind=ClaimKind.NOOP, job=job, delivery=current, token=token, reason=reason)
+                Claim(
+                    kind=ClaimKind.NOOP,
+                    job=job,
+                    delivery=current,
+                    token=token,
+                    reason=reason,
+                    now=now,
+                )
             )
             continue
         if row["kind"] == "busy":
@@ -190,6 +213,7 @@ async def claim(
                     delivery=current,
                     token=token,
                     reason=f"delivery claimed by {current.claimed_by}",
+                    now=now,
                 )
             )
             continue
@@ -214,6 +238,8 @@ async def claim(
                 token=token,
                 doubtful=found,
                 prior_requests=prior.get(delivery.id, 0),
+                now=now,
+                unsettled_until=unsettled_until(found, now),
             )
         )
     return claims
@@ -236,6 +262,8 @@ async def _noop_after_success(
         {
             "status": "completed",
             "run_at": None,
+            "delay": None,
+            "refund": 0,
             "error": reason,
             "now": now,
             "job_id": job.id,
@@ -243,7 +271,12 @@ async def _noop_after_success(
         },
     )
     return Claim(
-        kind=ClaimKind.NOOP, job=job, delivery=delivery_from(done), token=token, reason=reason
+        kind=ClaimKind.NOOP,
+        job=job,
+        delivery=delivery_from(done),
+        token=token,
+        reason=reason,
+        now=now,
     )
 
 
@@ -251,18 +284,29 @@ async def _noop_after_success(
 
 
 def needs_items(items: Sequence[Finish]) -> bool:
-    """Whether a batch must follow ``logic.finish`` item by item (rare shapes)."""
+    """Whether a batch must follow ``logic.finish`` item by item (rare shapes: one
+    delivery twice, a success under a failed status, a doubt decision whose premise is
+    re-checked, a definite failure that may withdraw an assumption when stale)."""
     ids = [it.delivery_id for it in items]
     return len(set(ids)) != len(ids) or any(
-        it.attempt is not None
-        and it.attempt.status is AttemptStatus.SUCCEEDED
-        and it.delivery_status not in _SENT
+        (
+            it.attempt is not None
+            and it.attempt.status is AttemptStatus.SUCCEEDED
+            and it.delivery_status not in _SENT
+        )
+        or it.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD)
+        or (it.attempt is not None and it.attempt.status in DEFINITE_FAILURE)
         for it in items
     )
 
 
-async def finish_batch(cur: Cursor, items: Sequence[Finish]) -> list[FinishResult]:
-    """One statement for the batch (distinct deliveries), same results as ``logic.finish``."""
+async def finish_batch(
+    cur: Cursor, items: Sequence[Finish], nows: Sequence[float | None]
+) -> list[FinishResult]:
+    """One statement for the batch (distinct deliveries), same results as ``logic.finish``.
+
+    ``nows``: each item's time of record (None: the database's clock).
+    """
 
     def col(fn: Any) -> list[Any]:
         return [fn(it) for it in items]
@@ -274,7 +318,7 @@ async def finish_batch(cur: Cursor, items: Sequence[Finish]) -> list[FinishResul
             "delivery_ids": col(lambda it: it.delivery_id),
             "job_ids": col(lambda it: it.job_id),
             "tokens": col(lambda it: it.token),
-            "nows": col(lambda it: float(it.now)),
+            "nows": list(nows),
             "request_ids": col(lambda it: it.attempt and it.attempt.provider_request_id),
             "attempt_statuses": col(lambda it: it.attempt and str(it.attempt.status)),
             "attempt_message_ids": col(lambda it: it.attempt and it.attempt.provider_message_id),
@@ -286,6 +330,8 @@ async def finish_batch(cur: Cursor, items: Sequence[Finish]) -> list[FinishResul
             "errors": col(lambda it: it.error),
             "job_statuses": col(lambda it: str(it.job_status)),
             "run_ats": col(lambda it: None if it.run_at is None else float(it.run_at)),
+            "delays": col(lambda it: None if it.delay is None else float(it.delay)),
+            "refunds": col(lambda it: 1 if it.refund_attempt else 0),
         },
     )
     out = []
@@ -314,9 +360,12 @@ _LATE = FinishResult(
 _STALE = FinishResult(committed=False, delivery_status=None, job_status=None)
 
 
-async def finish_one(cur: Cursor, it: Finish) -> FinishResult:
-    """``logic.finish`` for one item, jobs locked before the delivery."""
+async def finish_one(cur: Cursor, it: Finish, now: float | None) -> FinishResult:
+    """``logic.finish`` for one item, jobs locked before the delivery (same rules: a
+    success outranks a failure, a doubt decision whose premise vanished is replaced, a
+    late definite failure may withdraw an assumption)."""
     await rows(cur, "lock_job", {"job_id": it.job_id, "delivery_id": it.delivery_id})
+    t = float((await one(cur, "store_now", {"now": now}) or {"now": it.now})["now"])
     if it.attempt is not None:
         a = it.attempt
         await run(
@@ -336,13 +385,32 @@ async def finish_one(cur: Cursor, it: Finish) -> FinishResult:
         it.provider_message_id,
         it.job_status,
     )
+    run_at, error, refund = run_at_of(it, t), it.error, it.refund_attempt
+    key = {"delivery_id": it.delivery_id}
     if status not in _SENT:
         # A success recorded by any attempt (even a stale one) outranks a failure now.
-        success = await one(cur, "succeeded_attempt", {"delivery_id": it.delivery_id})
+        success = await one(cur, "succeeded_attempt", key)
         if success is not None:
             status, job_status = DeliveryStatus.SENT, JobStatus.COMPLETED
             message_id = success["provider_message_id"]
             doubt = Doubt.RESOLVED if doubt is not None else None
+    if (
+        doubt in (Doubt.ASSUMED_SENT, Doubt.HELD)
+        and (it.attempt is None or it.attempt.status in DEFINITE_FAILURE)
+        and not await rows(cur, "doubtful_attempts", key)
+        and await one(cur, "succeeded_attempt", key) is None
+    ):
+        doubt = None  # decided on doubt that later answers removed (see logic.finish)
+        if it.attempt is None:
+            status, job_status, run_at, refund = (
+                DeliveryStatus.PENDING,
+                JobStatus.RETRY_SCHEDULED,
+                t,
+                True,
+            )
+            error = "the earlier requests were refused meanwhile: sending again"
+        else:
+            status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
     changed = await run(
         cur,
         "finish_delivery",
@@ -350,8 +418,8 @@ async def finish_one(cur: Cursor, it: Finish) -> FinishResult:
             "status": str(status),
             "doubt": None if doubt is None else str(doubt),
             "message_id": message_id,
-            "error": it.error,
-            "now": float(it.now),
+            "error": error,
+            "now": t,
             "delivery_id": it.delivery_id,
             "token": it.token,
         },
@@ -362,9 +430,11 @@ async def finish_one(cur: Cursor, it: Finish) -> FinishResult:
             "finish_job",
             {
                 "status": str(job_status),
-                "run_at": None if it.run_at is None else float(it.run_at),
-                "error": it.error,
-                "now": float(it.now),
+                "run_at": run_at,
+                "delay": None,
+                "refund": 1 if refund else 0,
+                "error": error,
+                "now": t,
                 "job_id": it.job_id,
                 "token": it.token,
             },
@@ -372,25 +442,64 @@ async def finish_one(cur: Cursor, it: Finish) -> FinishResult:
         return FinishResult(committed=True, delivery_status=status, job_status=job_status)
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
-        args = {"message_id": it.attempt.provider_message_id, "now": float(it.now)}
+        args = {"message_id": it.attempt.provider_message_id, "now": t}
         await one(cur, "late_success_delivery", {**args, "delivery_id": it.delivery_id})
-        await run(cur, "late_success_jobs", {"now": float(it.now), "delivery_id": it.delivery_id})
+        await run(cur, "late_success_jobs", {"now": t, "delivery_id": it.delivery_id})
         return _LATE
+    if it.attempt is not None and it.attempt.status in DEFINITE_FAILURE:
+        reopened = await reopen(cur, it, t)
+        if reopened is not None:
+            return reopened
     return _STALE
+
+
+async def reopen(cur: Cursor, it: Finish, now: float) -> FinishResult | None:
+    """``logic.reopen``: a late definite failure of the only doubtful request."""
+    key = {"delivery_id": it.delivery_id}
+    row = await one(cur, "delivery_by_id", {"id": it.delivery_id})
+    if row is None:
+        return None
+    d = delivery_from(row)
+    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
+    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
+    if not (assumed or held) or await rows(cur, "doubtful_attempts", key):
+        return None
+    if await one(cur, "succeeded_attempt", key) is not None:
+        return None
+    assert it.attempt is not None
+    job_row = await one(cur, "latest_job", key)
+    job = None if job_row is None else job_from(job_row)
+    transient = it.attempt.status is AttemptStatus.FAILED_TRANSIENT
+    if transient and job is not None and job.attempts < job.max_attempts:
+        status, job_status = DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
+    else:
+        status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+    error = f"late answer: {it.attempt.error}"
+    args = {"status": str(status), "error": error, "now": now}
+    await run(cur, "reopen_delivery", {**args, "delivery_id": d.id})
+    if job is not None:
+        await run(
+            cur,
+            "reopen_job",
+            {**args, "status": str(job_status), "delay": it.delay or 0.0, "job_id": job.id},
+        )
+    return FinishResult(
+        committed=False, delivery_status=status, job_status=job_status, reopened=True
+    )
 
 
 # -- reap, operator actions -----------------------------------------------------------
 
 
-async def reap(cur: Cursor, now: float) -> list[Reaped]:
+async def reap(cur: Cursor, now: float | None) -> list[Reaped]:
     """Expired leases back to the queue; on the final attempt, dead (as ``logic.reap``)."""
-    expired = await rows(cur, "reap", {"now": float(now)})
+    expired = await rows(cur, "reap", {"now": now})
     dead = [r for r in expired if r["dead"]]
     if dead:
         ids = [r["delivery_id"] for r in dead]
         await rows(cur, "lock_deliveries", {"ids": ids})  # wait for intents in flight
         tokens = [r["lease_token"] for r in dead]
-        await run(cur, "park_expired_deliveries", {"now": float(now), "ids": ids, "tokens": tokens})
+        await run(cur, "park_expired_deliveries", {"now": now, "ids": ids, "tokens": tokens})
     if len(dead) < len(expired):
         await rows(cur, "notify")
     return [
@@ -406,10 +515,21 @@ async def reap(cur: Cursor, now: float) -> list[Reaped]:
     ]
 
 
-async def retry_dead(cur: Cursor, delivery_id: int, now: float) -> bool:
+async def must_be_settled(cur: Cursor, delivery_id: int, now: float | None, action: str) -> None:
+    """``logic.must_be_settled``: NotSettled while an earlier request may still land."""
+    await rows(cur, "lock_deliveries", {"ids": [delivery_id]})  # intents in flight first
+    t = float(_must(await one(cur, "store_now", {"now": now}))["now"])
+    found = await rows(cur, "doubtful_attempts", {"delivery_id": delivery_id})
+    until = unsettled_until([attempt_from(a) for a in found], t)
+    if until is not None:
+        raise NotSettled(delivery_id, until, action)
+
+
+async def retry_dead(cur: Cursor, delivery_id: int, now: float | None) -> bool:
     """``logic.retry_dead``: an operator sends a dead-lettered delivery again."""
-    args = {"delivery_id": delivery_id, "now": float(now)}
+    args = {"delivery_id": delivery_id, "now": now}
     await rows(cur, "lock_delivery_jobs", args)
+    await must_be_settled(cur, delivery_id, now, "retry")
     if await run(cur, "revive_delivery", args) != 1:
         return False
     await run(cur, "bury_dead_jobs", args)
@@ -418,10 +538,11 @@ async def retry_dead(cur: Cursor, delivery_id: int, now: float) -> bool:
     return True
 
 
-async def cancel(cur: Cursor, delivery_id: int, now: float) -> bool:
+async def cancel(cur: Cursor, delivery_id: int, now: float | None) -> bool:
     """``logic.cancel``: cancel a delivery that is neither in flight nor sent."""
-    args = {"delivery_id": delivery_id, "now": float(now)}
+    args = {"delivery_id": delivery_id, "now": now}
     await rows(cur, "lock_delivery_jobs", args)
+    await must_be_settled(cur, delivery_id, now, "cancel")
     if await run(cur, "cancel_delivery", args) != 1:
         return False
     await run(cur, "cancel_jobs", args)
@@ -432,7 +553,7 @@ async def cancel(cur: Cursor, delivery_id: int, now: float) -> bool:
 
 
 async def begin_requests(
-    cur: Cursor, items: Sequence[RequestBegin], now: float, hold: float
+    cur: Cursor, items: Sequence[RequestBegin], now: float | None, hold: float
 ) -> list[RequestSlot]:
     """The second half of ``Store.handle_requests``: take the keys, or say who has them.
 
@@ -447,8 +568,8 @@ async def begin_requests(
             "key": it.idempotency_key,
             "fingerprint": it.fingerprint,
             "token": it.lock_token,
-            "until": float(now + hold),
-            "now": float(now),
+            "hold": float(hold),
+            "now": now,
         }
         for _ in range(3):  # a row released between two statements: take the key again
             row = await one(cur, "insert_request", args)
@@ -467,7 +588,7 @@ async def begin_requests(
 
 
 async def enqueue_requests(
-    cur: Cursor, items: Sequence[RequestedDelivery], now: float, respond: Respond
+    cur: Cursor, items: Sequence[RequestedDelivery], now: float | None, respond: Respond
 ) -> list[tuple[EnqueueResult, StoredResponse | None]]:
     """The first half of ``Store.handle_requests``: record the deliveries (in key order)
     and complete, or release, the requests' rows."""
@@ -498,7 +619,7 @@ async def enqueue_requests(
             done["delivery_ids"].append(result.delivery.id)
         out.append((result, kept))
     if done["keys"]:
-        await run(cur, "complete_requests", {**done, "now": float(now)})
+        await run(cur, "complete_requests", {**done, "now": now})
     if released["keys"]:
         await run(cur, "release_requests", released)
     return out

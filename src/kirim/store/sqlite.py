@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time as _time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.keys import text_problem
 from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
 from kirim.store import logic
 from kirim.store.base import (
@@ -37,6 +39,7 @@ from kirim.store.base import (
     RequestState,
     Respond,
     StoredResponse,
+    StoreTime,
 )
 from kirim.store.logic import (
     Row,
@@ -85,8 +88,10 @@ class _SQLiteOps:
 class SQLiteStore:
     """The embedded backend (``sqlite:///kirim.db``)."""
 
-    def __init__(self, url: str, *, busy_timeout: float = 30.0) -> None:
+    def __init__(self, url: str, *, busy_timeout: float = 30.0, time: StoreTime = None) -> None:
+        """``time``: the time of record (``StoreTime``); None takes each caller's ``now``."""
         self.url = url
+        self.time = time
         self.path, params = sqlite_path(url)
         self.synchronous = params.get("synchronous", "full").lower()
         if self.synchronous not in _SYNC:
@@ -98,6 +103,14 @@ class SQLiteStore:
         self._executor: ThreadPoolExecutor | None = None
 
     # -- plumbing -----------------------------------------------------------------
+
+    def _t(self, now: float) -> float:
+        """The time of record, read inside the transaction (after its lock)."""
+        if self.time is None:
+            return now
+        if self.time == "database":
+            return _time.time()  # every process on the file shares this host's clock
+        return self.time.now()
 
     async def open(self) -> None:
         if self._conn is not None:
@@ -196,19 +209,20 @@ class SQLiteStore:
     # -- write path ---------------------------------------------------------------
 
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        return await self._tx(lambda conn: _enqueue(conn, items, now))
+        return await self._tx(lambda conn: _enqueue(conn, items, self._t(now)))
 
     async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
         return await self._tx(
-            lambda conn: logic.claim(_SQLiteOps(conn), worker_id, now, lease, limit)
+            lambda conn: logic.claim(_SQLiteOps(conn), worker_id, self._t(now), lease, limit)
         )
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
         def run(conn: sqlite3.Connection) -> list[bool]:
-            until = now + lease
+            t = self._t(now)
+            until = t + lease
             held = []
             for it in leases:
-                ok = conn.execute(Q["heartbeat_job"], (until, now, it.job_id, it.token)).rowcount
+                ok = conn.execute(Q["heartbeat_job"], (until, t, it.job_id, it.token)).rowcount
                 conn.execute(Q["heartbeat_delivery"], (until, it.delivery_id, it.token))
                 held.append(ok == 1)
             return held
@@ -217,37 +231,47 @@ class SQLiteStore:
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         def run(conn: sqlite3.Connection) -> list[bool]:
+            # In delivery id order, the lock order of every backend; results in input order.
+            order = sorted(range(len(intents)), key=lambda i: intents[i].delivery_id)
+            written = dict(zip(order, write([intents[i] for i in order], conn), strict=True))
+            return [written[i] for i in range(len(intents))]
+
+        def write(items: Sequence[Intent], conn: sqlite3.Connection) -> list[bool]:
             return [
                 conn.execute(
                     Q["insert_attempt_fenced"],
-                    (
-                        it.delivery_id,
-                        it.job_id,
-                        it.number,
-                        it.provider_request_id,
-                        it.worker_id,
-                        it.requested_at,
-                        it.delivery_id,
-                        it.token,
-                    ),
+                    {
+                        "delivery_id": it.delivery_id,
+                        "job_id": it.job_id,
+                        "number": it.number,
+                        "request_id": it.provider_request_id,
+                        "worker_id": it.worker_id,
+                        "now": self._t(it.requested_at),
+                        "send_within": it.send_within,
+                        "settle_within": it.settle_within,
+                        "token": it.token,
+                    },
                 ).rowcount
                 == 1
-                for it in intents
+                for it in items
             ]
 
         return await self._tx(run)
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
-        return await self._tx(lambda conn: [logic.finish(_SQLiteOps(conn), it) for it in items])
+        return await self._tx(
+            lambda conn: [logic.finish(_SQLiteOps(conn), it, self._t(it.now)) for it in items]
+        )
 
     async def reap(self, *, now: float) -> list[Reaped]:
-        return await self._tx(lambda conn: logic.reap(_SQLiteOps(conn), now))
+        return await self._tx(lambda conn: logic.reap(_SQLiteOps(conn), self._t(now)))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         def run(conn: sqlite3.Connection) -> None:
+            t = self._t(now)
             for it in leases:
-                conn.execute(Q["release_job"], (now, now, it.job_id, it.token))
-                conn.execute(Q["release_delivery"], (now, it.delivery_id, it.token))
+                conn.execute(Q["release_job"], (t, t, it.job_id, it.token))
+                conn.execute(Q["release_delivery"], (t, it.delivery_id, it.token))
 
         await self._tx(run)
 
@@ -261,14 +285,26 @@ class SQLiteStore:
 
     # -- read path and operator actions -------------------------------------------
 
-    async def get_delivery(self, key_or_id: str) -> Delivery | None:
+    async def get_delivery(
+        self, key_or_id: str, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Delivery | None:
+        if by not in ("auto", "id", "key"):
+            raise ValueError(f"by must be 'auto', 'id' or 'key', not {by!r}")
+        # no key holds a lone surrogate (sqlite3 cannot even send one); a NUL can be
+        # found: notify refuses it now, but databases written before may hold one
+        as_key = by != "id" and text_problem(key_or_id.replace("\x00", "")) is None
+        digits = by != "key" and key_or_id.isascii() and key_or_id.isdigit()
+        number = int(key_or_id) if digits and int(key_or_id) < 2**63 else None
+
         def run(conn: sqlite3.Connection) -> Delivery | None:
-            row = conn.execute(
-                "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?", (key_or_id,)
-            ).fetchone()
-            if row is None and key_or_id.isdigit():
+            row = None
+            if as_key:
                 row = conn.execute(
-                    "SELECT * FROM kirim_deliveries WHERE id = ?", (int(key_or_id),)
+                    "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?", (key_or_id,)
+                ).fetchone()
+            if row is None and number is not None:
+                row = conn.execute(
+                    "SELECT * FROM kirim_deliveries WHERE id = ?", (number,)
                 ).fetchone()
             return None if row is None else delivery_from(row)
 
@@ -323,10 +359,10 @@ class SQLiteStore:
         return await self._tx(run, write=False)
 
     async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
-        return await self._tx(lambda c: logic.retry_dead(_SQLiteOps(c), delivery_id, now))
+        return await self._tx(lambda c: logic.retry_dead(_SQLiteOps(c), delivery_id, self._t(now)))
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
-        return await self._tx(lambda c: logic.cancel(_SQLiteOps(c), delivery_id, now))
+        return await self._tx(lambda c: logic.cancel(_SQLiteOps(c), delivery_id, self._t(now)))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
@@ -341,8 +377,9 @@ class SQLiteStore:
     async def queue_stats(self, *, now: float) -> QueueStats:
         def run(conn: sqlite3.Connection) -> QueueStats:
             rows = conn.execute(Q["deliveries_by_status_doubt"]).fetchall()
-            due = conn.execute(Q["due_jobs_summary"], (now,)).fetchone()
-            return logic.queue_stats(rows, due["n"], due["oldest"], now)
+            t = self._t(now)
+            due = conn.execute(Q["due_jobs_summary"], (t,)).fetchone()
+            return logic.queue_stats(rows, due["n"], due["oldest"], t)
 
         return await self._tx(run, write=False)
 
@@ -399,8 +436,9 @@ class SQLiteStore:
         def run(
             conn: sqlite3.Connection,
         ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
-            done = _enqueue_requests(conn, enqueue, now, respond) if enqueue else []
-            return _begin_requests(conn, begin, now, hold), done
+            t = self._t(now)
+            done = _enqueue_requests(conn, enqueue, t, respond) if enqueue else []
+            return _begin_requests(conn, begin, t, hold), done
 
         return await self._tx(run)
 

@@ -1,7 +1,12 @@
 -- Named queries of the PostgreSQL backend (psycopg placeholders: %(name)s).
 --
 -- Lock order, everywhere: jobs before deliveries (rows of one table in id order),
--- so that claim, finish, reap, cancel and retry never wait on each other in a circle.
+-- so that claim, intents, finish, reap, cancel and retry never wait on each other in
+-- a circle.
+--
+-- Time: kirim_now(%(now)s) is the time of record (migration 0003): the caller's time
+-- when the store was opened with one, else (NULL) the database's own clock. Durations
+-- (a lease, a backoff, a send bound) are added to it here, never by the caller.
 -- A statement that must see rows committed by a transaction it waited for (an
 -- attempt intent, a late success) reads them in a later statement of the same
 -- transaction, after the lock: one statement sees one snapshot.
@@ -26,7 +31,7 @@ ins AS (
         (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
          created_at, updated_at)
     SELECT f.idempotency_key, f.event_id, f.recipient, f.channel, f.payload, f.payload_hash,
-           'pending', %(now)s::float8, %(now)s::float8
+           'pending', kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
     FROM firsts f
     WHERE NOT EXISTS (
         SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = f.idempotency_key)
@@ -36,7 +41,7 @@ ins AS (
 ),
 jobs AS (
     INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
-    SELECT ins.id, 'queued', f.run_at, f.max_attempts, %(now)s::float8, %(now)s::float8
+    SELECT ins.id, 'queued', f.run_at, f.max_attempts, kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
     FROM ins JOIN firsts f ON f.idempotency_key = ins.idempotency_key
     ORDER BY ins.id
     RETURNING *
@@ -78,7 +83,7 @@ WITH due AS (
     SELECT id, delivery_id, run_at, attempts, max_attempts, last_error, created_at,
            replace(gen_random_uuid()::text, '-', '') AS token
     FROM kirim_jobs
-    WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8
+    WHERE status IN ('queued', 'retry_scheduled') AND run_at <= kirim_now(%(now)s::float8)
     ORDER BY run_at, id
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -88,7 +93,7 @@ cur AS (
            CASE
                WHEN d.status = 'pending' THEN 'claimed'
                WHEN d.status = 'processing'
-                    AND (d.claim_expires_at IS NULL OR d.claim_expires_at < %(now)s::float8)
+                    AND (d.claim_expires_at IS NULL OR d.claim_expires_at < kirim_now(%(now)s::float8))
                    THEN 'claimed'
                WHEN d.status = 'processing' THEN 'busy'
                ELSE 'noop'
@@ -106,14 +111,14 @@ leased AS (
                              WHEN 'busy' THEN 'retry_scheduled'
                              ELSE 'completed' END,
         attempts = CASE c.kind WHEN 'busy' THEN j.attempts ELSE j.attempts + 1 END,
-        run_at = CASE c.kind WHEN 'busy' THEN COALESCE(c.claim_expires_at, %(now)s::float8)
+        run_at = CASE c.kind WHEN 'busy' THEN COALESCE(c.claim_expires_at, kirim_now(%(now)s::float8))
                              ELSE j.run_at END,
         lease_owner = CASE c.kind WHEN 'claimed' THEN %(worker_id)s::text END,
         lease_token = CASE c.kind WHEN 'claimed' THEN c.token END,
-        lease_expires_at = CASE c.kind WHEN 'claimed' THEN %(until)s::float8 END,
+        lease_expires_at = CASE c.kind WHEN 'claimed' THEN (kirim_now(%(now)s::float8) + %(lease)s::float8) END,
         last_error = CASE c.kind WHEN 'noop' THEN 'delivery already ' || c.status
                                  ELSE j.last_error END,
-        updated_at = %(now)s::float8
+        updated_at = kirim_now(%(now)s::float8)
     FROM cur c
     WHERE j.id = c.job_id
     RETURNING j.id
@@ -121,7 +126,7 @@ leased AS (
 claimed AS (
     UPDATE kirim_deliveries d
     SET status = 'processing', claim_token = c.token, claimed_by = %(worker_id)s::text,
-        claim_expires_at = %(until)s::float8, updated_at = %(now)s::float8
+        claim_expires_at = (kirim_now(%(now)s::float8) + %(lease)s::float8), updated_at = kirim_now(%(now)s::float8)
     FROM cur c
     WHERE d.id = c.id AND c.kind = 'claimed'
     RETURNING d.id
@@ -129,8 +134,9 @@ claimed AS (
 SELECT c.*,
        c.id AS job_delivery_id, 'running' AS job_status,
        c.attempts_before + 1 AS job_attempts, %(worker_id)s::text AS job_lease_owner,
-       c.token AS job_lease_token, %(until)s::float8 AS job_lease_expires_at,
-       %(now)s::float8 AS job_updated_at,
+       c.token AS job_lease_token,
+       (kirim_now(%(now)s::float8) + %(lease)s::float8) AS job_lease_expires_at,
+       kirim_now(%(now)s::float8) AS job_updated_at, kirim_now(%(now)s::float8) AS db_now,
        (SELECT count(*) FROM leased) AS leased, (SELECT count(*) FROM claimed) AS claimed
 FROM cur c
 ORDER BY c.job_run_at, c.job_id;
@@ -156,22 +162,28 @@ LEFT JOIN kirim_attempts a
 ORDER BY c.claimed_id, a.id;
 
 -- name: insert_attempts_fenced
--- Write-ahead attempt intents, each only while its claim token holds. FOR SHARE
--- makes a concurrent claim wait for this commit, so that it sees the intent.
+-- Write-ahead attempt intents, each only while its claim token holds, bounded in time
+-- (no request after send_deadline; none can land after settles_at). FOR SHARE makes a
+-- concurrent claim wait for this commit, so that it sees the intent; deliveries are
+-- locked in id order, as everywhere.
 INSERT INTO kirim_attempts
-    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at)
-SELECT u.delivery_id, u.job_id, u.number, u.provider_request_id, u.worker_id, 'requested',
-       u.requested_at
-FROM unnest(
-    %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
-    %(numbers)s::int[], %(request_ids)s::text[], %(worker_ids)s::text[],
-    %(requested_ats)s::float8[]
-) WITH ORDINALITY AS u (delivery_id, job_id, token, number, provider_request_id, worker_id,
-                        requested_at, idx)
-JOIN kirim_deliveries d
-  ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
-ORDER BY u.idx
-FOR SHARE OF d
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
+     send_deadline, settles_at)
+SELECT l.delivery_id, l.job_id, l.number, l.provider_request_id, l.worker_id, 'requested',
+       l.t, l.t + l.send_within, l.t + l.settle_within
+FROM (
+    SELECT u.*, kirim_now(u.requested_at) AS t
+    FROM unnest(
+        %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
+        %(numbers)s::int[], %(request_ids)s::text[], %(worker_ids)s::text[],
+        %(requested_ats)s::float8[], %(send_withins)s::float8[], %(settle_withins)s::float8[]
+    ) AS u (delivery_id, job_id, token, number, provider_request_id, worker_id,
+            requested_at, send_within, settle_within)
+    JOIN kirim_deliveries d
+      ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+    ORDER BY d.id
+    FOR SHARE OF d
+) l
 RETURNING provider_request_id;
 
 -- name: heartbeat
@@ -181,13 +193,13 @@ WITH u AS (
         WITH ORDINALITY AS u (job_id, delivery_id, token, idx)
 ),
 jobs AS (
-    UPDATE kirim_jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
+    UPDATE kirim_jobs j SET lease_expires_at = (kirim_now(%(now)s::float8) + %(lease)s::float8), updated_at = kirim_now(%(now)s::float8)
     FROM u
     WHERE j.id = u.job_id AND j.lease_token = u.token AND j.status = 'running'
     RETURNING j.id, j.lease_token
 ),
 deliveries AS (
-    UPDATE kirim_deliveries d SET claim_expires_at = %(until)s::float8
+    UPDATE kirim_deliveries d SET claim_expires_at = (kirim_now(%(now)s::float8) + %(lease)s::float8)
     FROM u
     WHERE d.id = u.delivery_id AND d.claim_token = u.token
       AND (SELECT count(*) FROM jobs) >= 0
@@ -201,17 +213,25 @@ FROM u ORDER BY u.idx;
 -- The common end of many claims at once: attempt outcomes, then (jobs locked first)
 -- delivery statuses fenced by the claim token, then the jobs of the deliveries
 -- written. A success recorded by any attempt outranks a failure.
-WITH u AS (
+WITH given AS (
     SELECT * FROM unnest(
         %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
         %(nows)s::float8[], %(request_ids)s::text[], %(attempt_statuses)s::text[],
         %(attempt_message_ids)s::text[], %(attempt_errors)s::text[],
         %(completed_ats)s::float8[], %(statuses)s::text[], %(doubts)s::text[],
         %(message_ids)s::text[], %(errors)s::text[], %(job_statuses)s::text[],
-        %(run_ats)s::float8[]
+        %(run_ats)s::float8[], %(delays)s::float8[], %(refunds)s::int[]
     ) WITH ORDINALITY AS u (delivery_id, job_id, token, now, request_id, attempt_status,
                             attempt_message_id, attempt_error, completed_at, status, doubt,
-                            message_id, error, job_status, run_at, idx)
+                            message_id, error, job_status, run_at, delay, refund, idx)
+),
+u AS (
+    -- The time of record once, and the next run in it (a backoff is a delay).
+    SELECT g.delivery_id, g.job_id, g.token, t.now, g.request_id, g.attempt_status,
+           g.attempt_message_id, g.attempt_error, g.completed_at, g.status, g.doubt,
+           g.message_id, g.error, g.job_status, COALESCE(g.run_at, t.now + g.delay) AS run_at,
+           g.refund, g.idx
+    FROM given g CROSS JOIN LATERAL (SELECT kirim_now(g.now) AS now) t
 ),
 locked AS (
     SELECT j.id FROM kirim_jobs j
@@ -256,11 +276,12 @@ written AS (
     FROM calc c
     WHERE d.id = c.delivery_id AND d.claim_token = c.token
       AND (SELECT count(*) FROM locked) >= 0
-    RETURNING d.id, c.job_id, c.token, c.f_job_status, c.run_at, c.error, c.now
+    RETURNING d.id, c.job_id, c.token, c.f_job_status, c.run_at, c.error, c.now, c.refund
 ),
 jobs AS (
     UPDATE kirim_jobs j
     SET status = w.f_job_status, run_at = COALESCE(w.run_at, j.run_at), last_error = w.error,
+        attempts = j.attempts - w.refund,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = w.now
     FROM written w
     WHERE j.id = w.job_id AND j.lease_token = w.token
@@ -323,18 +344,49 @@ UPDATE kirim_deliveries
 SET status = %(status)s, doubt = %(doubt)s,
     provider_message_id = COALESCE(%(message_id)s, provider_message_id),
     last_error = %(error)s, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    sent_at = CASE WHEN %(status)s IN ('sent', 'confirmed') THEN %(now)s::float8
+    sent_at = CASE WHEN %(status)s IN ('sent', 'confirmed') THEN kirim_now(%(now)s::float8)
                    ELSE sent_at END,
-    updated_at = %(now)s::float8
+    updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(delivery_id)s AND claim_token = %(token)s;
 
 -- name: finish_job
--- Write the job's new state, fenced by the lease token; releases the lease.
+-- Write the job's new state, fenced by the lease token; releases the lease (and gives
+-- the claim back when it only waited for doubt to settle). The next run: a time of
+-- record, or a delay from now.
 UPDATE kirim_jobs
-SET status = %(status)s, run_at = COALESCE(%(run_at)s::float8, run_at), last_error = %(error)s,
+SET status = %(status)s,
+    run_at = COALESCE(%(run_at)s::float8, kirim_now(%(now)s::float8) + %(delay)s::float8, run_at),
+    last_error = %(error)s, attempts = attempts - %(refund)s::int,
     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-    updated_at = %(now)s::float8
+    updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(job_id)s AND lease_token = %(token)s;
+
+-- name: doubtful_attempts
+-- Attempts that may have reached the provider, since the operator's last release.
+SELECT a.* FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
+WHERE a.delivery_id = %(delivery_id)s AND a.status IN ('requested', 'unknown')
+  AND a.requested_at >= COALESCE(d.released_at, 0)
+ORDER BY a.id;
+
+-- name: store_now
+-- The time of record.
+SELECT kirim_now(%(now)s::float8) AS now;
+
+-- name: reopen_delivery
+-- A late definite failure withdrew an assumption: pending again, or failed.
+UPDATE kirim_deliveries
+SET status = %(status)s, doubt = 'resolved', last_error = %(error)s, claim_token = NULL,
+    claimed_by = NULL, claim_expires_at = NULL, sent_at = NULL, provider_message_id = NULL,
+    updated_at = kirim_now(%(now)s::float8)
+WHERE id = %(delivery_id)s;
+
+-- name: reopen_job
+-- ... and its latest job runs again (retry_scheduled), or is a dead letter.
+UPDATE kirim_jobs
+SET status = %(status)s, run_at = kirim_now(%(now)s::float8) + %(delay)s::float8,
+    last_error = %(error)s, lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
+    updated_at = kirim_now(%(now)s::float8)
+WHERE id = %(job_id)s AND status IN ('completed', 'dead');
 
 -- name: late_success_delivery
 -- A success reported after the claim was lost still makes the delivery sent.
@@ -342,7 +394,7 @@ UPDATE kirim_deliveries
 SET status = 'sent', provider_message_id = COALESCE(provider_message_id, %(message_id)s),
     doubt = CASE WHEN doubt IS NULL THEN NULL ELSE 'resolved' END,
     claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    sent_at = COALESCE(sent_at, %(now)s::float8), updated_at = %(now)s::float8
+    sent_at = COALESCE(sent_at, kirim_now(%(now)s::float8)), updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(delivery_id)s
 RETURNING *;
 
@@ -350,7 +402,7 @@ RETURNING *;
 -- ... and ends whatever job still carries it.
 UPDATE kirim_jobs
 SET status = 'completed', lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
-    last_error = 'completed by a late success', updated_at = %(now)s::float8
+    last_error = 'completed by a late success', updated_at = kirim_now(%(now)s::float8)
 WHERE delivery_id = %(delivery_id)s
   AND status IN ('queued', 'running', 'retry_scheduled', 'dead');
 
@@ -361,7 +413,7 @@ WITH expired AS (
     SELECT id, delivery_id, attempts, max_attempts, lease_owner, lease_token,
            lease_expires_at, attempts >= max_attempts AS dead
     FROM kirim_jobs
-    WHERE status = 'running' AND lease_expires_at < %(now)s::float8
+    WHERE status = 'running' AND lease_expires_at < kirim_now(%(now)s::float8)
     ORDER BY lease_expires_at, id
     LIMIT 1000
     FOR NO KEY UPDATE SKIP LOCKED
@@ -369,11 +421,11 @@ WITH expired AS (
 done AS (
     UPDATE kirim_jobs j
     SET status = CASE WHEN e.dead THEN 'dead' ELSE 'queued' END,
-        run_at = CASE WHEN e.dead THEN j.run_at ELSE %(now)s::float8 END,
+        run_at = CASE WHEN e.dead THEN j.run_at ELSE kirim_now(%(now)s::float8) END,
         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL,
         last_error = CASE WHEN e.dead THEN 'lease expired on the final attempt'
                           ELSE 'lease expired' END,
-        updated_at = %(now)s::float8
+        updated_at = kirim_now(%(now)s::float8)
     FROM expired e
     WHERE j.id = e.id AND j.lease_token = e.lease_token
     RETURNING j.id
@@ -382,7 +434,7 @@ revoked AS (
     -- The expired holder's token stops working: its intent or late status write is
     -- refused (an intent in flight holds FOR SHARE: this waits for it).
     UPDATE kirim_deliveries d
-    SET claim_token = NULL, claim_expires_at = NULL, updated_at = %(now)s::float8
+    SET claim_token = NULL, claim_expires_at = NULL, updated_at = kirim_now(%(now)s::float8)
     FROM expired e
     WHERE NOT e.dead AND d.id = e.delivery_id AND d.claim_token = e.lease_token
       AND d.status = 'processing'
@@ -405,7 +457,7 @@ SET status = CASE WHEN x.doubtful THEN 'in_doubt' ELSE 'failed' END,
     doubt = CASE WHEN x.doubtful THEN 'held' ELSE d.doubt END,
     last_error = 'lease expired on the final attempt',
     claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    updated_at = %(now)s::float8
+    updated_at = kirim_now(%(now)s::float8)
 FROM (
     SELECT u.id, u.token, EXISTS (
         SELECT 1 FROM kirim_attempts a JOIN kirim_deliveries dd ON dd.id = a.delivery_id
@@ -418,15 +470,15 @@ WHERE d.id = x.id AND d.claim_token = x.token AND d.status = 'processing';
 -- name: release_jobs
 -- Shutdown: the jobs go back to the queue at once (the claim still counts as an attempt).
 UPDATE kirim_jobs j
-SET status = 'queued', run_at = %(now)s::float8, lease_owner = NULL, lease_token = NULL,
-    lease_expires_at = NULL, last_error = 'released at shutdown', updated_at = %(now)s::float8
+SET status = 'queued', run_at = kirim_now(%(now)s::float8), lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, last_error = 'released at shutdown', updated_at = kirim_now(%(now)s::float8)
 FROM unnest(%(job_ids)s::bigint[], %(tokens)s::text[]) AS u (id, token)
 WHERE j.id = u.id AND j.lease_token = u.token AND j.status = 'running';
 
 -- name: release_deliveries
 -- Shutdown: the claims are revoked now, so the next claimer takes over at once.
 UPDATE kirim_deliveries d
-SET claim_token = NULL, claim_expires_at = NULL, updated_at = %(now)s::float8
+SET claim_token = NULL, claim_expires_at = NULL, updated_at = kirim_now(%(now)s::float8)
 FROM unnest(%(delivery_ids)s::bigint[], %(tokens)s::text[]) AS u (id, token)
 WHERE d.id = u.id AND d.claim_token = u.token AND d.status = 'processing';
 
@@ -477,7 +529,7 @@ SELECT status, doubt, count(*) AS n FROM kirim_deliveries GROUP BY status, doubt
 -- name: due_jobs_summary
 -- Gauges: claimable jobs due now, and the run_at of the oldest (the due index).
 SELECT count(*) AS n, min(run_at) AS oldest FROM kirim_jobs
-WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8;
+WHERE status IN ('queued', 'retry_scheduled') AND run_at <= kirim_now(%(now)s::float8);
 
 -- name: count_jobs
 -- Jobs per status.
@@ -490,9 +542,9 @@ SELECT id FROM kirim_jobs WHERE delivery_id = %(delivery_id)s ORDER BY id FOR NO
 -- name: revive_delivery
 -- Operator retry: a failed or in-doubt delivery becomes pending; earlier doubt released.
 UPDATE kirim_deliveries
-SET status = 'pending', doubt = NULL, released_at = %(now)s::float8, last_error = NULL,
+SET status = 'pending', doubt = NULL, released_at = kirim_now(%(now)s::float8), last_error = NULL,
     claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    updated_at = %(now)s::float8
+    updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(delivery_id)s AND status IN ('failed', 'in_doubt', 'canceled')
   AND EXISTS (SELECT 1 FROM kirim_jobs j WHERE j.delivery_id = kirim_deliveries.id
               AND j.status = 'dead');
@@ -500,14 +552,14 @@ WHERE id = %(delivery_id)s AND status IN ('failed', 'in_doubt', 'canceled')
 -- name: bury_dead_jobs
 -- The dead job is replaced by a fresh one.
 UPDATE kirim_jobs
-SET status = 'completed', last_error = 'retried by operator', updated_at = %(now)s::float8
+SET status = 'completed', last_error = 'retried by operator', updated_at = kirim_now(%(now)s::float8)
 WHERE delivery_id = %(delivery_id)s AND status = 'dead';
 
 -- name: insert_job_for_retry
 -- A fresh job with the old job's max_attempts.
 INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
-SELECT %(delivery_id)s, 'queued', %(now)s::float8, max_attempts, %(now)s::float8,
-       %(now)s::float8
+SELECT %(delivery_id)s, 'queued', kirim_now(%(now)s::float8), max_attempts, kirim_now(%(now)s::float8),
+       kirim_now(%(now)s::float8)
 FROM kirim_jobs
 WHERE delivery_id = %(delivery_id)s ORDER BY id DESC LIMIT 1
 RETURNING id;
@@ -516,7 +568,7 @@ RETURNING id;
 -- Cancel what is neither in flight nor sent (a processing delivery whose claim was
 -- revoked by the reaper or at shutdown is not in flight).
 UPDATE kirim_deliveries
-SET status = 'canceled', updated_at = %(now)s::float8
+SET status = 'canceled', updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(delivery_id)s
   AND (status IN ('pending', 'failed', 'in_doubt')
        OR (status = 'processing' AND claim_token IS NULL));
@@ -525,7 +577,7 @@ WHERE id = %(delivery_id)s
 -- Its jobs stop.
 UPDATE kirim_jobs
 SET status = 'completed', last_error = 'canceled', lease_owner = NULL, lease_token = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s::float8
+    lease_expires_at = NULL, updated_at = kirim_now(%(now)s::float8)
 WHERE delivery_id = %(delivery_id)s AND status IN ('queued', 'retry_scheduled', 'dead');
 
 -- name: search_deliveries
@@ -538,7 +590,7 @@ LIMIT %(limit)s;
 -- name: insert_token
 -- A new API token (its hash); nothing when an active token has the name.
 INSERT INTO kirim_tokens (name, token_hash, prefix, created_at)
-VALUES (%(name)s, %(hash)s, %(prefix)s, %(now)s::float8)
+VALUES (%(name)s, %(hash)s, %(prefix)s, kirim_now(%(now)s::float8))
 ON CONFLICT DO NOTHING
 RETURNING *;
 
@@ -548,13 +600,13 @@ SELECT * FROM kirim_tokens WHERE token_hash = %(hash)s AND revoked_at IS NULL;
 
 -- name: revoke_token_by_name
 -- Revoke the active token with this name.
-UPDATE kirim_tokens SET revoked_at = %(now)s::float8
+UPDATE kirim_tokens SET revoked_at = kirim_now(%(now)s::float8)
 WHERE name = %(name)s AND revoked_at IS NULL
 RETURNING *;
 
 -- name: revoke_token_by_id
 -- Revoke the token with this id, if active.
-UPDATE kirim_tokens SET revoked_at = %(now)s::float8
+UPDATE kirim_tokens SET revoked_at = kirim_now(%(now)s::float8)
 WHERE id = %(id)s::bigint AND revoked_at IS NULL
 RETURNING *;
 
@@ -563,17 +615,17 @@ RETURNING *;
 -- inserted by another transaction is waited for).
 INSERT INTO kirim_requests
     (idempotency_key, fingerprint, state, lock_token, locked_until, created_at, updated_at)
-VALUES (%(key)s, %(fingerprint)s, 'in_progress', %(token)s, %(until)s::float8,
-        %(now)s::float8, %(now)s::float8)
+VALUES (%(key)s, %(fingerprint)s, 'in_progress', %(token)s, (kirim_now(%(now)s::float8) + %(hold)s::float8),
+        kirim_now(%(now)s::float8), kirim_now(%(now)s::float8))
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING idempotency_key;
 
 -- name: take_over_request
 -- Take over a key whose holder stopped before answering (its hold expired).
 UPDATE kirim_requests
-SET fingerprint = %(fingerprint)s, lock_token = %(token)s, locked_until = %(until)s::float8,
-    updated_at = %(now)s::float8
-WHERE idempotency_key = %(key)s AND state = 'in_progress' AND locked_until < %(now)s::float8
+SET fingerprint = %(fingerprint)s, lock_token = %(token)s, locked_until = (kirim_now(%(now)s::float8) + %(hold)s::float8),
+    updated_at = kirim_now(%(now)s::float8)
+WHERE idempotency_key = %(key)s AND state = 'in_progress' AND locked_until < kirim_now(%(now)s::float8)
 RETURNING idempotency_key;
 
 -- name: request_by_key
@@ -585,7 +637,7 @@ SELECT * FROM kirim_requests WHERE idempotency_key = %(key)s;
 UPDATE kirim_requests r
 SET state = 'completed', status_code = u.status_code, response = u.response,
     delivery_id = u.delivery_id, lock_token = NULL, locked_until = NULL,
-    updated_at = %(now)s::float8
+    updated_at = kirim_now(%(now)s::float8)
 FROM unnest(%(keys)s::text[], %(tokens)s::text[], %(codes)s::int[], %(responses)s::text[],
             %(delivery_ids)s::bigint[])
      AS u (idempotency_key, lock_token, status_code, response, delivery_id)

@@ -61,12 +61,15 @@ WHERE delivery_id = ? AND status = 'succeeded'
 ORDER BY id LIMIT 1;
 
 -- name: insert_attempt_fenced
--- Write-ahead attempt intent, only while the claim token holds.
+-- Write-ahead attempt intent, only while the claim token holds, bounded in time: no
+-- request after send_deadline, none can land after settles_at.
 INSERT INTO kirim_attempts
-    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at)
-SELECT ?, ?, ?, ?, ?, 'requested', ?
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
+     send_deadline, settles_at)
+SELECT :delivery_id, :job_id, :number, :request_id, :worker_id, 'requested', :now,
+       :now + :send_within, :now + :settle_within
 WHERE EXISTS (SELECT 1 FROM kirim_deliveries
-              WHERE id = ? AND claim_token = ? AND status = 'processing');
+              WHERE id = :delivery_id AND claim_token = :token AND status = 'processing');
 
 -- name: complete_attempt
 -- Record a request's outcome; a fact is recorded whatever the claim's fate.
@@ -84,11 +87,30 @@ SET status = ?, doubt = ?, provider_message_id = COALESCE(?, provider_message_id
 WHERE id = ? AND claim_token = ?;
 
 -- name: finish_job
--- Write the job's new state, fenced by the lease token; releases the lease.
+-- Write the job's new state, fenced by the lease token; releases the lease (and gives
+-- the claim back when it only waited for doubt to settle).
 UPDATE kirim_jobs
-SET status = ?, run_at = COALESCE(?, run_at), last_error = ?, lease_owner = NULL,
-    lease_token = NULL, lease_expires_at = NULL, updated_at = ?
+SET status = ?, run_at = COALESCE(?, run_at), last_error = ?, attempts = attempts - ?,
+    lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL, updated_at = ?
 WHERE id = ? AND lease_token = ?;
+
+-- name: latest_job
+-- The delivery's most recent job.
+SELECT * FROM kirim_jobs WHERE delivery_id = ? ORDER BY id DESC LIMIT 1;
+
+-- name: reopen_delivery
+-- A late definite failure withdrew an assumption: pending again, or failed.
+UPDATE kirim_deliveries
+SET status = ?, doubt = 'resolved', last_error = ?, claim_token = NULL, claimed_by = NULL,
+    claim_expires_at = NULL, sent_at = NULL, provider_message_id = NULL, updated_at = ?
+WHERE id = ?;
+
+-- name: reopen_job
+-- ... and its latest job runs again (retry_scheduled), or is a dead letter.
+UPDATE kirim_jobs
+SET status = ?, run_at = ?, last_error = ?, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = ?
+WHERE id = ? AND status IN ('completed', 'dead');
 
 -- name: late_success_delivery
 -- A success reported after the claim was lost still makes the delivery sent.

@@ -1,0 +1,17 @@
+"""Text from outside (a provider's answer, an exception) made fit for the ledger."""
+
+from __future__ import annotations
+
+#: Longest provider or error text kept in a ledger column.
+MAX_TEXT = 1000
+
+
+def stored_text(value: str | None, *, limit: int = MAX_TEXT) -> str | None:
+    """``value`` as every backend stores it: no NUL (PostgreSQL text refuses it), no
+    lone surrogate (UTF-8 cannot encode it), at most ``limit`` characters."""
+    if value is None:
+        return None
+    clean = value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if len(clean) > limit:
+        clean = clean[: limit - 1] + "…"
+    return clean
