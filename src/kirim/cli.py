@@ -178,6 +178,15 @@ def send(
 # -- worker ----------------------------------------------------------------------------
 
 
+def _finite_offset(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """``worker --clock-offset``: a finite number of seconds (not inf or nan)."""
+    import math
+
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number of seconds", ctx, param)
+    return value
+
+
 @main.command()
 @click.option("--concurrency", type=click.IntRange(min=1), help="Deliveries in flight at once.")
 @click.option("--burst", is_flag=True, help="Exit when the queue is drained, nothing in flight.")
@@ -207,6 +216,15 @@ def send(
     metavar="HOST",
     help="Address the metrics endpoint binds to.",
 )
+@click.option(
+    "--clock-offset",
+    type=float,
+    callback=_finite_offset,
+    hidden=True,  # for kirim simulate --clock-skew and tests
+    metavar="SECONDS",
+    help="Run this worker's own clock SECONDS off the system clock (the store keeps "
+    "the database's time).",
+)
 @pass_state
 def worker(
     state: State,
@@ -217,6 +235,7 @@ def worker(
     worker_id: str | None,
     metrics_port: int | None,
     metrics_host: str,
+    clock_offset: float | None,
 ) -> None:
     """Deliver notifications: claim due jobs, send, record outcomes.
 
@@ -253,8 +272,15 @@ def worker(
 
                 metrics = Metrics()
                 metrics.serve(metrics_port, metrics_host)
+            if clock_offset is not None:
+                from kirim.simulate.skew import OffsetClock
+
+                # The worker's own clock only: the store was opened on the database's.
+                app.clock = OffsetClock(clock_offset)
             w = app.worker(settings=settings, worker_id=worker_id, metrics=metrics)
             log = get_logger(worker_id=w.worker_id)
+            if clock_offset is not None:
+                log.info("clock_offset", seconds=clock_offset)
             if metrics is not None:
                 log.info("metrics_serving", url=f"http://{metrics_host}:{metrics.port}/metrics")
             loop = asyncio.get_running_loop()

@@ -327,7 +327,6 @@ STYLES = {
     DeliveryStatus.PENDING: "cyan",
     DeliveryStatus.PROCESSING: "blue",
     DeliveryStatus.SENT: "green",
-    DeliveryStatus.CONFIRMED: "green",
     DeliveryStatus.FAILED: "red",
     DeliveryStatus.CANCELED: "dim",
     DeliveryStatus.IN_DOUBT: "yellow",
@@ -459,9 +458,7 @@ def show_status(console: Console, record: Record) -> None:
     facts.add_row("event", _text(d.event_id))
     facts.add_row("recipient", _text(d.recipient))
     facts.add_row("channel", _text(d.channel))
-    status = styled(d.status)
-    if d.doubt is not None:
-        status.append(f" ({d.doubt})")
+    status = Text(d.status_label, style=STYLES.get(d.status, ""))
     facts.add_row("status", status)
     facts.add_row("provider message", _text(d.provider_message_id))
     if d.last_error:
@@ -502,7 +499,7 @@ def show_deliveries(console: Console, records: Sequence[Record], *, title: str) 
             _text(d.event_id),
             _text(d.recipient),
             _text(d.channel),
-            styled(d.status),
+            Text(d.status_label, style=STYLES.get(d.status, "")),
             _text(None) if job is None else styled(job.status),
             str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}",
             _text(d.last_error or (job.last_error if job is not None else None)),

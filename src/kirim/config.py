@@ -11,6 +11,7 @@ url = "http://127.0.0.1:8080/push"
 timeout = 10
 idempotent = true
 on_unknown = "assume_sent"   # or "hold", "retry"
+# lookup = true               # a webhook needs lookup_url = "http://…/lookup/{key}"
 ```
 
 ``KIRIM_DATABASE_URL`` overrides ``database``.
@@ -91,6 +92,8 @@ _CHANNEL_KEYS = {
     "headers",
     "token",
     "dedup_window",
+    "lookup_url",
+    "lookup_lag",
 }
 
 
@@ -206,8 +209,22 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
             ("http://", "https://")
         ):
             raise ConfigError(f"{prefix}.url is required for a webhook (http:// or https://)")
-        if spec.get("lookup"):
-            raise ConfigError(f"{prefix}.lookup: the webhook provider has no lookup")
+        lookup_url = spec.get("lookup_url")
+        if lookup_url is not None and (
+            not isinstance(lookup_url, str)
+            or not lookup_url.startswith(("http://", "https://"))
+            or "{key}" not in lookup_url
+        ):
+            raise ConfigError(
+                f"{prefix}.lookup_url must be an http:// or https:// URL with {{key}} in it"
+            )
+        if spec.get("lookup") and lookup_url is None:
+            raise ConfigError(
+                f"{prefix}.lookup: the webhook provider has no lookup without lookup_url"
+            )
+        lag = spec.get("lookup_lag", 0)
+        if not 0 <= _number(lag, f"channels.{name}.lookup_lag", where) < float("inf"):
+            raise ConfigError(f"{prefix}.lookup_lag must be a number of seconds >= 0")
         headers = spec.get("headers", {})
         if not isinstance(headers, Mapping) or not all(
             isinstance(v, str) for v in headers.values()
@@ -236,6 +253,8 @@ def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provi
             idempotent=bool(options.get("idempotent", False)),
             headers=dict(options.get("headers", {})),
             token=options.get("token"),
+            lookup_url=options.get("lookup_url"),
+            lookup_lag=float(options.get("lookup_lag", 0)),
         )
     module_name, _, attr = kind.partition(":")
     if not attr:

@@ -276,9 +276,9 @@ def reused_field(existing: Delivery, item: NewDelivery) -> str | None:
     return None
 
 
-def _run_at(send_after: SendAfter, now: float) -> float:
+def _run_at(send_after: SendAfter, now: float) -> float | None:
     if send_after is None:
-        return now
+        return None  # due at once, in the store's time
     if isinstance(send_after, timedelta):
         return now + send_after.total_seconds()
     if isinstance(send_after, datetime):

@@ -16,7 +16,6 @@ class DeliveryStatus(enum.StrEnum):
     PENDING = "pending"
     PROCESSING = "processing"
     SENT = "sent"
-    CONFIRMED = "confirmed"
     FAILED = "failed"
     CANCELED = "canceled"
     IN_DOUBT = "in_doubt"
@@ -29,7 +28,6 @@ class DeliveryStatus(enum.StrEnum):
 FINAL_DELIVERY = frozenset(
     {
         DeliveryStatus.SENT,
-        DeliveryStatus.CONFIRMED,
         DeliveryStatus.FAILED,
         DeliveryStatus.CANCELED,
     }
@@ -69,6 +67,10 @@ class Doubt(enum.StrEnum):
     RESOLVED = "resolved"  # a late success or a lookup settled it
 
 
+#: How a doubt reads beside a status.
+DOUBT_LABEL = {Doubt.ASSUMED_SENT: "assumed", Doubt.HELD: "held", Doubt.RESOLVED: "resolved"}
+
+
 class OnUnknown(enum.StrEnum):
     """What a channel does when an earlier request may have reached a provider
     that does not honour idempotency keys."""
@@ -97,6 +99,13 @@ class Delivery:
     created_at: float
     updated_at: float
     sent_at: float | None
+
+    @property
+    def status_label(self) -> str:
+        """The status with its doubt beside it, as people read it: ``sent (assumed)``."""
+        if self.doubt is None:
+            return str(self.status)
+        return f"{self.status} ({DOUBT_LABEL[self.doubt]})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,6 +7,10 @@ header is recognised by its content (kirim's default key of its ``event_id``,
 that honours keys cannot deduplicate it. Behaviour per request is drawn from a
 seeded random generator: a base latency, sometimes slow, sometimes accepting the
 request and then not answering until the client has given up.
+
+``GET /lookup/<key>`` (``lookup_url``, for the webhook provider's ``lookup``) answers
+200 with the message id once a request with that key was accepted, i.e. reached the
+user (a request answered 503 was not; one left to time out was), and 404 otherwise.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from kirim.keys import default_key
 
@@ -57,6 +62,8 @@ class Receiver:
         self._copies: Counter[str] = Counter()  # copies the user received per key
         self.injected: Counter[str] = Counter()  # "errors", "timeouts", "slow" answers given
         self._message_ids: dict[str, str] = {}
+        self._accepted: dict[str, str] = {}  # the first message id accepted per key
+        self.lookups: Counter[str] = Counter()  # "found", "not_found" answers to lookups
         self._hold = threading.Event()
         self._hold.set()  # set = not holding
         self.in_flight = 0
@@ -69,6 +76,17 @@ class Receiver:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/notify"
+
+    @property
+    def lookup_url(self) -> str:
+        """``GET`` it with ``{key}`` replaced by the URL-quoted key (``lookup``)."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/lookup/{{key}}"
+
+    def lookup(self, key: str) -> str | None:
+        """The message id of the first accepted request with ``key``, or None."""
+        with self._lock:
+            return self._accepted.get(key)
 
     def __enter__(self) -> Receiver:
         self._thread.start()
@@ -121,6 +139,7 @@ class Receiver:
                 self._copies[key] += 1
             fresh = f"p-{sum(self.requests.values())}"
             message_id = self._message_ids.setdefault(key, fresh) if deduplicated else fresh
+            self._accepted.setdefault(key, message_id)
             base = b.latency(self._rng) if b.latency is not None else 0.0
             roll -= b.error_rate
             if roll < b.slow_rate:
@@ -164,12 +183,30 @@ class Receiver:
                         receiver.in_flight -= 1
                         receiver.in_flight_by[worker] -= 1
 
-            def _answer(self, code: int, body: dict[str, Any]) -> None:
+            def do_GET(self) -> None:
+                path = urlsplit(self.path).path
+                prefix = "/lookup/"
+                if not path.startswith(prefix):
+                    self._answer(404, {"error": "no such path"})
+                    return
+                message_id = receiver.lookup(unquote(path[len(prefix) :]))
+                with receiver._lock:
+                    receiver.lookups["not_found" if message_id is None else "found"] += 1
+                if message_id is None:
+                    self._answer(404, {"error": "not found"})
+                else:
+                    self._answer(200, {"id": message_id}, {"X-Message-Id": message_id})
+
+            def _answer(
+                self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(body).encode()
                 try:
                     self.send_response(code)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):

@@ -323,7 +323,7 @@ class Worker:
         self.stats.claimed += 1
         if claim.kind is ClaimKind.NOOP:
             self.stats.noops += 1
-            name = "noop_already_sent" if d.status.value in ("sent", "confirmed") else "noop"
+            name = "noop_already_sent" if d.status is DeliveryStatus.SENT else "noop"
             log.info(name, status=str(d.status), reason=claim.reason)
             if self._tracer is not None:
                 tracing.annotate(outcome="noop", reason=claim.reason)

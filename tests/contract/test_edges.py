@@ -361,8 +361,8 @@ async def test_api_answers_not_settled_with_409_and_retry_after() -> None:
     """The HTTP service turns NotSettled into 409 not_settled with a Retry-After."""
     import time
 
+    import httpx
     from fastapi import FastAPI
-    from fastapi.testclient import TestClient
 
     from kirim.http.errors import install
 
@@ -373,8 +373,9 @@ async def test_api_answers_not_settled_with_409_and_retry_after() -> None:
     async def refuse() -> None:
         raise NotSettled(7, retry_at=time.time() + 30, action="cancel")
 
-    with TestClient(api) as client:
-        answer = client.post("/x")
+    transport = httpx.ASGITransport(app=api)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        answer = await client.post("/x")
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "not_settled"
     assert 25 <= int(answer.headers["Retry-After"]) <= 31

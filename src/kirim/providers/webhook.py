@@ -8,13 +8,22 @@ Failures are classified at this seam:
   timeouts and broken connections after the request was written, 5xx →
   ``AmbiguousFailure``: the provider may have acted on it (or will)
 - any other 4xx → ``PermanentFailure``
+
+With ``lookup_url`` (``http://…/lookup/{key}``, the key URL-quoted into ``{key}``)
+it can also say whether it accepted a key (``lookup``): 200 → accepted (the message
+id from the body's ``id`` or ``X-Message-Id``), 404 → not accepted, anything else
+raises, so the worker keeps the delivery in doubt. ``lookup_lag``: seconds after a
+request lands before the lookup is sure to see it (the worker adds them to the
+time an attempt takes to settle).
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -49,10 +58,19 @@ class WebhookProvider:
         idempotent: bool = False,
         headers: dict[str, str] | None = None,
         token: str | None = None,
+        lookup_url: str | None = None,
+        lookup_lag: float = 0.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
+        if lookup_url is not None and "{key}" not in lookup_url:
+            raise ValueError(f"lookup_url {lookup_url!r} must contain {{key}}")
+        if not math.isfinite(lookup_lag) or lookup_lag < 0:
+            raise ValueError(f"lookup_lag must be a number of seconds >= 0, not {lookup_lag!r}")
         self.url = url
         self.idempotent = idempotent
+        self.lookup_url = lookup_url
+        #: seconds until a landed request shows in ``lookup`` (part of the settle bound)
+        self.lookup_lag = float(lookup_lag)
         #: the longest one request may take: the worker's settle bound relies on it
         self.timeout = timeout
         self._headers = dict(headers or {})
@@ -87,18 +105,27 @@ class WebhookProvider:
             raise AmbiguousFailure(f"no answer: {type(exc).__name__}: {exc}") from exc
         return self._classify(response)
 
+    async def lookup(self, idempotency_key: str) -> Sent | None:
+        """Whether the provider accepted ``idempotency_key``: ``Sent`` if so, None if it
+        says not (404). Any other answer, or none, raises: the question stays open."""
+        if self.lookup_url is None:
+            raise RuntimeError(f"{self!r} has no lookup_url to ask")
+        url = self.lookup_url.replace("{key}", quote(idempotency_key, safe=""))
+        try:
+            response = await self._client.get(url, headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise AmbiguousFailure(f"lookup: no answer: {type(exc).__name__}: {exc}") from exc
+        code = response.status_code
+        if code == 200:
+            return Sent(provider_message_id=_message_id(response))
+        if code == 404:
+            return None
+        raise AmbiguousFailure(f"lookup: HTTP {code}: {response.text[:200]}", status_code=code)
+
     def _classify(self, response: httpx.Response) -> Sent:
         code = response.status_code
         if 200 <= code < 300:
-            message_id = response.headers.get("X-Message-Id")
-            if message_id is None:
-                try:
-                    data = response.json()
-                except ValueError:
-                    data = None
-                if isinstance(data, dict) and data.get("id") is not None:
-                    message_id = str(data["id"])
-            return Sent(provider_message_id=message_id)
+            return Sent(provider_message_id=_message_id(response))
         text = response.text[:200]
         if code in (408, 429):
             raise TransientFailure(
@@ -114,3 +141,16 @@ class WebhookProvider:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _message_id(response: httpx.Response) -> str | None:
+    """The provider's id of the message: ``X-Message-Id``, else the JSON body's ``id``."""
+    message_id = response.headers.get("X-Message-Id")
+    if message_id is None:
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("id") is not None:
+            message_id = str(data["id"])
+    return message_id

@@ -141,6 +141,10 @@ class SimOptions:
     max_attempts: int = 8
     seed: int = 0
     deadline: float = 300.0
+    #: each worker process's own clock is off by a draw uniform in ±clock_skew seconds
+    clock_skew: float = 0.0
+    #: kirim's channel asks the receiver (lookup) when in doubt; the naive flow ignores it
+    lookup: bool = False
 
     def validate(self) -> SimOptions:
         if self.strategy not in STRATEGIES:
@@ -157,6 +161,12 @@ class SimOptions:
                 raise ValueError(f"{name} must be between 0 and 1")
         if self.timeout_rate + self.error_rate > 1:
             raise ValueError("timeout_rate + error_rate must not exceed 1")
+        if not math.isfinite(self.clock_skew) or self.clock_skew < 0:
+            raise ValueError("clock_skew must be a finite number of seconds >= 0")
+        if self.lookup and self.idempotent:
+            raise ValueError(
+                "lookup runs against a receiver that honours no key: drop --idempotent"
+            )
         return self
 
     @property

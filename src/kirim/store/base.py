@@ -46,7 +46,9 @@ class NewDelivery:
     channel: str
     payload_json: str
     payload_hash: str
-    run_at: float
+    #: when the job is due, in store time; None: at once (the store's now, so that an
+    #: app host whose clock runs ahead does not delay it)
+    run_at: float | None
     max_attempts: int
 
 

@@ -214,7 +214,7 @@ def finish(ops: Ops, it: Finish, now: float | None = None) -> FinishResult:
         it.job_status,
     )
     run_at, error, refund = run_at_of(it, now), it.error, it.refund_attempt
-    if status not in (DeliveryStatus.SENT, DeliveryStatus.CONFIRMED):
+    if status is not DeliveryStatus.SENT:
         # A success recorded by any attempt (even a stale one) outranks a failure now.
         success = ops.one("succeeded_attempt", (it.delivery_id,))
         if success is not None:

@@ -55,7 +55,7 @@ from kirim.store.sqlfiles import load_queries
 
 Q = load_queries("postgres")
 Cursor = AsyncCursor[DictRow]
-_SENT = (DeliveryStatus.SENT, DeliveryStatus.CONFIRMED)
+_SENT = (DeliveryStatus.SENT,)
 
 
 async def rows(
@@ -108,7 +108,7 @@ async def enqueue(
             "channels": [it.channel for it in items],
             "payloads": [it.payload_json for it in items],
             "hashes": [it.payload_hash for it in items],
-            "run_ats": [float(it.run_at) for it in items],
+            "run_ats": [None if it.run_at is None else float(it.run_at) for it in items],
             "max_attempts": [it.max_attempts for it in items],
             "now": now,
         },
@@ -121,7 +121,7 @@ async def enqueue(
             id=job_id,
             delivery_id=row["id"],
             status=JobStatus.QUEUED,
-            run_at=float(it.run_at),
+            run_at=float(row["created_at"] if it.run_at is None else it.run_at),
             attempts=0,
             max_attempts=it.max_attempts,
             lease_owner=None,

@@ -512,7 +512,8 @@ def _enqueue(
                 )
             )
             continue
-        conn.execute(Q["insert_job"], (row["id"], it.run_at, it.max_attempts, now, now)).fetchone()
+        run_at = now if it.run_at is None else it.run_at
+        conn.execute(Q["insert_job"], (row["id"], run_at, it.max_attempts, now, now)).fetchone()
         delivery = conn.execute(
             "SELECT * FROM kirim_deliveries WHERE id = ?", (row["id"],)
         ).fetchone()

@@ -41,7 +41,8 @@ ins AS (
 ),
 jobs AS (
     INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
-    SELECT ins.id, 'queued', f.run_at, f.max_attempts, kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
+    SELECT ins.id, 'queued', COALESCE(f.run_at, kirim_now(%(now)s::float8)), f.max_attempts,
+           kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
     FROM ins JOIN firsts f ON f.idempotency_key = ins.idempotency_key
     ORDER BY ins.id
     RETURNING *
@@ -262,7 +263,7 @@ calc AS (
     FROM u LEFT JOIN LATERAL (
         SELECT true AS found, a.provider_message_id FROM kirim_attempts a
         WHERE a.delivery_id = u.delivery_id AND a.status = 'succeeded'
-          AND u.status NOT IN ('sent', 'confirmed')
+          AND u.status <> 'sent'
         ORDER BY a.id LIMIT 1
     ) w ON true
 ),
@@ -271,7 +272,7 @@ written AS (
     SET status = c.f_status, doubt = c.f_doubt,
         provider_message_id = COALESCE(c.f_message_id, d.provider_message_id),
         last_error = c.error, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-        sent_at = CASE WHEN c.f_status IN ('sent', 'confirmed') THEN c.now ELSE d.sent_at END,
+        sent_at = CASE WHEN c.f_status = 'sent' THEN c.now ELSE d.sent_at END,
         updated_at = c.now
     FROM calc c
     WHERE d.id = c.delivery_id AND d.claim_token = c.token
@@ -344,7 +345,7 @@ UPDATE kirim_deliveries
 SET status = %(status)s, doubt = %(doubt)s,
     provider_message_id = COALESCE(%(message_id)s, provider_message_id),
     last_error = %(error)s, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    sent_at = CASE WHEN %(status)s IN ('sent', 'confirmed') THEN kirim_now(%(now)s::float8)
+    sent_at = CASE WHEN %(status)s = 'sent' THEN kirim_now(%(now)s::float8)
                    ELSE sent_at END,
     updated_at = kirim_now(%(now)s::float8)
 WHERE id = %(delivery_id)s AND claim_token = %(token)s;

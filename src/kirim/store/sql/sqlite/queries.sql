@@ -83,7 +83,7 @@ WHERE provider_request_id = ? AND status IN ('requested', 'unknown');
 UPDATE kirim_deliveries
 SET status = ?, doubt = ?, provider_message_id = COALESCE(?, provider_message_id),
     last_error = ?, claim_token = NULL, claimed_by = NULL, claim_expires_at = NULL,
-    sent_at = CASE WHEN ? IN ('sent', 'confirmed') THEN ? ELSE sent_at END, updated_at = ?
+    sent_at = CASE WHEN ? = 'sent' THEN ? ELSE sent_at END, updated_at = ?
 WHERE id = ? AND claim_token = ?;
 
 -- name: finish_job
