@@ -1,0 +1,176 @@
+"""Hosts: skewed clocks, the database of a schedule, and the worker processes.
+
+Every worker host is a real ``Kirim`` app with its own store connection and a real
+``Worker``, on one database. On SQLite each schedule gets a copy of a migrated
+template file (``synchronous=off``: a schedule's file is thrown away anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.explore.faults import Fault, FaultyStore
+from kirim.explore.loop import Host
+from kirim.store.base import Store
+from kirim.store.sqlite import SQLiteStore
+from kirim.worker import Worker, WorkerSettings
+
+#: epoch seconds at virtual time 0
+BASE = 1_800_000_000.0
+
+#: records, inside the inserting transaction, who held the claim when an intent was written
+AUDIT_SQL = """
+CREATE TABLE explore_intent_audit (
+    provider_request_id TEXT, worker_id TEXT, claim_token TEXT, claimed_by TEXT,
+    delivery_status TEXT, lease_token TEXT, lease_owner TEXT, job_status TEXT);
+CREATE TRIGGER explore_intent_audit AFTER INSERT ON kirim_attempts BEGIN
+    INSERT INTO explore_intent_audit
+    SELECT NEW.provider_request_id, NEW.worker_id, d.claim_token, d.claimed_by, d.status,
+           j.lease_token, j.lease_owner, j.status
+    FROM kirim_deliveries d, kirim_jobs j WHERE d.id = NEW.delivery_id AND j.id = NEW.job_id;
+END;
+"""
+
+
+class SkewedClock:
+    """A host's clock: ``now() = BASE + offset + rate * virtual time``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, offset: float = 0.0, rate: float = 1.0):
+        self.loop = loop
+        self.offset = offset
+        self.rate = rate
+
+    def now(self) -> float:
+        return BASE + self.offset + self.rate * self.loop.time()
+
+    def monotonic(self) -> float:
+        return self.rate * self.loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.rate)
+
+
+_TEMPLATES: dict[str, Path] = {}
+
+
+def workdir() -> Path:
+    """A scratch directory (in memory when /dev/shm exists)."""
+    shm = Path("/dev/shm")
+    return Path(tempfile.mkdtemp(prefix="kirim-explore-", dir=shm if shm.is_dir() else None))
+
+
+def sqlite_template(directory: Path) -> Path:
+    """A migrated SQLite file with the intent audit trigger (made once per directory)."""
+    key = str(directory)
+    if key in _TEMPLATES and _TEMPLATES[key].exists():
+        return _TEMPLATES[key]
+    path = directory / "template.db"
+
+    async def migrate() -> None:
+        store = SQLiteStore(f"sqlite:///{path}")
+        await store.open()
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    asyncio.run(migrate())
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(AUDIT_SQL)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    _TEMPLATES[key] = path
+    return path
+
+
+def new_sqlite_database(directory: Path, name: str) -> str:
+    """A fresh copy of the template; its URL."""
+    path = directory / f"{name}.db"
+    shutil.copyfile(sqlite_template(directory), path)
+    return f"sqlite:///{path}?synchronous=off"
+
+
+def open_sqlite(url: str, true_clock: SkewedClock) -> SQLiteStore:
+    """The real SQLite store; given the machine's (unskewed) clock when it takes one."""
+    if "clock" in inspect.signature(SQLiteStore).parameters:
+        return SQLiteStore(url, clock=true_clock)  # type: ignore[call-arg,unused-ignore]
+    return SQLiteStore(url)
+
+
+@dataclass(eq=False)
+class WorkerHost:
+    """One worker process; ``host`` is its current incarnation."""
+
+    name: str
+    host: Host
+    clock: SkewedClock
+    store: FaultyStore | None = None
+    worker: Worker | None = None
+    task: asyncio.Task[None] | None = None
+    down: bool = False  # crashed or shut down, waiting for the heal
+    stores: list[Any] = field(default_factory=list)  # every inner store it opened
+
+
+async def run_worker(
+    wh: WorkerHost,
+    *,
+    inner: Any,
+    channels: dict[str, Channel],
+    settings: WorkerSettings,
+    config: Config,
+    plan: list[Fault],
+    heal: float,
+    seed: int,
+    on_intent: Any,
+) -> None:
+    """The life of one worker process: open its app, run its worker, close."""
+    loop = asyncio.get_running_loop()
+    wh.stores.append(inner)
+    store = FaultyStore(
+        inner,
+        host=wh.name if wh.host.incarnation == 1 else wh.host.label,
+        plan=plan,
+        time=loop.time,
+        heal=heal,
+        on_intent=on_intent,
+    )
+    wh.store = store
+    app = Kirim(config, store=cast(Store, store), channels=channels, clock=wh.clock)
+    await app.open()
+    worker = Worker(
+        cast(Store, store),
+        channels,
+        settings=settings,
+        worker_id=wh.host.label,
+        clock=wh.clock,
+        rng=random.Random(f"worker:{seed}:{wh.host.label}"),
+    )
+    wh.worker = worker
+    await worker.run()
+    await inner.close()
+
+
+def close_leftovers(stores: list[Any]) -> None:
+    """Close the connections of stores whose host died (a dead process's sockets)."""
+    for store in stores:
+        conn = getattr(store, "_conn", None)
+        if isinstance(conn, sqlite3.Connection):
+            conn.close()
+            store._conn = None
+        executor = getattr(store, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+            store._executor = None
