@@ -8,12 +8,13 @@ template file (``synchronous=off``: a schedule's file is thrown away anyway).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import random
 import shutil
 import sqlite3
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore.faults import Fault, FaultyStore
+from kirim.explore.invariants import Ledger
 from kirim.explore.loop import Host
 from kirim.store.base import Store
 from kirim.store.sqlite import SQLiteStore
@@ -62,12 +64,18 @@ class SkewedClock:
 
 
 _TEMPLATES: dict[str, Path] = {}
+_WORKDIR: list[Path] = []
 
 
 def workdir() -> Path:
-    """A scratch directory (in memory when /dev/shm exists)."""
+    """This process's scratch directory (in memory when /dev/shm exists), removed at exit."""
+    if _WORKDIR and _WORKDIR[0].is_dir():
+        return _WORKDIR[0]
     shm = Path("/dev/shm")
-    return Path(tempfile.mkdtemp(prefix="kirim-explore-", dir=shm if shm.is_dir() else None))
+    path = Path(tempfile.mkdtemp(prefix="kirim-explore-", dir=shm if shm.is_dir() else None))
+    _WORKDIR[:] = [path]
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def sqlite_template(directory: Path) -> Path:
@@ -110,6 +118,39 @@ def open_sqlite(url: str, true_clock: SkewedClock) -> SQLiteStore:
     return SQLiteStore(url)
 
 
+class SQLiteDatabase:
+    """One schedule's SQLite file (a copy of the template)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.url = new_sqlite_database(directory, name)
+        self.path = self.url.removeprefix("sqlite:///").split("?")[0]
+        self.stores: list[Any] = []
+
+    def open_store(self, true_clock: SkewedClock) -> Any:
+        store = open_sqlite(self.url, true_clock)
+        self.stores.append(store)
+        return store
+
+    def ledger(self) -> Ledger:
+        return Ledger.read_sqlite(self.path)
+
+    def active_jobs(self) -> int:
+        conn = sqlite3.connect(self.path)
+        try:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM kirim_jobs "
+                "WHERE status IN ('queued', 'running', 'retry_scheduled')"
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(row[0])
+
+    def dispose(self) -> None:
+        close_leftovers(self.stores)
+        for suffix in ("", "-wal", "-shm"):
+            Path(self.path + suffix).unlink(missing_ok=True)
+
+
 @dataclass(eq=False)
 class WorkerHost:
     """One worker process; ``host`` is its current incarnation."""
@@ -121,7 +162,6 @@ class WorkerHost:
     worker: Worker | None = None
     task: asyncio.Task[None] | None = None
     down: bool = False  # crashed or shut down, waiting for the heal
-    stores: list[Any] = field(default_factory=list)  # every inner store it opened
 
 
 async def run_worker(
@@ -138,7 +178,6 @@ async def run_worker(
 ) -> None:
     """The life of one worker process: open its app, run its worker, close."""
     loop = asyncio.get_running_loop()
-    wh.stores.append(inner)
     store = FaultyStore(
         inner,
         host=wh.name if wh.host.incarnation == 1 else wh.host.label,

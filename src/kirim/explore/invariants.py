@@ -3,7 +3,8 @@
 The final state is read with plain SQL (``Ledger``), not through kirim's store:
 
 - ``at_most_once``: a user receives a notification at most once, unless its
-  channel chose ``on_unknown = "retry"``;
+  channel chose ``on_unknown = "retry"``; an operator's retry starts a new epoch
+  (what landed before it was the operator's to see), so it counts per epoch;
 - ``certain_sent``: ``sent`` with no doubt (or doubt ``resolved``) → received;
 - ``certain_unsent``: ``failed``, or ``canceled`` without doubt → never received;
 - ``lost_as_sent``: ``sent`` (assumed) while every attempt definitely failed and
@@ -115,16 +116,20 @@ def _delivery(
     d: dict[str, Any], attempts: Sequence[dict[str, Any]], truth: GroundTruth, at_least_once: bool
 ) -> list[Violation]:
     out = []
-    got = truth.received[d["idempotency_key"]]
     status, doubt, did = d["status"], d["doubt"], d["id"]
+    epochs = truth.epochs(d["idempotency_key"], did)
+    got = epochs[-1]  # since the operator's last retry
     shown = f"status={status} doubt={doubt} received={got}"
-    if got > 1 and not at_least_once:
+    if len(epochs) > 1:
+        shown += f" (per operator retry: {epochs})"
+    if max(epochs) > 1 and not at_least_once:
         out.append(Violation(name="at_most_once", delivery=did, detail=shown))
-    if status == "sent" and doubt in (None, "resolved") and got == 0:
+    if status == "sent" and doubt in (None, "resolved") and sum(epochs) == 0:
         out.append(Violation(name="certain_sent", delivery=did, detail=shown))
     if (status == "failed" or (status == "canceled" and doubt is None)) and got > 0:
         out.append(Violation(name="certain_unsent", delivery=did, detail=shown))
-    statuses = [a["status"] for a in attempts]
+    since = d["released_at"] or 0.0
+    statuses = [a["status"] for a in attempts if a["requested_at"] >= since]
     if status == "sent" and got == 0 and statuses and all(s in DEFINITE for s in statuses):
         out.append(
             Violation(
@@ -133,7 +138,6 @@ def _delivery(
                 detail=f"{shown}; every attempt definitely failed: {statuses}",
             )
         )
-    since = d["released_at"] or 0.0
     open_doubt = [a for a in attempts if a["status"] in DOUBTFUL and a["requested_at"] >= since]
     succeeded = any(a["status"] == "succeeded" for a in attempts)
     certain = status == "failed" or (status == "sent" and doubt is None and not succeeded)

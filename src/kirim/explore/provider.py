@@ -69,12 +69,25 @@ class GroundTruth:
 
     requests: list[Request] = field(default_factory=list)
     received: Counter[str] = field(default_factory=Counter)  # key -> times the user got it
-    effects: dict[str, list[float]] = field(default_factory=dict)  # key -> effect times
+    #: key -> (time, counted) of every effect; counted False: deduplicated by the provider
+    effects: dict[str, list[tuple[float, bool]]] = field(default_factory=dict)
     in_flight: int = 0
     #: provider_request_id -> virtual time its intent committed
     intents: dict[str, float] = field(default_factory=dict)
     #: delivery id -> virtual time an operator's cancel committed
     cancels: dict[int, float] = field(default_factory=dict)
+    #: delivery id -> virtual times an operator's retry committed
+    retries: dict[int, list[float]] = field(default_factory=dict)
+
+    def epochs(self, key: str, delivery_id: int) -> list[int]:
+        """Times the user got ``key``, per epoch between the operator's retries: a
+        retry after an earlier request landed is the operator's call, not a duplicate."""
+        cuts = sorted(self.retries.get(delivery_id, []))
+        counts = [0] * (len(cuts) + 1)
+        for at, counted in self.effects.get(key, []):
+            if counted:
+                counts[sum(1 for c in cuts if c < at)] += 1
+        return counts
 
 
 class ProviderModel:
@@ -104,6 +117,7 @@ class ProviderModel:
         self._sent: Counter[str] = Counter()
         self._lookups: Counter[str] = Counter()
         self._ids: dict[str, str] = {}
+        self._serving: set[asyncio.Task[None]] = set()
 
     def _draw(self, key: str, now: float) -> tuple[str, float | None, float]:
         n = self._sent[key]
@@ -145,7 +159,7 @@ class ProviderModel:
         )
         answer: asyncio.Future[str] = loop.create_future()
         self.truth.in_flight += 1
-        loop.create_task(self._serve(request, answer), context=self._context)
+        self._serving.add(loop.create_task(self._serve(request, answer), context=self._context))
         try:
             async with asyncio.timeout(self.timeout):
                 result = await answer
@@ -177,12 +191,15 @@ class ProviderModel:
                 answer.set_result(request.outcome)
         finally:
             self.truth.in_flight -= 1
+            current = asyncio.current_task()
+            if current is not None:
+                self._serving.discard(current)
 
     def _apply(self, request: Request) -> None:
         key = request.key
         times = self.truth.effects.setdefault(key, [])
         duplicate = self.idempotent and bool(times)
-        times.append(request.effect_at or 0.0)
+        times.append((request.effect_at or 0.0, not duplicate))
         if not duplicate:
             self.truth.received[key] += 1
         self._ids.setdefault(key, f"m{len(self._ids) + 1}")
@@ -202,9 +219,8 @@ class ProviderModel:
         if rng.random() < 0.1:
             self.trace.add("provider_lookup result=error")
             raise AmbiguousFailure("lookup: HTTP 503", status_code=503)
-        seen = [
-            t for t in self.truth.effects.get(idempotency_key, []) if t + self.lookup_lag <= now
-        ]
+        effects = self.truth.effects.get(idempotency_key, [])
+        seen = [t for t, _ in effects if t + self.lookup_lag <= now]
         self.trace.add(f"provider_lookup result={'found' if seen else 'not_found'}")
         if not seen:
             return None

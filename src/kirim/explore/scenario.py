@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -22,21 +23,15 @@ from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import operator
 from kirim.explore.faults import Fault, draw_plan, heal_time
-from kirim.explore.hosts import (
-    SkewedClock,
-    WorkerHost,
-    close_leftovers,
-    new_sqlite_database,
-    open_sqlite,
-    run_worker,
-    workdir,
-)
+from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.invariants import Ledger, Violation, check
 from kirim.explore.loop import DeterministicLoop, Host, StepLimit, host_context
+from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
 from kirim.explore.trace import Trace, capture_logs
 from kirim.model import OnUnknown
+from kirim.providers.base import Reconcilable
 from kirim.worker import WorkerSettings
 
 WORKER_NAMES = ("A", "B", "C")
@@ -60,6 +55,10 @@ class Settings:
     spread: float = 20.0
     max_time: float = 400.0
     max_steps: int = 400_000
+    #: PostgreSQL server URL for the PostgreSQL lane (None: SQLite)
+    database: str | None = None
+    #: ``module:callable`` wrapping the provider model in the user's own provider
+    provider_factory: str | None = None
 
     @staticmethod
     def draw(seed: int, **fixed: Any) -> Settings:
@@ -109,8 +108,12 @@ class Sim:
         self.truth = GroundTruth()
         self.heal = heal_time(plan)
         self.true_clock = SkewedClock(loop)
-        self.url = new_sqlite_database(directory, f"s{settings.seed}")
-        self.path = self.url.removeprefix("sqlite:///").split("?")[0]
+        self.db: Any = (
+            SQLiteDatabase(directory, f"s{settings.seed}")
+            if settings.database is None
+            else PostgresDatabase(settings.database)
+        )
+        self.url = self.db.url
         self.provider = ProviderModel(
             truth=self.truth,
             trace=self.trace,
@@ -120,12 +123,15 @@ class Sim:
             lease=settings.lease,
             timeout=settings.timeout,
         )
+        provider: Any = self.provider
+        if settings.provider_factory is not None:
+            provider = load_factory(settings.provider_factory)(self.provider)
         self.channels = {
             "push": Channel(
                 name="push",
-                provider=self.provider,
+                provider=provider,
                 on_unknown=OnUnknown(settings.on_unknown),
-                lookup=settings.provider == "lookup",
+                lookup=settings.provider == "lookup" and isinstance(provider, Reconcilable),
             )
         }
         self.config = Config(database=self.url, max_attempts=settings.max_attempts)
@@ -157,7 +163,7 @@ class Sim:
         wh.task = self.loop.create_task(
             run_worker(
                 wh,
-                inner=open_sqlite(self.url, self.true_clock),
+                inner=self.db.open_store(self.true_clock),
                 channels=self.channels,
                 settings=self.settings,
                 config=self.config,
@@ -213,6 +219,8 @@ class Sim:
                 )
                 if answer.done and fault.kind == "cancel":
                     self.truth.cancels.setdefault(did, self.loop.time())
+                elif answer.done:
+                    self.truth.retries.setdefault(did, []).append(self.loop.time())
         finally:
             self.operating -= 1
 
@@ -222,7 +230,7 @@ class Sim:
         """Drive the schedule; True when it reached quiescence within its bounds."""
         self.ops = Kirim(
             self.config,
-            store=open_sqlite(self.url, self.true_clock),
+            store=self.db.open_store(self.true_clock),
             channels=self.channels,
             clock=self.true_clock,
         )
@@ -240,10 +248,10 @@ class Sim:
         quiet = False
         while self.loop.time() < self.heal + self.s.max_time:
             await asyncio.sleep(1.0)
-            if self.loop.time() >= self.heal and not self.operating and not self.truth.in_flight:
-                if self._nothing_to_run():
-                    quiet = True
-                    break
+            settled = not self.operating and not self.truth.in_flight
+            if self.loop.time() >= self.heal and settled and self._nothing_to_run():
+                quiet = True
+                break
         for wh in self.hosts.values():
             if wh.worker is not None and not wh.host.dead:
                 wh.worker.stop()
@@ -254,8 +262,7 @@ class Sim:
         return quiet
 
     def _nothing_to_run(self) -> bool:
-        ledger = Ledger.read_sqlite(self.path)
-        return not any(j["status"] in ("queued", "running", "retry_scheduled") for j in ledger.jobs)
+        return int(self.db.active_jobs()) == 0
 
 
 def run_schedule(
@@ -291,15 +298,14 @@ def run_schedule(
             lines = list(sim.trace.lines)
         finally:
             _cancel_rest(loop)
-            stores = [s for wh in sim.hosts.values() for s in wh.stores]
             loop.close()
-            close_leftovers([*stores, sim.ops.store] if hasattr(sim, "ops") else stores)
-    ledger = Ledger.read_sqlite(sim.path)
+    try:
+        ledger: Ledger = sim.db.ledger()
+    finally:
+        sim.db.dispose()
     violations = check(ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet)
     if error is not None:
         violations.append(Violation(name="final", delivery=None, detail=error))
-    for suffix in ("", "-wal", "-shm"):
-        Path(sim.path + suffix).unlink(missing_ok=True)
     return Outcome(
         settings=settings,
         plan=list(plan),
@@ -311,6 +317,14 @@ def run_schedule(
         end=loop.time(),
         deliveries=ledger.deliveries,
     )
+
+
+def load_factory(spec: str) -> Any:
+    """``module:callable`` → the callable."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"provider factory {spec!r}: expected module:callable")
+    return getattr(importlib.import_module(module), attr)
 
 
 def _cancel_rest(loop: DeterministicLoop) -> None:
