@@ -12,7 +12,8 @@ dropping entries). Kinds:
 - ``poison``: every batch with ``delivery`` in it fails inside the transaction
   (rolled back) from ``at`` until the heal time;
 - ``cancel``: the operator cancels ``delivery`` at ``at``;
-- ``retry``: the operator retries every dead letter (failed or held) at ``at``.
+- ``retry``: the operator retries every dead letter (failed or held) at ``at``,
+  and again every 3 s for ``duration`` seconds (an operator working the queue).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
         elif kind == "poison" or kind == "cancel":
             plan.append(Fault(kind=kind, at=at, delivery=delivery))
         else:
-            plan.append(Fault(kind=kind, at=rng.uniform(10.0, 50.0)))
+            plan.append(Fault(kind=kind, at=rng.uniform(10.0, 40.0), duration=15.0))
     return plan
 
 

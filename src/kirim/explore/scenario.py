@@ -206,23 +206,30 @@ class Sim:
 
     async def _operate(self, fault: Fault) -> None:
         try:
-            if fault.kind == "cancel":
-                targets = [fault.delivery]
-            else:
-                targets = [d.delivery.id for d in await self.ops.store.dead_letters()]
-            for did in targets:
-                answer = await operator.perform(
-                    self.ops.store, fault.kind, did, now=self.true_clock.now
-                )
-                self.trace.add(
-                    f"operator_{fault.kind} delivery={did} done={answer.done} {answer.reason}"
-                )
-                if answer.done and fault.kind == "cancel":
-                    self.truth.cancels.setdefault(did, self.loop.time())
-                elif answer.done:
-                    self.truth.retries.setdefault(did, []).append(self.loop.time())
+            while True:
+                await self._sweep(fault)
+                if self.loop.time() + 3.0 > fault.at + fault.duration:
+                    break
+                await asyncio.sleep(3.0)
         finally:
             self.operating -= 1
+
+    async def _sweep(self, fault: Fault) -> None:
+        if fault.kind == "cancel":
+            targets = [fault.delivery]
+        else:
+            targets = [d.delivery.id for d in await self.ops.store.dead_letters()]
+        for did in targets:
+            answer = await operator.perform(
+                self.ops.store, fault.kind, did, now=self.true_clock.now
+            )
+            self.trace.add(
+                f"operator_{fault.kind} delivery={did} done={answer.done} {answer.reason}"
+            )
+            if answer.done and fault.kind == "cancel":
+                self.truth.cancels.setdefault(did, self.loop.time())
+            elif answer.done:
+                self.truth.retries.setdefault(did, []).append(self.loop.time())
 
     # -- the run --------------------------------------------------------------------
 
