@@ -11,6 +11,8 @@ dropping entries). Kinds:
   commits (``mode=fail``) or commits and then raises (``mode=ack_lost``);
 - ``poison``: every batch with ``delivery`` in it fails inside the transaction
   (rolled back) from ``at`` until the heal time;
+- ``pause``: SIGSTOP for ``duration`` seconds when the host's worker reaches its
+  ``nth`` checkpoint ``method`` (``after_claim``, ``before_provider_request``, …);
 - ``cancel``: the operator cancels ``delivery`` at ``at``;
 - ``retry``: the operator retries every dead letter (failed or held) at ``at``,
   and again every 3 s for ``duration`` seconds (an operator working the queue).
@@ -26,7 +28,8 @@ from typing import Any
 
 from kirim.errors import StoreError
 
-KINDS = ("skew", "crash", "stall", "shutdown", "store", "poison", "cancel", "retry")
+KINDS = ("skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry")
+CHECKPOINTS = ("after_claim", "before_provider_request", "after_provider_response", "before_commit")
 STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "release")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")
@@ -77,7 +80,7 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
             plan.append(Fault(kind="skew", host=host, offset=offset, rate=rng.uniform(0.98, 1.02)))
     for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4))):
         kind = rng.choice(
-            ("crash", "stall", "stall", "shutdown", "store", "poison", "cancel", "retry", "retry")
+            ("crash", "stall", "pause", "pause", "shutdown", "store", "poison", "cancel", "retry")
         )
         at = rng.uniform(0.0, 30.0)
         host = rng.choice(list(hosts))
@@ -86,6 +89,16 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
             plan.append(Fault(kind=kind, host=host, at=at))
         elif kind == "stall":
             plan.append(Fault(kind=kind, host=host, at=at, duration=rng.uniform(lease, 3 * lease)))
+        elif kind == "pause":
+            plan.append(
+                Fault(
+                    kind=kind,
+                    host=host,
+                    method=rng.choice(CHECKPOINTS),
+                    nth=rng.randint(1, 3),
+                    duration=rng.uniform(lease, 3 * lease),
+                )
+            )
         elif kind == "store":
             method = rng.choice(STORE_METHODS)
             mode = rng.choice(("fail", "ack_lost"))
@@ -101,7 +114,7 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
 
 def heal_time(plan: Sequence[Fault], *, minimum: float = 30.0) -> float:
     """When crashed hosts restart, stalls are over and poison is lifted."""
-    ends = [f.at + f.duration for f in plan if f.kind != "skew"]
+    ends = [f.at + f.duration for f in plan if f.kind not in ("skew", "pause")]
     return max([minimum, *ends]) + 1.0
 
 

@@ -26,6 +26,7 @@ from kirim.explore.invariants import Ledger
 from kirim.explore.loop import Host
 from kirim.store.base import Store
 from kirim.store.sqlite import SQLiteStore
+from kirim.testing import Checkpoints
 from kirim.worker import Worker, WorkerSettings
 
 #: epoch seconds at virtual time 0
@@ -164,6 +165,27 @@ class WorkerHost:
     down: bool = False  # crashed or shut down, waiting for the heal
 
 
+class PausePoints(Checkpoints):
+    """The worker's checkpoints as SIGSTOP points: a ``pause`` fault stalls the host
+    when its worker reaches the checkpoint for the ``nth`` time."""
+
+    def __init__(self, loop: Any, host: Host, faults: list[Fault], note: Any) -> None:
+        super().__init__()
+        self.loop = loop
+        self.host = host
+        self.faults = faults
+        self.note = note
+        self.count: dict[str, int] = {}
+
+    async def hit(self, name: str, *, worker_id: str, delivery_id: int, **context: Any) -> None:
+        self.count[name] = self.count.get(name, 0) + 1
+        for fault in self.faults:
+            if fault.method == name and fault.nth == self.count[name]:
+                self.note(f"fault pause at {name} delivery={delivery_id} for {fault.duration:.1f}s")
+                self.loop.stall(self.host, self.loop.time() + fault.duration)
+                await asyncio.sleep(0)
+
+
 async def run_worker(
     wh: WorkerHost,
     *,
@@ -175,6 +197,7 @@ async def run_worker(
     heal: float,
     seed: int,
     on_intent: Any,
+    note: Any,
 ) -> None:
     """The life of one worker process: open its app, run its worker, close."""
     loop = asyncio.get_running_loop()
@@ -198,6 +221,9 @@ async def run_worker(
         rng=random.Random(f"worker:{seed}:{wh.host.label}"),
     )
     wh.worker = worker
+    pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]
+    if pauses:
+        worker.checkpoints = PausePoints(loop, wh.host, pauses, note)
     await worker.run()
     await inner.close()
 

@@ -171,6 +171,7 @@ class Sim:
                 heal=self.heal,
                 seed=self.s.seed,
                 on_intent=self._intent,
+                note=self.trace.add,
             ),
             context=host_context(wh.host),
         )
@@ -249,7 +250,7 @@ class Sim:
         for wh in self.hosts.values():
             self.start(wh)
         for fault in self.plan:
-            if fault.kind != "skew":
+            if fault.kind not in ("skew", "pause"):
                 self.loop.call_at(fault.at, self.fire, fault)
         self.loop.call_at(self.heal, self.heal_all)
         quiet = False
