@@ -23,6 +23,7 @@ from kirim import cli_ops
 from kirim.cli_ops import KirimGroup, State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.errors import ConfigError
+from kirim.explore.command import explore
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.observe.logging import get_logger
 
@@ -565,3 +566,6 @@ def bench(
         cli_ops.emit_json(result)
     else:
         cli_ops.show_mapping(cli_ops.console(), result, title="kirim bench")
+
+
+main.add_command(explore)

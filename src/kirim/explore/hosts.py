@@ -1,0 +1,241 @@
+"""Hosts: skewed clocks, the database of a schedule, and the worker processes.
+
+Every worker host is a real ``Kirim`` app with its own store connection and a real
+``Worker``, on one database. On SQLite each schedule gets a copy of a migrated
+template file (``synchronous=off``: a schedule's file is thrown away anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import random
+import shutil
+import sqlite3
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.explore.faults import Fault, FaultyStore
+from kirim.explore.invariants import Ledger
+from kirim.explore.loop import Host
+from kirim.store.base import Store
+from kirim.store.sqlite import SQLiteStore
+from kirim.testing import Checkpoints
+from kirim.worker import Worker, WorkerSettings
+
+#: epoch seconds at virtual time 0
+BASE = 1_800_000_000.0
+
+#: records, inside the inserting transaction, who held the claim when an intent was written
+AUDIT_SQL = """
+CREATE TABLE explore_intent_audit (
+    provider_request_id TEXT, worker_id TEXT, claim_token TEXT, claimed_by TEXT,
+    delivery_status TEXT, lease_token TEXT, lease_owner TEXT, job_status TEXT);
+CREATE TRIGGER explore_intent_audit AFTER INSERT ON kirim_attempts BEGIN
+    INSERT INTO explore_intent_audit
+    SELECT NEW.provider_request_id, NEW.worker_id, d.claim_token, d.claimed_by, d.status,
+           j.lease_token, j.lease_owner, j.status
+    FROM kirim_deliveries d, kirim_jobs j WHERE d.id = NEW.delivery_id AND j.id = NEW.job_id;
+END;
+"""
+
+
+class SkewedClock:
+    """A host's clock: ``now() = BASE + offset + rate * virtual time``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, *, offset: float = 0.0, rate: float = 1.0):
+        self.loop = loop
+        self.offset = offset
+        self.rate = rate
+
+    def now(self) -> float:
+        return BASE + self.offset + self.rate * self.loop.time()
+
+    def monotonic(self) -> float:
+        return self.rate * self.loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds) / self.rate)
+
+
+_TEMPLATES: dict[str, Path] = {}
+_WORKDIR: list[Path] = []
+
+
+def workdir() -> Path:
+    """This process's scratch directory (in memory when /dev/shm exists), removed at exit."""
+    if _WORKDIR and _WORKDIR[0].is_dir():
+        return _WORKDIR[0]
+    shm = Path("/dev/shm")
+    path = Path(tempfile.mkdtemp(prefix="kirim-explore-", dir=shm if shm.is_dir() else None))
+    _WORKDIR[:] = [path]
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def sqlite_template(directory: Path) -> Path:
+    """A migrated SQLite file with the intent audit trigger (made once per directory)."""
+    key = str(directory)
+    if key in _TEMPLATES and _TEMPLATES[key].exists():
+        return _TEMPLATES[key]
+    path = directory / "template.db"
+
+    async def migrate() -> None:
+        store = SQLiteStore(f"sqlite:///{path}")
+        await store.open()
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    asyncio.run(migrate())
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(AUDIT_SQL)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    _TEMPLATES[key] = path
+    return path
+
+
+def new_sqlite_database(directory: Path, name: str) -> str:
+    """A fresh copy of the template; its URL."""
+    path = directory / f"{name}.db"
+    shutil.copyfile(sqlite_template(directory), path)
+    return f"sqlite:///{path}?synchronous=off"
+
+
+def open_sqlite(url: str, true_clock: SkewedClock) -> SQLiteStore:
+    """The real SQLite store; given the machine's (unskewed) clock when it takes one."""
+    if "clock" in inspect.signature(SQLiteStore).parameters:
+        return SQLiteStore(url, clock=true_clock)  # type: ignore[call-arg,unused-ignore]
+    return SQLiteStore(url)
+
+
+class SQLiteDatabase:
+    """One schedule's SQLite file (a copy of the template)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.url = new_sqlite_database(directory, name)
+        self.path = self.url.removeprefix("sqlite:///").split("?")[0]
+        self.stores: list[Any] = []
+
+    def open_store(self, true_clock: SkewedClock) -> Any:
+        store = open_sqlite(self.url, true_clock)
+        self.stores.append(store)
+        return store
+
+    def ledger(self) -> Ledger:
+        return Ledger.read_sqlite(self.path)
+
+    def active_jobs(self) -> int:
+        conn = sqlite3.connect(self.path)
+        try:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM kirim_jobs "
+                "WHERE status IN ('queued', 'running', 'retry_scheduled')"
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(row[0])
+
+    def dispose(self) -> None:
+        close_leftovers(self.stores)
+        for suffix in ("", "-wal", "-shm"):
+            Path(self.path + suffix).unlink(missing_ok=True)
+
+
+@dataclass(eq=False)
+class WorkerHost:
+    """One worker process; ``host`` is its current incarnation."""
+
+    name: str
+    host: Host
+    clock: SkewedClock
+    store: FaultyStore | None = None
+    worker: Worker | None = None
+    task: asyncio.Task[None] | None = None
+    down: bool = False  # crashed or shut down, waiting for the heal
+
+
+class PausePoints(Checkpoints):
+    """The worker's checkpoints as SIGSTOP points: a ``pause`` fault stalls the host
+    when its worker reaches the checkpoint for the ``nth`` time."""
+
+    def __init__(self, loop: Any, host: Host, faults: list[Fault], note: Any) -> None:
+        super().__init__()
+        self.loop = loop
+        self.host = host
+        self.faults = faults
+        self.note = note
+        self.count: dict[str, int] = {}
+
+    async def hit(self, name: str, *, worker_id: str, delivery_id: int, **context: Any) -> None:
+        self.count[name] = self.count.get(name, 0) + 1
+        for fault in self.faults:
+            if fault.method == name and fault.nth == self.count[name]:
+                self.note(f"fault pause at {name} delivery={delivery_id} for {fault.duration:.1f}s")
+                self.loop.stall(self.host, self.loop.time() + fault.duration)
+                await asyncio.sleep(0)
+
+
+async def run_worker(
+    wh: WorkerHost,
+    *,
+    inner: Any,
+    channels: dict[str, Channel],
+    settings: WorkerSettings,
+    config: Config,
+    plan: list[Fault],
+    heal: float,
+    seed: int,
+    on_intent: Any,
+    note: Any,
+) -> None:
+    """The life of one worker process: open its app, run its worker, close."""
+    loop = asyncio.get_running_loop()
+    store = FaultyStore(
+        inner,
+        host=wh.name if wh.host.incarnation == 1 else wh.host.label,
+        plan=plan,
+        time=loop.time,
+        heal=heal,
+        on_intent=on_intent,
+    )
+    wh.store = store
+    app = Kirim(config, store=cast(Store, store), channels=channels, clock=wh.clock)
+    await app.open()
+    worker = Worker(
+        cast(Store, store),
+        channels,
+        settings=settings,
+        worker_id=wh.host.label,
+        clock=wh.clock,
+        rng=random.Random(f"worker:{seed}:{wh.host.label}"),
+    )
+    wh.worker = worker
+    pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]
+    if pauses:
+        worker.checkpoints = PausePoints(loop, wh.host, pauses, note)
+    await worker.run()
+    await inner.close()
+
+
+def close_leftovers(stores: list[Any]) -> None:
+    """Close the connections of stores whose host died (a dead process's sockets)."""
+    for store in stores:
+        conn = getattr(store, "_conn", None)
+        if isinstance(conn, sqlite3.Connection):
+            conn.close()
+            store._conn = None
+        executor = getattr(store, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=False)
+            store._executor = None

@@ -1,0 +1,161 @@
+"""The PostgreSQL lane: the same schedules on a throw-away PostgreSQL database.
+
+psycopg does real socket I/O, which a deterministic loop cannot schedule. So each
+store call runs to completion on a private, real event loop in a helper thread
+while the deterministic loop waits (``BlockingStore``): from the scheduler's view
+one store call is one atomic step, as a SQLite transaction is. LISTEN/NOTIFY is
+hidden (the workers poll). Each schedule gets ``CREATE DATABASE … TEMPLATE`` of a
+migrated template; it is dropped afterwards. Slower: give it a smaller budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import secrets
+import threading
+from collections.abc import Coroutine
+from typing import Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from kirim.explore.invariants import Ledger
+
+T = TypeVar("T")
+HIDDEN = frozenset({"wait_for_jobs"})
+
+
+class Runner:
+    """A real event loop in a daemon thread; ``run`` blocks until a coroutine is done."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=120)
+
+
+_RUNNER: list[Runner] = []
+
+
+def runner() -> Runner:
+    if not _RUNNER:
+        _RUNNER.append(Runner())
+    return _RUNNER[0]
+
+
+class BlockingStore:
+    """Every coroutine method of ``inner`` as one atomic step of the deterministic loop."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in HIDDEN:
+            raise AttributeError(name)
+        attr = getattr(self._inner, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0)  # the step at which the call happens is chosen
+            return runner().run(attr(*args, **kwargs))
+
+        return call
+
+
+def _drop(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _with_db(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+class PostgresDatabase:
+    """One throw-away database of a schedule, copied from a migrated template."""
+
+    _templates: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self.psycopg = psycopg
+        self.admin_url = admin_url
+        template = self._template()
+        self.name = f"kirim_explore_{secrets.token_hex(5)}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.name}" TEMPLATE "{template}"')
+        self.url = _with_db(admin_url, self.name)
+        self.stores: list[Any] = []
+
+    def _template(self) -> str:
+        name = self._templates.get(self.admin_url)
+        if name is not None:
+            return name
+        from kirim.store.postgres import PostgresStore
+
+        name = f"kirim_explore_tpl_{secrets.token_hex(4)}"
+        with self.psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+        async def migrate() -> None:
+            store = PostgresStore(_with_db(self.admin_url, name))
+            await store.open()
+            try:
+                await store.migrate()
+            finally:
+                await store.close()
+
+        runner().run(migrate())
+        self._templates[self.admin_url] = name
+        atexit.register(_drop, self.admin_url, name)
+        return name
+
+    def open_store(self, true_clock: Any) -> Any:
+        from kirim.store.postgres import PostgresStore
+
+        kwargs = (
+            {"clock": true_clock} if "clock" in inspect.signature(PostgresStore).parameters else {}
+        )
+        inner = PostgresStore(self.url, **kwargs)
+        self.stores.append(inner)
+        return BlockingStore(inner)
+
+    def ledger(self) -> Ledger:
+        from psycopg.rows import dict_row
+
+        with self.psycopg.connect(self.url, row_factory=dict_row) as conn:
+
+            def rows(sql: str) -> list[dict[str, Any]]:
+                return [dict(r) for r in conn.execute(sql).fetchall()]
+
+            return Ledger(
+                deliveries=rows("SELECT * FROM kirim_deliveries ORDER BY id"),
+                attempts=rows("SELECT * FROM kirim_attempts ORDER BY id"),
+                jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
+                audit=None,
+            )
+
+    def active_jobs(self) -> int:
+        with self.psycopg.connect(self.url) as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM kirim_jobs "
+                "WHERE status IN ('queued', 'running', 'retry_scheduled')"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def dispose(self) -> None:
+        for store in self.stores:  # a crashed host's pool is still open
+            try:
+                runner().run(store.close())
+            except Exception:
+                continue
+        with self.psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')

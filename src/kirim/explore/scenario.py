@@ -1,0 +1,353 @@
+"""One schedule: configuration + fault plan + policy (or recorded choices) → outcome.
+
+The driver host ``S`` enqueues the notifications (through the operator's app),
+starts the worker hosts, fires the faults at their virtual times, heals at the
+heal time (crashed and stopped hosts restart as new processes on the same
+database), and waits until everything is final and nothing is in flight at the
+provider — within ``max_time`` virtual seconds after the heal and ``max_steps``
+steps. Then it stops the workers gracefully and checks the invariants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib
+import random
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.explore import operator
+from kirim.explore.faults import Fault, draw_plan, heal_time
+from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
+from kirim.explore.invariants import Ledger, Violation, check
+from kirim.explore.loop import DeterministicLoop, Host, StepLimit, host_context
+from kirim.explore.pglane import PostgresDatabase
+from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
+from kirim.explore.provider import GroundTruth, ProviderModel
+from kirim.explore.trace import Trace, capture_logs
+from kirim.model import OnUnknown
+from kirim.providers.base import Reconcilable
+from kirim.worker import WorkerSettings
+
+WORKER_NAMES = ("A", "B", "C")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """The configuration of one schedule (everything a replay needs, with the plan)."""
+
+    seed: int
+    workers: int = 3
+    policy: str = "host"
+    provider: str = "plain"  # idempotent | plain | lookup
+    on_unknown: str = "assume_sent"
+    deliveries: int = 3
+    concurrency: int = 2
+    lease: float = 10.0
+    timeout: float = 25.0
+    max_attempts: int = 3
+    #: notifications are due at random times within this many seconds
+    spread: float = 20.0
+    max_time: float = 400.0
+    max_steps: int = 400_000
+    #: PostgreSQL server URL for the PostgreSQL lane (None: SQLite)
+    database: str | None = None
+    #: ``module:callable`` wrapping the provider model in the user's own provider
+    provider_factory: str | None = None
+
+    @staticmethod
+    def draw(seed: int, **fixed: Any) -> Settings:
+        """The per-seed parts (channel policy, workload, concurrency), then ``fixed``."""
+        rng = random.Random(f"settings:{seed}")
+        drawn: dict[str, Any] = {
+            "on_unknown": rng.choices(("assume_sent", "hold", "retry"), (5, 4, 1))[0],
+            "deliveries": rng.randint(2, 4),
+            "concurrency": rng.choice((1, 2, 2, 4)),
+        }
+        drawn.update({k: v for k, v in fixed.items() if v is not None})
+        return Settings(seed=seed, **drawn)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    settings: Settings
+    plan: list[Fault]
+    choices: list[int]
+    lines: list[str]
+    digest: str
+    violations: list[Violation]
+    steps: int
+    end: float
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+
+class Sim:
+    def __init__(
+        self,
+        settings: Settings,
+        plan: list[Fault],
+        loop: DeterministicLoop,
+        directory: Path,
+    ) -> None:
+        self.s = settings
+        self.plan = plan
+        self.loop = loop
+        self.trace = Trace(loop.time)
+        self.truth = GroundTruth()
+        self.heal = heal_time(plan)
+        self.true_clock = SkewedClock(loop)
+        self.db: Any = (
+            SQLiteDatabase(directory, f"s{settings.seed}")
+            if settings.database is None
+            else PostgresDatabase(settings.database)
+        )
+        self.url = self.db.url
+        self.provider = ProviderModel(
+            truth=self.truth,
+            trace=self.trace,
+            host=Host("P"),
+            seed=settings.seed,
+            idempotent=settings.provider == "idempotent",
+            lease=settings.lease,
+            timeout=settings.timeout,
+        )
+        provider: Any = self.provider
+        if settings.provider_factory is not None:
+            provider = load_factory(settings.provider_factory)(self.provider)
+        self.channels = {
+            "push": Channel(
+                name="push",
+                provider=provider,
+                on_unknown=OnUnknown(settings.on_unknown),
+                lookup=settings.provider == "lookup" and isinstance(provider, Reconcilable),
+            )
+        }
+        self.config = Config(database=self.url, max_attempts=settings.max_attempts)
+        self.settings = WorkerSettings(
+            lease=settings.lease,
+            concurrency=settings.concurrency,
+            batch_size=settings.concurrency,
+            poll_interval=1.0,
+            backoff_base=1.0,
+            backoff_max=8.0,
+            shutdown_grace=1.5,
+        )
+        self.operator = Host("O")
+        self.hosts: dict[str, WorkerHost] = {}
+        self.operating = 0
+        for name in WORKER_NAMES[: settings.workers]:
+            skew = [f for f in plan if f.kind == "skew" and f.host == name]
+            clock = (
+                SkewedClock(loop, offset=skew[0].offset, rate=skew[0].rate)
+                if skew
+                else (SkewedClock(loop))
+            )
+            self.hosts[name] = WorkerHost(name=name, host=Host(name), clock=clock)
+
+    # -- hosts --------------------------------------------------------------------
+
+    def start(self, wh: WorkerHost) -> None:
+        wh.down = False
+        wh.task = self.loop.create_task(
+            run_worker(
+                wh,
+                inner=self.db.open_store(self.true_clock),
+                channels=self.channels,
+                settings=self.settings,
+                config=self.config,
+                plan=self.plan,
+                heal=self.heal,
+                seed=self.s.seed,
+                on_intent=self._intent,
+                note=self.trace.add,
+            ),
+            context=host_context(wh.host),
+        )
+        self.trace.add(f"process_start {wh.host.label}", host="S")
+
+    def _intent(self, request_id: str) -> None:
+        self.truth.intents.setdefault(request_id, self.loop.time())
+
+    def fire(self, fault: Fault) -> None:
+        self.trace.add(f"fault {fault.describe()}", host="S")
+        wh = self.hosts.get(fault.host)
+        if fault.kind == "crash" and wh is not None and not wh.down:
+            self.loop.crash(wh.host)
+            wh.down = True
+        elif fault.kind == "stall" and wh is not None and not wh.down:
+            self.loop.stall(wh.host, fault.at + fault.duration)
+        elif fault.kind == "shutdown" and wh is not None and not wh.down:
+            if wh.worker is not None:
+                wh.worker.stop()
+                wh.down = True
+        elif fault.kind in ("cancel", "retry"):
+            self.operating += 1
+            self.loop.create_task(self._operate(fault), context=host_context(self.operator))
+
+    def heal_all(self) -> None:
+        self.trace.add("heal", host="S")
+        for wh in self.hosts.values():
+            if wh.down:
+                if not wh.host.dead:
+                    self.loop.crash(wh.host)  # a stopped process is gone for good
+                wh.host = Host(wh.name, incarnation=wh.host.incarnation + 1)
+                self.start(wh)
+
+    async def _operate(self, fault: Fault) -> None:
+        try:
+            while True:
+                await self._sweep(fault)
+                if self.loop.time() + 3.0 > fault.at + fault.duration:
+                    break
+                await asyncio.sleep(3.0)
+        finally:
+            self.operating -= 1
+
+    async def _sweep(self, fault: Fault) -> None:
+        if fault.kind == "cancel":
+            targets = [fault.delivery]
+        else:
+            targets = [d.delivery.id for d in await self.ops.store.dead_letters()]
+        for did in targets:
+            answer = await operator.perform(
+                self.ops.store, fault.kind, did, now=self.true_clock.now
+            )
+            self.trace.add(
+                f"operator_{fault.kind} delivery={did} done={answer.done} {answer.reason}"
+            )
+            if answer.done and fault.kind == "cancel":
+                self.truth.cancels.setdefault(did, self.loop.time())
+            elif answer.done:
+                self.truth.retries.setdefault(did, []).append(self.loop.time())
+
+    # -- the run --------------------------------------------------------------------
+
+    async def main(self) -> bool:
+        """Drive the schedule; True when it reached quiescence within its bounds."""
+        self.ops = Kirim(
+            self.config,
+            store=self.db.open_store(self.true_clock),
+            channels=self.channels,
+            clock=self.true_clock,
+        )
+        await self.ops.open()
+        rng = random.Random(f"workload:{self.s.seed}")
+        for i in range(1, self.s.deliveries + 1):
+            at = self.true_clock.now() + rng.uniform(0.0, self.s.spread)
+            await self.ops.notify(f"e{i}", f"u{i}", "push", {"n": i}, send_after=at)
+        for wh in self.hosts.values():
+            self.start(wh)
+        for fault in self.plan:
+            if fault.kind not in ("skew", "pause"):
+                self.loop.call_at(fault.at, self.fire, fault)
+        self.loop.call_at(self.heal, self.heal_all)
+        quiet = False
+        while self.loop.time() < self.heal + self.s.max_time:
+            await asyncio.sleep(1.0)
+            settled = not self.operating and not self.truth.in_flight
+            if self.loop.time() >= self.heal and settled and self._nothing_to_run():
+                quiet = True
+                break
+        for wh in self.hosts.values():
+            if wh.worker is not None and not wh.host.dead:
+                wh.worker.stop()
+        tasks = [wh.task for wh in self.hosts.values() if wh.task and not wh.host.dead]
+        if tasks:
+            await asyncio.wait(tasks, timeout=60.0)
+        await self.ops.close()
+        return quiet
+
+    def _nothing_to_run(self) -> bool:
+        return int(self.db.active_jobs()) == 0
+
+
+def run_schedule(
+    settings: Settings,
+    *,
+    plan: list[Fault] | None = None,
+    choices: list[int] | None = None,
+    directory: Path | None = None,
+) -> Outcome:
+    """Run one schedule (a replay when ``choices`` is given) and check it."""
+    if plan is None:
+        names = list(WORKER_NAMES[: settings.workers])
+        plan = draw_plan(
+            settings.seed, hosts=names, deliveries=settings.deliveries, lease=settings.lease
+        )
+    policy = (
+        make_policy(settings.policy, settings.seed)
+        if choices is None
+        else ReplayPolicy(choices, grouped=is_grouped(settings.policy))
+    )
+    loop = DeterministicLoop(policy, max_steps=settings.max_steps)
+    sim = Sim(settings, list(plan), loop, directory or workdir())
+    quiet = False
+    error: str | None = None
+    lines: list[str] = []
+    with capture_logs(sim.trace):
+        try:
+            main = loop.create_task(sim.main(), context=host_context(Host("S")))
+            quiet = loop.run_until_complete(main)
+            lines = list(sim.trace.lines)
+        except StepLimit as exc:
+            error = str(exc)
+            lines = list(sim.trace.lines)
+        finally:
+            _cancel_rest(loop)
+            loop.close()
+    try:
+        ledger: Ledger = sim.db.ledger()
+    finally:
+        sim.db.dispose()
+    violations = check(ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet)
+    if error is not None:
+        violations.append(Violation(name="final", delivery=None, detail=error))
+    return Outcome(
+        settings=settings,
+        plan=list(plan),
+        choices=list(loop.choices),
+        lines=lines,
+        digest=hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+        violations=violations,
+        steps=loop.steps,
+        end=loop.time(),
+        deliveries=ledger.deliveries,
+    )
+
+
+def load_factory(spec: str) -> Any:
+    """``module:callable`` → the callable."""
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"provider factory {spec!r}: expected module:callable")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _cancel_rest(loop: DeterministicLoop) -> None:
+    """Cancel the tasks of live hosts still pending, and let them finish."""
+    if loop.is_closed():
+        return
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    crashed = set(map(id, loop._crashed))
+    pending = [t for t in pending if id(t) not in crashed]
+    if not pending:
+        return
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+def replace_settings(settings: Settings, **changes: Any) -> Settings:
+    return replace(settings, **changes)
