@@ -35,6 +35,12 @@ class Decisions:
                 claim, DeliveryStatus.SENT, outcome=outcome, message_id=outcome.provider_message_id
             )
         if outcome.status is AttemptStatus.FAILED_PERMANENT:
+            if claim.doubtful:  # this one was refused; an earlier one may have arrived
+                return self.hold(
+                    claim,
+                    f"refused, after an earlier request in doubt: {outcome.error}",
+                    outcome=outcome,
+                )
             return self.final(
                 claim,
                 DeliveryStatus.FAILED,

@@ -5,16 +5,17 @@ intents and outcomes of concurrent deliveries are grouped into shared transactio
 (``Batcher``). A heartbeat renews the job lease and the delivery claim of all work
 in flight; a reaper returns expired leases to the queue.
 
-Every intent is bounded in time. Its row carries ``send_deadline`` (intent commit +
-``send_within``, in the store's time) and ``settles_at`` (+ the request timeout).
+Every intent is bounded in time. Its row carries ``send_deadline`` (the claim's time
++ ``send_within``, in the store's time) and ``settles_at`` (+ the request timeout).
 Here, right before the request leaves (``_send``, after the last checkpoint), the
 worker checks a local monotonic deadline that is earlier than the stored one (it is
-measured from before the intent's commit) and a lease the heartbeat found lost; past
-either, nothing is sent and the attempt is recorded as not sent. The request itself
-is cut off at the request timeout. So once ``settles_at`` has passed (store time) an
-attempt can no longer cause a request to land, and what assumes that — lookup "not
-found" then send (``_in_doubt``), an operator's retry or cancel (``store.logic``) —
-waits for it. Residual window: a process frozen between that check and the socket
+measured from before the claim was asked for) and a lease the heartbeat found lost;
+past either, nothing is sent and the attempt is recorded as not sent. No other
+worker can take the delivery over before the lease ends, which is after the
+deadline. The request itself is cut off at the request timeout. So once
+``settles_at`` has passed (store time) an attempt can no longer cause a request to
+land, and what assumes that — lookup "not found" then send (``_in_doubt``), an
+operator's retry or cancel (``store.logic``) — waits for it. Residual window: a process frozen between that check and the socket
 write.
 """
 
@@ -122,6 +123,8 @@ class Worker:
         self._finishing: set[int] = set()
         #: jobs whose lease the heartbeat found taken over: they must send nothing more
         self._lost: set[int] = set()
+        #: this host's monotonic time just before each job's claim was asked for
+        self._claimed_at: dict[int, float] = {}
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
         self._wake = asyncio.Event()
@@ -131,6 +134,11 @@ class Worker:
         self._renewal_ok = True
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a delivery is in flight in this worker."""
+        return bool(self._tasks)
 
     def backoff(self, attempts: int) -> float:
         """Exponential backoff with full jitter (see ``Decisions.backoff``)."""
@@ -197,9 +205,9 @@ class Worker:
 
     async def _wait_for_work(self) -> None:
         timeout = self.settings.poll_interval
-        next_run = None if self._tasks else await self._next_run_at()
-        if next_run is not None:
-            timeout = min(timeout, max(0.0, next_run - self.clock.now()))
+        due_in = None if self._tasks else await self._next_due_in()
+        if due_in is not None:
+            timeout = min(timeout, max(0.0, due_in))
         if self._tasks and len(self._tasks) < self.settings.concurrency:
             timeout = min(timeout, 0.05)
         listen = getattr(self.store, "wait_for_jobs", None)
@@ -228,27 +236,28 @@ class Worker:
         """
         try:
             unfinished = await self.store.in_flight()
-            next_run = await self.store.next_run_at()
+            due_in = await self.store.next_due_in(now=self.clock.now())
         except StoreError as exc:  # the store is away: not done, try again later
             self.log.error("store_unavailable", error=str(exc))
             await self.clock.sleep(self.settings.poll_interval)
             return False
-        now = self.clock.now()
-        if next_run is not None and next_run <= now:
+        if due_in is not None and due_in <= 0:
             return False
         if unfinished:
             # A retry due soon, or someone else's lease (perhaps a dead worker's).
             wait = self.settings.poll_interval
-            if next_run is not None:
-                wait = min(wait, max(0.0, next_run - now))
+            if due_in is not None:
+                wait = min(wait, max(0.0, due_in))
             await self.clock.sleep(min(wait, self.settings.reap_every))
             return False
         return True
 
-    async def _next_run_at(self) -> float | None:
-        """When the next job is due; None (poll) while the store does not answer."""
+    async def _next_due_in(self) -> float | None:
+        """Seconds until the next job is due, in the store's time (never this worker's
+        clock against the store's: they may disagree); None (poll) while the store does
+        not answer."""
         try:
-            return await self.store.next_run_at()
+            return await self.store.next_due_in(now=self.clock.now())
         except StoreError as exc:
             self.log.error("store_unavailable", error=str(exc))
             return None
@@ -258,6 +267,7 @@ class Worker:
         free = self.settings.concurrency - len(self._tasks)
         if free <= 0 or not self._renewal_ok:
             return 0
+        asked = self._monotonic()
         try:
             claims = await self.store.claim(
                 worker_id=self.worker_id,
@@ -270,6 +280,7 @@ class Worker:
             await self.clock.sleep(self.settings.poll_interval)
             return 0
         for claim in claims:
+            self._claimed_at[claim.job.id] = asked
             self._start(claim)
         return len(claims)
 
@@ -288,6 +299,7 @@ class Worker:
         self._leases.pop(job_id, None)
         self._finishing.discard(job_id)
         self._lost.discard(job_id)
+        self._claimed_at.pop(job_id, None)
         self._wake.set()
 
     # -- one delivery -----------------------------------------------------------------
@@ -411,6 +423,7 @@ class Worker:
         timeout = request_timeout(channel, self.settings)
         send_within = self.settings.send_within
         lag = float(getattr(channel.provider, "lookup_lag", 0.0) or 0.0)
+        send_deadline = claim.now + send_within  # the claim's store time + the bound
         intent = Intent(
             delivery_id=d.id,
             job_id=job.id,
@@ -419,10 +432,12 @@ class Worker:
             provider_request_id=request_id,
             worker_id=self.worker_id,
             requested_at=self.clock.now(),
-            send_within=send_within,
-            settle_within=send_within + timeout + lag,
+            send_deadline=send_deadline,
+            settles_at=send_deadline + timeout + lag,
         )
-        deadline = self._monotonic() + send_within  # earlier than the stored one
+        # The same bound on this host's monotonic clock, from before the claim was asked
+        # for: earlier than the stored deadline, whatever this host's wall clock says.
+        deadline = self._claimed_at.get(job.id, self._monotonic()) + send_within
         if not await self._intents.submit(intent):
             self.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")

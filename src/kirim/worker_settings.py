@@ -22,8 +22,8 @@ class WorkerSettings:
     #: the longest a provider request may take when its provider names no ``timeout``:
     #: the worker stops waiting then (the outcome is unknown)
     request_timeout: float = 30.0
-    #: how long before the lease ends a committed intent stops being sent (default:
-    #: a fifth of the lease); covers clock-rate drift and the commit's own duration
+    #: how long before the claim's lease would end its request may no longer leave
+    #: (default: a fifth of the lease); covers clock-rate drift between hosts
     send_margin: float | None = None
 
     def __post_init__(self) -> None:
@@ -38,7 +38,7 @@ class WorkerSettings:
 
     @property
     def send_within(self) -> float:
-        """Seconds after its intent's commit within which a request may still leave."""
+        """Seconds after its claim within which a delivery's request may still leave."""
         margin = self.lease / 5 if self.send_margin is None else self.send_margin
         return self.lease - margin
 

@@ -97,8 +97,8 @@ async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str)
             "request_ids": [request_id],
             "worker_ids": ["w1"],
             "requested_ats": [c.job.updated_at],
-            "send_withins": [None],
-            "settle_withins": [None],
+            "send_deadlines": [None],
+            "settles_ats": [None],
         },
     )
     return len(await cur.fetchall()) == 1

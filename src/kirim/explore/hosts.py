@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import random
 import shutil
 import sqlite3
@@ -113,10 +112,9 @@ def new_sqlite_database(directory: Path, name: str) -> str:
 
 
 def open_sqlite(url: str, true_clock: SkewedClock) -> SQLiteStore:
-    """The real SQLite store; given the machine's (unskewed) clock when it takes one."""
-    if "clock" in inspect.signature(SQLiteStore).parameters:
-        return SQLiteStore(url, clock=true_clock)  # type: ignore[call-arg,unused-ignore]
-    return SQLiteStore(url)
+    """The real SQLite store, keeping time by the machine's (unskewed) clock: every host
+    on one SQLite file shares one machine and so one clock; each worker has its own."""
+    return SQLiteStore(url, time=true_clock)
 
 
 class SQLiteDatabase:

@@ -12,6 +12,9 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
 - ``intent_first``: every provider request has its attempt row, committed before
   the request left, by the worker that held the claim and the lease at that time
   (``explore_intent_audit``, written by a trigger inside the insert);
+- ``fenced_intent``: every intent row (whether or not a request followed) was written
+  while its worker held the delivery's claim and the job's lease: the fence itself,
+  which the send deadline backs up but does not replace;
 - ``no_request_after_cancel``: no request left after a committed cancel;
 - ``final``: the run ended with every delivery final (or held ``in_doubt``), no
   job left to run, nothing in flight at the provider;
@@ -34,6 +37,7 @@ NAMES = (
     "certain_unsent",
     "lost_as_sent",
     "intent_first",
+    "fenced_intent",
     "no_request_after_cancel",
     "final",
     "unreported_doubt",
@@ -152,10 +156,35 @@ def _delivery(
     return out
 
 
+def _fenced(a: dict[str, Any]) -> bool:
+    """Whether an audited intent was written by the holder of the claim and the lease."""
+    return (
+        a["claim_token"] is not None
+        and a["claim_token"] == a["lease_token"]
+        and a["claimed_by"] == a["worker_id"] == a["lease_owner"]
+        and a["delivery_status"] == "processing"
+        and a["job_status"] == "running"
+    )
+
+
+def _intents(ledger: Ledger) -> list[Violation]:
+    """``fenced_intent``: every intent row, sent or not, was written under the claim."""
+    return [
+        Violation(
+            name="fenced_intent",
+            delivery=None,
+            detail=f"intent {a['provider_request_id']} written by {a['worker_id']} without "
+            f"the claim: {a}",
+        )
+        for a in ledger.audit or ()
+        if not _fenced(a)
+    ]
+
+
 def _requests(
     ledger: Ledger, truth: GroundTruth, by_key: dict[str, dict[str, Any]]
 ) -> list[Violation]:
-    out = []
+    out = _intents(ledger)
     rows = {a["provider_request_id"]: a for a in ledger.attempts}
     audit = None if ledger.audit is None else {a["provider_request_id"]: a for a in ledger.audit}
     for r in truth.requests:
@@ -174,15 +203,7 @@ def _requests(
             )
         elif audit is not None:
             a = audit.get(r.request_id)
-            valid = (
-                a is not None
-                and a["claim_token"] is not None
-                and a["claim_token"] == a["lease_token"]
-                and a["claimed_by"] == a["worker_id"] == a["lease_owner"]
-                and a["delivery_status"] == "processing"
-                and a["job_status"] == "running"
-            )
-            if not valid:
+            if a is None or not _fenced(a):
                 out.append(
                     Violation(
                         name="intent_first",

@@ -121,10 +121,8 @@ class PostgresDatabase:
     def open_store(self, true_clock: Any) -> Any:
         from kirim.store.postgres import PostgresStore
 
-        kwargs = (
-            {"clock": true_clock} if "clock" in inspect.signature(PostgresStore).parameters else {}
-        )
-        inner = PostgresStore(self.url, **kwargs)
+        # The database's clock, as one time line shared by every host: virtual time.
+        inner = PostgresStore(self.url, time=true_clock)
         self.stores.append(inner)
         return BlockingStore(inner)
 

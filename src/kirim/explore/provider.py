@@ -124,6 +124,15 @@ class ProviderModel:
         self._sent[key] += 1
         rng = random.Random(f"provider:{self.seed}:{key}:{n}")
         outcome = rng.choices([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])[0]
+        if self.idempotent:
+            # A provider that honours keys answers a known key as it did the first
+            # time (a replayed success), and one still being processed with 409.
+            earlier = [r.effect_at for r in self.truth.requests if r.key == key]
+            landed = [t for t in earlier if t is not None]
+            if any(t <= now for t in landed):
+                outcome = "accepted"
+            elif landed:
+                outcome = "409"
         slow = outcome != "refused" and rng.random() < 0.25
         if slow:
             first = rng.uniform(0.3 * self.lease, 0.95 * self.timeout)
@@ -177,6 +186,8 @@ class ProviderModel:
             raise AmbiguousFailure("HTTP 503", status_code=503)
         if result == "429":
             raise TransientFailure("HTTP 429", status_code=429)
+        if result == "409":
+            raise AmbiguousFailure("HTTP 409: in progress for this key", status_code=409)
         raise PermanentFailure("HTTP 400", status_code=400)
 
     async def _serve(self, request: Request, answer: asyncio.Future[str]) -> None:

@@ -270,7 +270,13 @@ class Sim:
         return quiet
 
     def _nothing_to_run(self) -> bool:
-        return int(self.db.active_jobs()) == 0
+        """No job left to run, and no live worker still busy with a delivery (a stale
+        task's late answer can still reopen one)."""
+        busy = any(
+            wh.worker is not None and not wh.host.dead and not wh.down and wh.worker.busy
+            for wh in self.hosts.values()
+        )
+        return not busy and int(self.db.active_jobs()) == 0
 
 
 def run_schedule(

@@ -94,12 +94,11 @@ class Intent:
     provider_request_id: str
     worker_id: str
     requested_at: float
-    #: the request must leave within this many seconds of the intent's commit
-    #: (``send_deadline``); None: no bound (tests of the store only)
-    send_within: float | None = None
-    #: ... and can no longer land after this many (``settles_at``: the send bound
-    #: plus the request timeout)
-    settle_within: float | None = None
+    #: no request of this attempt leaves after this (store time: the claim's time plus
+    #: the worker's send bound); None: no bound (tests of the store only)
+    send_deadline: float | None = None
+    #: ... and none can land after this (the deadline plus the request timeout)
+    settles_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -284,6 +283,11 @@ class Store(Protocol):
 
     async def next_run_at(self) -> float | None:
         """The run_at of the earliest claimable job, if any."""
+        ...
+
+    async def next_due_in(self, *, now: float) -> float | None:
+        """Seconds until the earliest claimable job is due (<= 0: due), measured in the
+        store's time of record (``now``: the caller's time, used when that is it)."""
         ...
 
     async def in_flight(self) -> int:

@@ -37,11 +37,11 @@ Row = Mapping[str, Any]
 
 
 class Ops(Protocol):
-    def one(self, name: str, args: Sequence[Any]) -> Row | None: ...
+    def one(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> Row | None: ...
 
-    def all(self, name: str, args: Sequence[Any]) -> list[Row]: ...
+    def all(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> list[Row]: ...
 
-    def run(self, name: str, args: Sequence[Any]) -> int:
+    def run(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> int:
         """Execute; return the number of rows changed."""
         ...
 
@@ -368,7 +368,7 @@ def cancel(ops: Ops, delivery_id: int, now: float) -> bool:
     mean that nothing reaches the user.
     """
     must_be_settled(ops, delivery_id, now, "cancel")
-    if ops.run("cancel_delivery", (now, delivery_id)) != 1:
+    if ops.run("cancel_delivery", {"now": now, "delivery_id": delivery_id}) != 1:
         return False
     ops.run("cancel_jobs", (now, delivery_id))
     return True

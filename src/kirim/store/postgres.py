@@ -261,8 +261,8 @@ class PostgresStore:
                 "request_ids": [it.provider_request_id for it in intents],
                 "worker_ids": [it.worker_id for it in intents],
                 "requested_ats": [self._t(it.requested_at) for it in intents],
-                "send_withins": [it.send_within for it in intents],
-                "settle_withins": [it.settle_within for it in intents],
+                "send_deadlines": [it.send_deadline for it in intents],
+                "settles_ats": [it.settles_at for it in intents],
             },
         )
         ok = {r["provider_request_id"] for r in written}
@@ -296,6 +296,10 @@ class PostgresStore:
     async def next_run_at(self) -> float | None:
         found = await self._rows("next_run_at")
         return None if not found or found[0]["run_at"] is None else float(found[0]["run_at"])
+
+    async def next_due_in(self, *, now: float) -> float | None:
+        found = await self._rows("next_due_in", {"now": self._t(now)})
+        return None if not found or found[0]["due_in"] is None else float(found[0]["due_in"])
 
     async def in_flight(self) -> int:
         return int((await self._rows("count_running"))[0]["n"])

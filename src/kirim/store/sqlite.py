@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -74,14 +74,14 @@ class _SQLiteOps:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def one(self, name: str, args: Sequence[Any]) -> Row | None:
+    def one(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> Row | None:
         row: Row | None = self.conn.execute(Q[name], args).fetchone()
         return row
 
-    def all(self, name: str, args: Sequence[Any]) -> list[Row]:
+    def all(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> list[Row]:
         return list(self.conn.execute(Q[name], args).fetchall())
 
-    def run(self, name: str, args: Sequence[Any]) -> int:
+    def run(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> int:
         return self.conn.execute(Q[name], args).rowcount
 
 
@@ -247,8 +247,8 @@ class SQLiteStore:
                         "request_id": it.provider_request_id,
                         "worker_id": it.worker_id,
                         "now": self._t(it.requested_at),
-                        "send_within": it.send_within,
-                        "settle_within": it.settle_within,
+                        "send_deadline": it.send_deadline,
+                        "settles_at": it.settles_at,
                         "token": it.token,
                     },
                 ).rowcount
@@ -278,6 +278,13 @@ class SQLiteStore:
     async def next_run_at(self) -> float | None:
         row = await self._tx(lambda c: c.execute(Q["next_run_at"]).fetchone(), write=False)
         return None if row is None or row[0] is None else float(row[0])
+
+    async def next_due_in(self, *, now: float) -> float | None:
+        def run(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(Q["next_run_at"]).fetchone()
+            return None if row is None or row[0] is None else float(row[0]) - self._t(now)
+
+        return await self._tx(run, write=False)
 
     async def in_flight(self) -> int:
         row = await self._tx(lambda c: c.execute(Q["count_running"]).fetchone(), write=False)

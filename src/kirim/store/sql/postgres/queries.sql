@@ -171,15 +171,15 @@ INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
      send_deadline, settles_at)
 SELECT l.delivery_id, l.job_id, l.number, l.provider_request_id, l.worker_id, 'requested',
-       l.t, l.t + l.send_within, l.t + l.settle_within
+       l.t, l.send_deadline, l.settles_at
 FROM (
     SELECT u.*, kirim_now(u.requested_at) AS t
     FROM unnest(
         %(delivery_ids)s::bigint[], %(job_ids)s::bigint[], %(tokens)s::text[],
         %(numbers)s::int[], %(request_ids)s::text[], %(worker_ids)s::text[],
-        %(requested_ats)s::float8[], %(send_withins)s::float8[], %(settle_withins)s::float8[]
+        %(requested_ats)s::float8[], %(send_deadlines)s::float8[], %(settles_ats)s::float8[]
     ) AS u (delivery_id, job_id, token, number, provider_request_id, worker_id,
-            requested_at, send_within, settle_within)
+            requested_at, send_deadline, settles_at)
     JOIN kirim_deliveries d
       ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
     ORDER BY d.id
@@ -491,6 +491,11 @@ SELECT pg_notify('kirim_jobs', '');
 -- When the earliest claimable job is due.
 SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
 
+-- name: next_due_in
+-- Seconds until the earliest claimable job is due, in the time of record.
+SELECT MIN(run_at) - kirim_now(%(now)s::float8) AS due_in FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled');
+
 -- name: count_running
 -- Unfinished work of earlier claims: jobs running or waiting for a retry.
 SELECT COUNT(*) AS n FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
@@ -569,7 +574,12 @@ RETURNING id;
 -- Cancel what is neither in flight nor sent (a processing delivery whose claim was
 -- revoked by the reaper or at shutdown is not in flight).
 UPDATE kirim_deliveries
-SET status = 'canceled', updated_at = kirim_now(%(now)s::float8)
+SET status = 'canceled', updated_at = kirim_now(%(now)s::float8),
+    doubt = CASE WHEN EXISTS (
+        SELECT 1 FROM kirim_attempts a
+        WHERE a.delivery_id = kirim_deliveries.id AND a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(kirim_deliveries.released_at, 0))
+    THEN COALESCE(doubt, 'held') ELSE doubt END
 WHERE id = %(delivery_id)s
   AND (status IN ('pending', 'failed', 'in_doubt')
        OR (status = 'processing' AND claim_token IS NULL));

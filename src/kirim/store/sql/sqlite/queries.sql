@@ -67,7 +67,7 @@ INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
      send_deadline, settles_at)
 SELECT :delivery_id, :job_id, :number, :request_id, :worker_id, 'requested', :now,
-       :now + :send_within, :now + :settle_within
+       :send_deadline, :settles_at
 WHERE EXISTS (SELECT 1 FROM kirim_deliveries
               WHERE id = :delivery_id AND claim_token = :token AND status = 'processing');
 
@@ -234,10 +234,16 @@ RETURNING id;
 
 -- name: cancel_delivery
 -- Cancel what is neither in flight nor sent (a processing delivery whose claim was
--- revoked by the reaper or at shutdown is not in flight).
+-- revoked by the reaper or at shutdown is not in flight). An earlier request that
+-- may have arrived keeps the delivery in doubt: canceled, but perhaps received.
 UPDATE kirim_deliveries
-SET status = 'canceled', updated_at = ?
-WHERE id = ? AND (status IN ('pending', 'failed', 'in_doubt')
+SET status = 'canceled', updated_at = :now,
+    doubt = CASE WHEN EXISTS (
+        SELECT 1 FROM kirim_attempts a
+        WHERE a.delivery_id = kirim_deliveries.id AND a.status IN ('requested', 'unknown')
+          AND a.requested_at >= COALESCE(kirim_deliveries.released_at, 0))
+    THEN COALESCE(doubt, 'held') ELSE doubt END
+WHERE id = :delivery_id AND (status IN ('pending', 'failed', 'in_doubt')
                   OR (status = 'processing' AND claim_token IS NULL));
 
 -- name: cancel_jobs
