@@ -379,3 +379,51 @@ async def test_api_answers_not_settled_with_409_and_retry_after() -> None:
     assert answer.status_code == 409
     assert answer.json()["error"]["code"] == "not_settled"
     assert 25 <= int(answer.headers["Retry-After"]) <= 31
+
+
+# -- found by the explorer on the fixed code ---------------------------------------
+
+
+async def test_a_refusal_after_an_unknown_request_is_in_doubt(make_app, clock) -> None:
+    """An unknown first request, then a 400 for the resend: the first may have arrived,
+    so the delivery is held in doubt, not failed."""
+    provider = FlakyProvider(idempotent=True, script=["accept_then_timeout", "permanent"])
+    app = await make_app(provider, max_attempts=3)
+    n = await app.notify("e", "u", "push", {})
+    await settle_everything(app, app.worker(settings=SETTINGS, worker_id="A"), clock)
+    delivery, job, _ = await app.get(n.delivery_id)
+    assert provider.effective(n.idempotency_key) == 1
+    assert (delivery.status, delivery.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+    assert job.status is JobStatus.DEAD
+
+
+async def test_cancel_after_an_unknown_request_keeps_the_doubt(make_app, clock) -> None:
+    """Canceled once settled, a delivery whose request may have arrived stays in doubt."""
+    provider = FlakyProvider(idempotent=True, script=["accept_then_timeout"])
+    app = await make_app(provider)
+    n = await app.notify("e", "u", "push", {})
+    await app.worker(settings=SETTINGS, worker_id="A").run_once()  # unknown: retry later
+    clock.advance(4 * LEASE)
+    assert await app.store.cancel(n.delivery_id, now=clock.now())
+    delivery, _, _ = await app.get(n.delivery_id)
+    assert provider.effective(n.idempotency_key) == 1
+    assert (delivery.status, delivery.doubt) == (DeliveryStatus.CANCELED, Doubt.HELD)
+    assert delivery.status_label == "canceled (held)"
+
+
+async def test_due_time_is_measured_in_store_time(database_url) -> None:
+    """A worker whose clock runs 20 s ahead of the database's reads how long until the
+    next job is due in the database's time (it used to spin, comparing two clocks)."""
+    from datetime import timedelta
+
+    channels = {"push": Channel(name="push", provider=FlakyProvider())}
+    app = await Kirim(Config(database=database_url), channels=channels).open(migrate=True)
+    try:
+        await app.notify("e", "u", "push", {}, send_after=timedelta(seconds=30))
+        ahead = ManualClock()
+        ahead.set(app.clock.now() + 20)
+        worker = Worker(app.store, app.channels(), settings=SETTINGS, clock=ahead)
+        due_in = await worker._next_due_in()
+        assert due_in == pytest.approx(30, abs=5)
+    finally:
+        await app.close()
