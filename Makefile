@@ -4,7 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench clean venv loop-versions explore
+# The explorer's deterministic loop relies on asyncio internals: its tests also run on
+# these Pythons (pyenv's, else pythonX.Y on PATH; a version not found is said and skipped).
+LOOP_PYTHONS ?= 3.12 3.13
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,10 +25,36 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
-test: lint
+test: lint loop-versions
 	test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
+
+loop-versions:
+	@for v in $(LOOP_PYTHONS); do \
+	  py=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python3 2>/dev/null | tail -1); \
+	  [ -n "$$py" ] || py=$$(command -v python$$v 2>/dev/null); \
+	  if [ -z "$$py" ] || ! $$py --version >/dev/null 2>&1; then \
+	    echo "loop-versions: no Python $$v here; the loop is pinned on the others"; continue; fi; \
+	  env=.venv-$$v; \
+	  test -x $$env/bin/python || $$py -m venv $$env; \
+	  test -f $$env/.installed -a $$env/.installed -nt pyproject.toml || \
+	    ($$env/bin/python -m pip install --quiet -e . pytest pytest-asyncio pytest-timeout \
+	     hypothesis && touch $$env/.installed); \
+	  echo "loop-versions: Python $$v"; \
+	  $$env/bin/python -m pytest -q -p no:cacheprovider tests/explore/test_loop.py \
+	    tests/explore/test_schedules.py::test_same_seed_same_trace_hash || exit 1; \
+	done
+
+# The long soak: every scheduling policy over many seeds (SQLite), then the PostgreSQL
+# lane on a smaller budget. Failures are shrunk and saved under explore-failures/.
+explore: $(STAMP)
+	$(BIN)/python tests/pg.py ensure
+	$(BIN)/kirim explore --seeds 3000 --policy host --out explore-failures
+	$(BIN)/kirim explore --seeds 2000 --policy random --out explore-failures
+	$(BIN)/kirim explore --seeds 2000 --policy pct:3 --out explore-failures
+	$(BIN)/kirim explore --seeds 60 --database postgresql://postgres@127.0.0.1:5432/test \
+	  --out explore-failures
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,bench]'
@@ -33,4 +62,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info

@@ -205,7 +205,9 @@ class Worker:
 
     async def _wait_for_work(self) -> None:
         timeout = self.settings.poll_interval
-        due_in = None if self._tasks else await self._next_due_in()
+        # A due job is no reason to wake while renewals fail: nothing is claimed then
+        # (waking at once would spin until the heartbeat finds the store again).
+        due_in = None if self._tasks or not self._renewal_ok else await self._next_due_in()
         if due_in is not None:
             timeout = min(timeout, max(0.0, due_in))
         if self._tasks and len(self._tasks) < self.settings.concurrency:
