@@ -15,8 +15,8 @@ worker can take the delivery over before the lease ends, which is after the
 deadline. The request itself is cut off at the request timeout. So once
 ``settles_at`` has passed (store time) an attempt can no longer cause a request to
 land, and what assumes that — lookup "not found" then send (``_in_doubt``), an
-operator's retry or cancel (``store.logic``) — waits for it. Residual window: a process frozen between that check and the socket
-write.
+operator's retry or cancel (``store.logic``) — waits for it. Residual window: a
+process frozen between that check and the socket write.
 """
 
 from __future__ import annotations

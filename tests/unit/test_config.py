@@ -81,3 +81,41 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
     bad.write_text("database = ")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+def test_a_webhook_with_a_lookup_url_may_use_lookup() -> None:
+    """lookup = true is allowed for a webhook that names lookup_url (with {key});
+    lookup_lag (default 0) becomes the provider's attribute."""
+    spec = {
+        "url": "http://127.0.0.1:8080/push",
+        "lookup": True,
+        "lookup_url": "http://127.0.0.1:8080/lookup/{key}",
+        "lookup_lag": 2.5,
+    }
+    config = parse_config({"channels": {"push": spec}})
+    channel = config.channels["push"].build()
+    assert channel.lookup is True
+    assert channel.provider.lookup_url == "http://127.0.0.1:8080/lookup/{key}"
+    assert channel.provider.lookup_lag == 2.5
+    plain = parse_config({"channels": {"push": {"url": "http://x"}}}).channels["push"].build()
+    assert plain.lookup is False
+    assert plain.provider.lookup_lag == 0.0
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"lookup": True}, "no lookup without lookup_url"),
+        ({"lookup_url": "http://x/lookup"}, r"lookup_url must be .* with \{key\}"),
+        ({"lookup_url": "ftp://x/{key}"}, r"lookup_url must be an http:// or https://"),
+        ({"lookup_url": 7}, "lookup_url must be"),
+        ({"lookup_lag": -1}, "lookup_lag must be a number of seconds >= 0"),
+        ({"lookup_lag": float("inf")}, "lookup_lag must be a number of seconds >= 0"),
+        ({"lookup_lag": "1"}, "lookup_lag must be a number"),
+    ],
+)
+def test_bad_webhook_lookup_settings_say_what_to_fix(spec, message) -> None:
+    """A lookup needs a lookup_url with {key}; lookup_lag is seconds >= 0."""
+    data = {"channels": {"push": {"url": "http://x", **spec}}}
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data, source="kirim.toml")

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import random
 import statistics
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from kirim.cli import main
-from kirim.simulate import report
-from kirim.simulate.harness import fault_plan
+from kirim.config import load_config
+from kirim.engine import Kirim
+from kirim.observe.logging import configure
+from kirim.receiver import Receiver
+from kirim.simulate import naive, report
+from kirim.simulate.harness import _KirimSide, _NaiveSide, fault_plan
 from kirim.simulate.options import (
     Latency,
     SimOptions,
@@ -21,6 +29,7 @@ from kirim.simulate.options import (
     parse_ratios,
 )
 from kirim.simulate.result import SimResult
+from kirim.simulate.skew import OffsetClock, Offsets
 
 
 def test_fixed_latency() -> None:
@@ -282,3 +291,215 @@ def test_plot_draws_both_strategies(tmp_path: Path) -> None:
     report.plot(runs, path, subtitle="test")
     assert path.read_bytes().startswith(b"\x89PNG")
     assert report.per_thousand(runs[0][1]) == 700
+
+
+# -- --clock-skew and --lookup ---------------------------------------------------------
+
+
+async def test_offset_clock_shifts_the_time_not_the_durations() -> None:
+    """now() is the system clock shifted; monotonic() and sleep() are real."""
+    ahead = OffsetClock(90.0)
+    assert ahead.now() - time.time() == pytest.approx(90.0, abs=0.5)
+    assert OffsetClock(-4.5).now() - time.time() == pytest.approx(-4.5, abs=0.5)
+    assert ahead.monotonic() == pytest.approx(time.monotonic(), abs=0.5)
+    t0 = time.monotonic()
+    await ahead.sleep(0.05)
+    assert 0.04 <= time.monotonic() - t0 < 1
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="finite"):
+            OffsetClock(bad)
+
+
+def test_offsets_are_seeded_and_within_the_skew() -> None:
+    """Each worker's offset is uniform in ±skew, the same for the same seed, 0 without."""
+
+    def five(seed: int) -> list[float]:
+        run = Offsets(2.0, seed=seed)
+        return [run.draw() for _ in range(5)]
+
+    assert five(7) == five(7)
+    assert five(7) != five(8)
+    run = Offsets(2.0, seed=7)
+    many = [run.draw() for _ in range(500)]
+    assert all(-2.0 <= x <= 2.0 for x in many)
+    assert min(many) < -1.5
+    assert max(many) > 1.5
+    assert Offsets(0.0, seed=7).draw() == 0.0
+    with pytest.raises(ValueError, match="clock skew"):
+        Offsets(-1.0, seed=1)
+
+
+def test_options_validate_skew_and_lookup() -> None:
+    """clock_skew is seconds >= 0; lookup runs against a receiver that honours no key."""
+    assert SimOptions(clock_skew=3.0, lookup=True).validate().clock_skew == 3.0
+    with pytest.raises(ValueError, match="clock_skew"):
+        SimOptions(clock_skew=-1).validate()
+    with pytest.raises(ValueError, match="clock_skew"):
+        SimOptions(clock_skew=float("inf")).validate()
+    with pytest.raises(ValueError, match="drop --idempotent"):
+        SimOptions(lookup=True, idempotent=True).validate()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--clock-skew", "-1"], "-1"),
+        (["--clock-skew", "soon"], "is not a valid float"),
+        (["--lookup", "--idempotent"], "drop --idempotent"),
+    ],
+)
+def test_cli_refuses_bad_skew_and_lookup(args: list[str], message: str) -> None:
+    """Bad --clock-skew values and --lookup with --idempotent exit 2 before anything runs."""
+    result = CliRunner().invoke(main, ["simulate", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_cli_help_documents_skew_and_lookup() -> None:
+    """--help names both options, the offsets in the output and that naive has no lookup."""
+    result = CliRunner().invoke(main, ["simulate", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for phrase in (
+        "--clock-skew",
+        "--lookup",
+        "clock_offsets",
+        "The naive strategy ignores --lookup",
+        "seeded by --seed",
+    ):
+        assert phrase in text
+
+
+def test_kirim_side_config_and_argv_carry_lookup_and_offset(tmp_path: Path) -> None:
+    """--lookup gives kirim's channel lookup = true and the receiver's lookup URL; each
+    worker gets --clock-offset (none when its offset is 0). The naive flow gets the
+    offset and no lookup."""
+    opts = SimOptions(lookup=True, lease=1.0)
+    lookup_url = "http://127.0.0.1:1/lookup/{key}"
+    side = _KirimSide(
+        opts, "sqlite:///x.db", "http://127.0.0.1:1/notify", lookup_url, tmp_path, False
+    )
+    channel = load_config(side.config("worker-1")).channels["push"]
+    assert channel.lookup is True
+    assert channel.build().provider.lookup_url == lookup_url
+    argv = side.argv("worker-1", -1.25)
+    assert argv[-1] == "--clock-offset=-1.25"
+    assert "--clock-offset" not in " ".join(side.argv("worker-2", 0.0))
+    plain = _KirimSide(
+        SimOptions(), "sqlite:///x.db", "http://127.0.0.1:1/notify", lookup_url, tmp_path, False
+    )
+    assert load_config(plain.config("worker-1")).channels["push"].lookup is False
+    naive_side = _NaiveSide(opts, "sqlite:///x.db", "http://h/notify", lookup_url, tmp_path, False)
+    naive_argv = naive_side.argv("worker-1", 2.5)
+    assert "--clock-offset=2.5" in naive_argv
+    assert not any("lookup" in a for a in naive_argv)
+
+
+def test_report_shows_offsets_and_lookups() -> None:
+    """The table lists each worker's offset and the lookups; the JSON carries them."""
+    r = _result(
+        clock_skew=3.0,
+        clock_offsets={"worker-10": 0.5, "worker-2": -2.25},
+        lookup=True,
+        lookups={"found": 4, "not_found": 1},
+        resolved=4,
+    )
+    console = report.Console(record=True, width=200)
+    report.show(console, r)
+    text = console.export_text()
+    assert "skew ±3s" in text
+    assert "worker-2 -2.250s, worker-10 +0.500s" in text
+    assert "found / not found" in text
+    assert "4 / 1" in text
+    data = r.as_json()
+    assert data["clock_offsets"] == {"worker-10": 0.5, "worker-2": -2.25}
+    assert (data["clock_skew"], data["lookup"], data["resolved"]) == (3.0, True, 4)
+    assert data["lookups"] == {"found": 4, "not_found": 1}
+    plain = report.Console(record=True, width=200)
+    report.show(plain, _result())
+    assert "skew" not in plain.export_text()
+    assert "lookups" not in plain.export_text()
+
+
+# -- the naive flow trusts its own clock -----------------------------------------------
+
+
+def test_a_naive_worker_whose_clock_is_ahead_steals_a_live_lease(tmp_path: Path) -> None:
+    """The write-up's lease is decided by the claiming worker's clock: one that runs
+    more than a lease ahead takes a job whose lease is live, so both send."""
+    db = naive.NaiveDb(f"sqlite:///{tmp_path / 'naive.db'}").connect()
+    try:
+        db.create_tables()
+        naive.enqueue(db, [("e-1", "r-1", "push", {})], attempts=3)
+        now = time.time()
+        assert [row[0] for row in db.claim("A", 10.0, 5, now=now)] == [1]
+        assert db.claim("B", 10.0, 5, now=now + 5) == []  # lease live by B's clock
+        stolen = db.claim("C", 10.0, 5, now=now + 11)  # C's clock is 11 s ahead
+        assert [row[0] for row in stolen] == [1]
+    finally:
+        db.close()
+
+
+def test_the_naive_worker_runs_on_its_offset_clock(tmp_path: Path) -> None:
+    """--clock-offset S puts the naive worker on a clock S seconds off; not finite: exit 2."""
+    settings = naive.NaiveSettings(url="http://h/notify", worker_id="w", clock_offset=30.0)
+    worker = naive.NaiveWorker(naive.NaiveDb("sqlite:///unused.db"), settings)
+    assert worker.clock.now() - time.time() == pytest.approx(30.0, abs=0.5)
+    with pytest.raises(SystemExit) as exited:
+        naive.main(["--database", "sqlite:///x", "--url", "http://h", "--worker-id", "w",
+                    "--clock-offset", "inf"])  # fmt: skip
+    assert exited.value.code == 2
+
+
+# -- kirim worker --clock-offset -------------------------------------------------------
+
+
+@pytest.fixture
+def _restore_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("KIRIM_DATABASE_URL", raising=False)
+    yield
+    configure(level="warning")
+
+
+@pytest.mark.usefixtures("_restore_logs")
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "soon"])
+def test_worker_clock_offset_must_be_finite(value: str) -> None:
+    """--clock-offset takes a finite number of seconds; anything else exits 2."""
+    result = CliRunner().invoke(main, ["worker", "--clock-offset", value])
+    assert result.exit_code == 2
+    assert "--clock-offset" in result.output
+
+
+def test_worker_clock_offset_is_hidden() -> None:
+    """A knob for simulate and tests: not in kirim worker --help."""
+    result = CliRunner().invoke(main, ["worker", "--help"])
+    assert result.exit_code == 0
+    assert "--clock-offset" not in result.output
+
+
+@pytest.mark.usefixtures("_restore_logs")
+def test_a_worker_with_its_clock_off_still_delivers_by_database_time(tmp_path: Path) -> None:
+    """A worker whose clock is 30 s behind sees a job due now as due: leases and due-ness
+    are the database's time, not the worker's (by its own clock it would wait 30 s)."""
+    database = f"sqlite:///{tmp_path / 'kirim.db'}"
+    with Receiver() as receiver:
+        config = tmp_path / "kirim.toml"
+        config.write_text(f'[channels.push]\nprovider = "webhook"\nurl = "{receiver.url}"\n')
+
+        async def enqueue() -> None:
+            app = Kirim(load_config(config, database=database))
+            await app.open(migrate=True)
+            try:
+                await app.notify("e-1", "r-1", "push", {"n": 1})
+            finally:
+                await app.close()
+
+        asyncio.run(enqueue())
+        args = ["--config", str(config), "--database", database, "--log-format", "json"]
+        result = CliRunner().invoke(
+            main, [*args, "worker", "--burst", "--clock-offset", "-30"], catch_exceptions=False
+        )
+        assert result.exit_code == 0, result.stderr
+        assert receiver.delivered() == 1
+    said = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any(e.get("event") == "clock_offset" and e.get("seconds") == -30 for e in said)

@@ -14,6 +14,7 @@ import pytest
 from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
 from kirim.providers.base import Message
 from kirim.providers.webhook import WebhookProvider, retry_after
+from kirim.receiver import Behaviour, Receiver
 
 
 class Script:
@@ -146,3 +147,175 @@ def test_retry_after_forms() -> None:
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0
     assert retry_after("soon") is None
     assert retry_after(None) is None
+
+
+# -- lookup, against the loopback Receiver ---------------------------------------------
+
+
+def keyed(key: str) -> Message:
+    return Message(
+        delivery_id=1,
+        idempotency_key=key,
+        provider_request_id="req-1",
+        event_id="e-1",
+        recipient="r-1",
+        channel="push",
+        payload={},
+        attempt=1,
+    )
+
+
+async def test_lookup_says_whether_the_receiver_accepted_a_key() -> None:
+    """404 before any request with the key (None); after one was accepted, 200 with
+    the message id the send was answered with. Keys are URL-quoted into {key}."""
+    key = "order 7/x:%2F?#"
+    with Receiver() as receiver:
+        provider = WebhookProvider(receiver.url, lookup_url=receiver.lookup_url)
+        try:
+            assert await provider.lookup(key) is None
+            sent = await provider.send(keyed(key))
+            found = await provider.lookup(key)
+            assert await provider.lookup("another key") is None
+        finally:
+            await provider.aclose()
+    assert found is not None
+    assert found.provider_message_id == sent.provider_message_id is not None
+    assert receiver.requests[key] == 1
+    assert receiver.lookups == {"not_found": 2, "found": 1}
+
+
+async def test_lookup_does_not_find_a_request_answered_503() -> None:
+    """A 503 was not processed (not delivered): the lookup says so."""
+    with Receiver(Behaviour(error_rate=1.0)) as receiver:
+        provider = WebhookProvider(receiver.url, lookup_url=receiver.lookup_url)
+        try:
+            with pytest.raises(AmbiguousFailure):
+                await provider.send(keyed("k-503"))
+            assert await provider.lookup("k-503") is None
+        finally:
+            await provider.aclose()
+
+
+async def test_lookup_finds_a_request_that_timed_out_after_being_accepted() -> None:
+    """The receiver accepted it (the user has it) and never answered in time: the
+    send is ambiguous, the lookup finds it, even while the answer is still held."""
+    with Receiver(Behaviour(hang_rate=1.0, hang_s=2.0)) as receiver:
+        provider = WebhookProvider(receiver.url, timeout=0.3, lookup_url=receiver.lookup_url)
+        try:
+            with pytest.raises(AmbiguousFailure, match="no answer"):
+                await provider.send(keyed("k-hang"))
+            found = await provider.lookup("k-hang")
+        finally:
+            await provider.aclose()
+    assert found is not None
+    assert found.provider_message_id is not None
+
+
+async def test_the_receiver_answers_404_to_other_paths() -> None:
+    """A GET outside /lookup/ is a 404 at the receiver, not a lookup."""
+    with Receiver() as receiver:
+        base = receiver.url.rsplit("/", 1)[0]
+        elsewhere = WebhookProvider(receiver.url, lookup_url=base + "/nothing/{key}")
+        try:
+            assert await elsewhere.lookup("k") is None  # a 404 is "not accepted"
+        finally:
+            await elsewhere.aclose()
+
+
+@pytest.fixture
+def lookup_server() -> Iterator[tuple[str, list[tuple[int, dict[str, str], bytes]], list[str]]]:
+    """A GET server answering scripted (code, headers, body) and recording paths."""
+    answers: list[tuple[int, dict[str, str], bytes]] = []
+    paths: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            paths.append(self.path)
+            code, headers, data = answers.pop(0)
+            self.send_response(code)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1/lookup/{{key}}?x=1", answers, paths
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.mark.parametrize(
+    ("code", "headers", "body", "found"),
+    [
+        (200, {}, b'{"id": "m-1"}', "m-1"),
+        (200, {"X-Message-Id": "m-2"}, b"ok", "m-2"),
+        (200, {}, b"not json", None),
+        (404, {}, b"", "none"),
+    ],
+)
+async def test_lookup_reads_the_message_id(lookup_server, code, headers, body, found) -> None:
+    """200 → Sent with the body's id or X-Message-Id (or no id); 404 → None. The token
+    and headers go with it; the key is quoted into the path."""
+    url, answers, paths = lookup_server
+    answers.append((code, headers, body))
+    provider = WebhookProvider("http://127.0.0.1:9/hook", token="t0k", lookup_url=url)
+    try:
+        sent = await provider.lookup("a/b c")
+    finally:
+        await provider.aclose()
+    assert paths == ["/v1/lookup/a%2Fb%20c?x=1"]
+    if found == "none":
+        assert sent is None
+    else:
+        assert sent is not None
+        assert sent.provider_message_id == found
+
+
+@pytest.mark.parametrize("code", [500, 503, 401, 409, 302])
+async def test_lookup_other_answers_raise(lookup_server, code) -> None:
+    """Anything but 200 or 404 leaves the question open: the lookup raises."""
+    url, answers, _ = lookup_server
+    answers.append((code, {}, b"\x00nope"))
+    provider = WebhookProvider("http://127.0.0.1:9/hook", lookup_url=url)
+    try:
+        with pytest.raises(AmbiguousFailure, match=f"lookup: HTTP {code}"):
+            await provider.lookup("k")
+    finally:
+        await provider.aclose()
+
+
+async def test_lookup_without_an_answer_raises() -> None:
+    """Nobody listening, or no lookup_url at all: the lookup raises, never says None."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    provider = WebhookProvider(
+        f"http://127.0.0.1:{port}/hook", lookup_url=f"http://127.0.0.1:{port}/lookup/{{key}}"
+    )
+    plain = WebhookProvider(f"http://127.0.0.1:{port}/hook")
+    try:
+        with pytest.raises(AmbiguousFailure, match="lookup: no answer"):
+            await provider.lookup("k")
+        with pytest.raises(RuntimeError, match="no lookup_url"):
+            await plain.lookup("k")
+    finally:
+        await provider.aclose()
+        await plain.aclose()
+
+
+def test_lookup_settings_are_checked_and_exposed() -> None:
+    """lookup_lag (default 0) is the provider's attribute; a lookup_url needs {key}."""
+    assert WebhookProvider("http://x/hook").lookup_lag == 0.0
+    provider = WebhookProvider("http://x/hook", lookup_url="http://x/l/{key}", lookup_lag=1.5)
+    assert (provider.lookup_url, provider.lookup_lag) == ("http://x/l/{key}", 1.5)
+    with pytest.raises(ValueError, match="must contain"):
+        WebhookProvider("http://x/hook", lookup_url="http://x/lookup")
+    for lag in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="lookup_lag"):
+            WebhookProvider("http://x/hook", lookup_lag=lag)

@@ -145,7 +145,7 @@ class WebhookProvider:
 
 def _message_id(response: httpx.Response) -> str | None:
     """The provider's id of the message: ``X-Message-Id``, else the JSON body's ``id``."""
-    message_id = response.headers.get("X-Message-Id")
+    message_id: str | None = response.headers.get("X-Message-Id")
     if message_id is None:
         try:
             data = response.json()

@@ -42,6 +42,15 @@ over the run and aimed at a worker with requests in flight (a killed worker is
 replaced by a fresh one). The run stops by itself when the queue is drained, or
 at --deadline; every process it started is ended.
 
+--clock-skew S runs each worker process on its own clock, off by a random offset
+uniform in ±S seconds (seeded by --seed, reported as clock_offsets): kirim keeps
+leases, takeover and reaping on the database's clock, the naive flow on the
+worker's own. --lookup gives kirim's channel `lookup = true` with the receiver's
+GET /lookup/{key} (200 once a request with the key reached the user, else 404),
+against a receiver that honours no key; when in doubt kirim asks before resending,
+and sends again only when an earlier request can no longer land. The naive
+strategy ignores --lookup (it has no lookup).
+
 \b
 The report counts:
   delivered            notifications the receiver saw at least once
@@ -51,6 +60,9 @@ The report counts:
   lost                 neither delivered nor reported in doubt or failed
   in_doubt             reported as maybe delivered (assumed sent, or held)
   latency_p50_s/p99_s  from enqueue to the first request at the receiver
+  resolved             in doubt, then known sent (a late success, a lookup)
+  clock_offsets        each worker's clock offset, seconds (--clock-skew)
+  lookups              the receiver's answers to lookups: found, not_found
 
 \b
 Databases: SQLite on a temporary file by default. With --database
@@ -74,6 +86,8 @@ Examples:
   kirim simulate --notifications 2000 --workers 4 --lease 2 \\
       --latency lognormal:0.2:3 --kill-rate 0.01 --stall-rate 0.01 --json
   kirim simulate --database postgresql://postgres@127.0.0.1/postgres --idempotent
+  kirim simulate --lease 1 --clock-skew 3 --kill-rate 0.01 --stall-rate 0.01
+  kirim simulate --lookup --timeout-rate 0.05 --kill-rate 0.01 --stall-rate 0.01
   kirim simulate --notifications 300 --plot sweep.png --ratios 1,2,5,10
 """
 
@@ -190,7 +204,23 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--max-attempts", type=click.IntRange(min=1), default=8, show_default=True, metavar="N"
 )
-@click.option("--seed", type=int, help="Seed of the faults and the receiver.  [default: random]")
+@click.option(
+    "--clock-skew",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Each worker process's clock is off by a random offset within ±SECONDS.",
+)
+@click.option(
+    "--lookup",
+    is_flag=True,
+    help="kirim's channel asks the receiver (lookup = true) before resending; the "
+    "receiver honours no key. The naive strategy ignores it.",
+)
+@click.option(
+    "--seed", type=int, help="Seed of the faults, clocks and receiver.  [default: random]"
+)
 @click.option(
     "--deadline",
     type=SECONDS,
@@ -244,6 +274,8 @@ def simulate(
     idempotent: bool,
     on_unknown: str,
     max_attempts: int,
+    clock_skew: float,
+    lookup: bool,
     seed: int | None,
     deadline: float,
     sim_database: str | None,
@@ -278,6 +310,8 @@ def simulate(
         max_attempts=max_attempts,
         seed=random.randrange(1 << 30) if seed is None else seed,
         deadline=deadline,
+        clock_skew=clock_skew,
+        lookup=lookup,
     )
     try:
         opts.validate()
@@ -321,6 +355,8 @@ def _sweep(
         f"per delivery: kills {opts.kill_rate:g}, stalls {opts.stall_rate:g}, "
         f"timeouts {opts.timeout_rate:g}, 503s {opts.error_rate:g}; "
         f"{'idempotent' if opts.idempotent else 'non-idempotent'} receiver"
+        + (f", clock skew ±{opts.clock_skew:g}s" if opts.clock_skew else "")
+        + (", kirim with lookup" if opts.lookup else "")
     )
     report.plot(runs, path, subtitle=subtitle)
     if as_json:

@@ -6,9 +6,12 @@ injects the faults of the options: SIGKILLs (the worker is replaced by a fresh o
 and SIGSTOP/SIGCONT stalls longer than the lease, each spread over the run by
 progress and aimed at a worker that has requests in flight at the receiver; the
 receiver itself lets some calls time out after accepting them and answers some with
-a 503. When every worker has exited (or the deadline passed), the receiver's counts
-and the database's records make the result. Every process started is ended in a
-``finally`` (stopped ones get SIGCONT before SIGKILL).
+a 503. With ``clock_skew`` each worker process runs on its own clock, off by a
+seeded draw in ±clock_skew (kirim's keeps the database's time for leases; the naive
+flow trusts its own); with ``lookup`` kirim's channel asks the receiver's
+``/lookup/{key}`` when in doubt. When every worker has exited (or the deadline
+passed), the receiver's counts and the database's records make the result. Every
+process started is ended in a ``finally`` (stopped ones get SIGCONT before SIGKILL).
 
 On PostgreSQL each run gets a throw-away database ``kirim_sim_<hex>`` on the given
 server, created at the start and dropped at the end; the database named in the URL
@@ -43,6 +46,7 @@ from kirim.receiver import Behaviour, Receiver
 from kirim.simulate import naive
 from kirim.simulate.options import STRATEGIES, SimOptions
 from kirim.simulate.result import Outcome, SimResult, percentile, rounded
+from kirim.simulate.skew import Offsets
 
 Progress = Callable[[int, int], None]
 _TICK = 0.02
@@ -118,6 +122,7 @@ class _Side:
     opts: SimOptions
     database: str
     url: str  # the receiver's
+    lookup_url: str  # the receiver's GET /lookup/{key}
     folder: Path  # configs and logs
     logs: bool  # workers log at info level (else warnings only)
 
@@ -138,6 +143,7 @@ class _KirimSide(_Side):
             f'[channels.push]\nprovider = "webhook"\nurl = {json.dumps(self.url)}\n'
             f"timeout = {o.provider_timeout}\nidempotent = {str(o.idempotent).lower()}\n"
             f'on_unknown = "{o.on_unknown.value}"\n{headers}'
+            + (f"lookup = true\nlookup_url = {json.dumps(self.lookup_url)}\n" if o.lookup else "")
         )
         return path
 
@@ -154,11 +160,12 @@ class _KirimSide(_Side):
         finally:
             await app.close()
 
-    def argv(self, worker_id: str) -> list[str]:
+    def argv(self, worker_id: str, offset: float) -> list[str]:
         level = "info" if self.logs else "warning"
         config = str(self.config(worker_id))
         argv = [sys.executable, "-m", "kirim", "--config", config, "--database", self.database]
-        return [*argv, "--log-level", level, "worker", "--burst", "--worker-id", worker_id]
+        argv += ["--log-level", level, "worker", "--burst", "--worker-id", worker_id]
+        return argv + ([f"--clock-offset={offset!r}"] if offset else [])
 
     async def collect(self) -> list[Outcome]:
         app = Kirim(load_config(self.config(None), database=self.database))
@@ -172,6 +179,8 @@ class _KirimSide(_Side):
                     attempts = await app.store.get_attempts(d.id)
                     doubtful = any(a.status.in_doubt for a in attempts)
                     succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
+                    # a lookup that found the key settles the doubt: known sent
+                    resolved = d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
                     out.append(
                         Outcome(
                             key=d.idempotency_key,
@@ -181,7 +190,8 @@ class _KirimSide(_Side):
                             failed=d.status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED),
                             in_doubt=d.status is DeliveryStatus.IN_DOUBT
                             or d.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD),
-                            unresolved=doubtful and not succeeded,
+                            unresolved=doubtful and not (succeeded or resolved),
+                            resolved=resolved,
                             retries=0 if job is None else max(0, job.attempts - 1),
                             dead=job is not None and job.status is JobStatus.DEAD,
                         )
@@ -203,12 +213,12 @@ class _NaiveSide(_Side):
         finally:
             db.close()
 
-    def argv(self, worker_id: str) -> list[str]:
+    def argv(self, worker_id: str, offset: float) -> list[str]:
         o = self.opts
         argv = [sys.executable, "-m", "kirim.simulate.naive", "--database", self.database]
         argv += ["--url", self.url, "--worker-id", worker_id, "--lease", str(o.lease)]
         argv += ["--concurrency", str(o.concurrency), "--timeout", str(o.provider_timeout)]
-        argv += ["--burst"]
+        argv += ["--burst"] + ([f"--clock-offset={offset!r}"] if offset else [])
         argv += ["--idempotent"] if o.idempotent else []
         return argv + ([] if self.logs else ["--quiet"])
 
@@ -237,10 +247,14 @@ class _NaiveSide(_Side):
 class _Fleet:
     """The worker processes of one run, by id; stalls and kills; the final cleanup."""
 
-    def __init__(self, argv: Callable[[str], list[str]], folder: Path) -> None:
+    def __init__(
+        self, argv: Callable[[str, float], list[str]], folder: Path, offsets: Offsets
+    ) -> None:
         self._argv = argv
         self._folder = folder
+        self._offsets = offsets
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.clock_offsets: dict[str, float] = {}  # each worker's clock, seconds off
         self.thaw_at: dict[str, float] = {}  # stopped workers and when to continue them
         self.killed: set[str] = set()
         self.crashes: list[str] = []
@@ -254,8 +268,9 @@ class _Fleet:
         self._logs[worker_id] = log
         env = {k: v for k, v in os.environ.items() if k != "KIRIM_DATABASE_URL"}
         env["PYTHONUNBUFFERED"] = "1"
+        offset = self.clock_offsets[worker_id] = self._offsets.draw()
         self.procs[worker_id] = subprocess.Popen(
-            self._argv(worker_id), stdout=subprocess.DEVNULL, stderr=log, env=env
+            self._argv(worker_id, offset), stdout=subprocess.DEVNULL, stderr=log, env=env
         )
         return worker_id
 
@@ -354,9 +369,11 @@ def simulate(
         side_type: type[_KirimSide | _NaiveSide] = (
             _KirimSide if opts.strategy == "kirim" else _NaiveSide
         )
-        side = side_type(opts, database, receiver.url, folder, logs is not None)
+        side = side_type(
+            opts, database, receiver.url, receiver.lookup_url, folder, logs is not None
+        )
         asyncio.run(side.prepare())
-        fleet = _Fleet(side.argv, folder)
+        fleet = _Fleet(side.argv, folder, Offsets(opts.clock_skew, opts.seed))
         started = time.monotonic()
         try:
             timed_out = _drive(opts, rng, fleet, receiver, progress, started)
@@ -432,6 +449,7 @@ def _result(
         duplicates=receiver.duplicated(),
         lost=sum(1 for o in outcomes if seen[o.key] == 0 and not (o.in_doubt or o.failed)),
         in_doubt=sum(o.in_doubt for o in outcomes),
+        resolved=sum(o.resolved for o in outcomes),
         unreported_in_doubt=sum(o.unresolved and not o.in_doubt for o in outcomes),
         failed=sum(o.failed for o in outcomes),
         unfinished=sum(o.unfinished for o in outcomes),
@@ -450,6 +468,10 @@ def _result(
         workers_started=len(fleet.procs),
         worker_crashes=list(fleet.crashes),
         timed_out=timed_out,
+        clock_skew=opts.clock_skew,
+        clock_offsets=dict(fleet.clock_offsets) if opts.clock_skew else {},
+        lookup=opts.lookup and opts.strategy == "kirim",
+        lookups=dict(receiver.lookups),
     )
 
 

@@ -14,6 +14,11 @@ and no idempotency key (unless ``--idempotent``: then the stable key is sent, to
 show what the provider-side fix alone does). Tables ``naive_notifications`` and
 ``naive_jobs`` live beside kirim's in the same database.
 
+Everything time-related is decided by the worker's own clock, as in the write-up:
+the claim's "now", the lease's expiry and a retry's ``run_at``. ``--clock-offset S``
+runs it on a clock S seconds off (``kirim simulate --clock-skew``), to show what a
+host whose clock is ahead does to the leases of the others. It has no lookup.
+
 Run as ``python -m kirim.simulate.naive --database URL --url URL --worker-id ID …``;
 log lines use the seed's ``key=value`` pseudo-log, which ``kirim analyze`` reads.
 """
@@ -24,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import random
 import sqlite3
 import sys
@@ -37,7 +43,9 @@ from typing import Any, TypeVar
 
 import httpx
 
+from kirim.clock import Clock, SystemClock
 from kirim.keys import default_key
+from kirim.simulate.skew import OffsetClock
 
 T = TypeVar("T")
 
@@ -141,8 +149,11 @@ class NaiveDb:
             for statement in [*_SCHEMA[self.dialect], _INDEX]:
                 self.rows(statement)
 
-    def claim(self, worker_id: str, lease: float, limit: int) -> list[tuple[Any, ...]]:
-        now = time.time()
+    def claim(
+        self, worker_id: str, lease: float, limit: int, *, now: float | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Due jobs and running ones whose lease expired, by ``now`` (the worker's clock)."""
+        now = time.time() if now is None else now
         lock = "" if self.dialect == "sqlite" else " FOR UPDATE SKIP LOCKED"
         with self.tx():
             return self.rows(_CLAIM.format(lock=lock), (worker_id, now + lease, now, now, limit))
@@ -202,14 +213,19 @@ class NaiveSettings:
     backoff_base: float = 0.05
     backoff_max: float = 0.5
     quiet: bool = False
+    clock_offset: float = 0.0  # this worker's clock is that many seconds off
 
 
 class NaiveWorker:
     """Claim with a lease, check pending, send, then mark sent. Nothing else."""
 
-    def __init__(self, db: NaiveDb, settings: NaiveSettings) -> None:
+    def __init__(self, db: NaiveDb, settings: NaiveSettings, clock: Clock | None = None) -> None:
         self.db = db
         self.s = settings
+        #: the worker's own clock: its leases and retries are decided by it
+        self.clock: Clock = clock or (
+            OffsetClock(settings.clock_offset) if settings.clock_offset else SystemClock()
+        )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="naive-db")
         self._tasks: set[asyncio.Task[None]] = set()
         self._rng = random.Random()
@@ -234,7 +250,13 @@ class NaiveWorker:
                 jobs = []
                 if free > 0:
                     jobs = await self._call(
-                        partial(self.db.claim, self.s.worker_id, self.s.lease, free)
+                        partial(
+                            self.db.claim,
+                            self.s.worker_id,
+                            self.s.lease,
+                            free,
+                            now=self.clock.now(),
+                        )
                     )
                 for job in jobs:
                     task = asyncio.create_task(self._process(c, *job))
@@ -308,7 +330,7 @@ class NaiveWorker:
         with self.db.tx():
             self.db.rows(
                 "UPDATE naive_notifications SET status = 'sent', sent_at = ? WHERE id = ?",
-                (time.time(), nid),
+                (self.clock.now(), nid),
             )
             self._job_done(job_id)
 
@@ -317,7 +339,7 @@ class NaiveWorker:
             self.db.rows(
                 "UPDATE naive_jobs SET status = ?, run_at = ?, last_error = ?, lease_owner = NULL "
                 "WHERE id = ?",
-                ("dead" if dead else "queued", time.time() + delay, error, job_id),
+                ("dead" if dead else "queued", self.clock.now() + delay, error, job_id),
             )
             if dead:
                 self.db.rows(
@@ -340,7 +362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idempotent", action="store_true", help="Send the Idempotency-Key.")
     parser.add_argument("--burst", action="store_true", help="Exit when no job is left.")
     parser.add_argument("--quiet", action="store_true", help="No log lines.")
+    parser.add_argument(
+        "--clock-offset",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="Run on a clock this many seconds off the system's (leases and retries use it).",
+    )
     args = parser.parse_args(argv)
+    if not math.isfinite(args.clock_offset):
+        parser.error(f"--clock-offset {args.clock_offset!r} is not a finite number of seconds")
     settings = NaiveSettings(
         url=args.url,
         worker_id=args.worker_id,
@@ -350,6 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         idempotent=args.idempotent,
         burst=args.burst,
         quiet=args.quiet,
+        clock_offset=args.clock_offset,
     )
     db = NaiveDb(args.database).connect()
     try:

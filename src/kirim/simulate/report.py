@@ -41,6 +41,7 @@ def show(console: Console, r: SimResult) -> None:
         ("lost (neither delivered nor reported)", _count(r.lost, bad=True)),
         ("in doubt, reported (assumed sent or held)", f"{r.in_doubt:,}"),
         ("in doubt, not reported", _count(r.unreported_in_doubt, bad=True)),
+        ("in doubt, then resolved as sent (late success or lookup)", f"{r.resolved:,}"),
         ("failed (reported)", f"{r.failed:,}"),
         ("retries", f"{r.retries:,}"),
         ("dead-lettered", f"{r.dead_lettered:,}"),
@@ -52,6 +53,11 @@ def show(console: Console, r: SimResult) -> None:
         ),
         ("worker processes started", str(r.workers_started)),
     ]
+    if r.clock_skew:
+        rows.append((f"worker clocks, skew ±{r.clock_skew:g}s", clock_offsets(r.clock_offsets)))
+    if r.lookup:
+        found, missing = r.lookups.get("found", 0), r.lookups.get("not_found", 0)
+        rows.append(("lookups at the receiver: found / not found", f"{found:,} / {missing:,}"))
     for name, value in rows:
         table.add_row(name, value)
     console.print(table)
@@ -67,6 +73,16 @@ def show(console: Console, r: SimResult) -> None:
         console.print(
             f"[yellow]the naive flow sent {r.duplicates} notification(s) more than once.[/]"
         )
+
+
+def clock_offsets(offsets: dict[str, float]) -> str:
+    """``worker-1 +1.204s, worker-2 -0.310s, …`` (ordered by worker number)."""
+
+    def number(worker_id: str) -> tuple[int, str]:
+        tail = worker_id.rpartition("-")[2]
+        return (int(tail) if tail.isdigit() else 0, worker_id)
+
+    return ", ".join(f"{w} {offsets[w]:+.3f}s" for w in sorted(offsets, key=number))
 
 
 def show_sweep(console: Console, runs: Sequence[tuple[float, SimResult]], plot: str) -> None:

@@ -19,6 +19,7 @@ class Outcome:
     failed: bool = False  # reported as not delivered (failed, canceled)
     in_doubt: bool = False  # reported as maybe delivered (assumed sent, held in doubt)
     unresolved: bool = False  # a request may have arrived; none is known to have succeeded
+    resolved: bool = False  # was in doubt, then known sent (a late success or a lookup)
     retries: int = 0
     dead: bool = False
 
@@ -51,6 +52,15 @@ class SimResult:
     workers_started: int
     worker_crashes: list[str] = field(default_factory=list)
     timed_out: bool = False
+    #: deliveries whose doubt was settled as sent (a late success or a lookup that found it)
+    resolved: int = 0
+    #: each worker's clock was off by a draw in ±clock_skew seconds (``clock_offsets``,
+    #: by worker id; empty without skew)
+    clock_skew: float = 0.0
+    clock_offsets: dict[str, float] = field(default_factory=dict)
+    #: kirim's channel asked the receiver before resending (``lookups``: its answers)
+    lookup: bool = False
+    lookups: dict[str, int] = field(default_factory=dict)
 
     @property
     def promise_kept(self) -> bool | None:
