@@ -2,7 +2,8 @@
 
 Deliveries go to a zero-latency in-process provider, through the full ledger
 (delivery, job, attempt written ahead, outcome committed), in worker processes
-that start together once every one of them is ready.
+that start together once every one of them is ready. Progress goes to stderr while
+it runs (``say``); the result is what ``run_bench`` returns.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import queue
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from typing import Any
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim, NotifyRequest
+from kirim.errors import KirimError
 from kirim.observe.logging import configure
 from kirim.testing import NullProvider
 from kirim.worker import WorkerSettings
@@ -84,10 +88,22 @@ def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None
     out.put(asyncio.run(main()))
 
 
-def run_together(target: Callable[..., None], args: tuple[Any, ...], processes: int) -> list[Any]:
+def say(line: str) -> None:
+    """One line of progress on stderr (a closed stderr does not stop the run)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(f"bench: {line}", file=sys.stderr, flush=True)
+
+
+def run_together(
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    processes: int,
+    tick: Callable[[], None] | None = None,
+) -> list[Any]:
     """Run ``target(*args, ready, go, out)`` in ``processes`` spawned processes that start
     their work together, once every one has released ``ready``; return what each put on
-    ``out`` (for the benchmarks: its start and end times first)."""
+    ``out`` (for the benchmarks: its start and end times first). ``tick`` is called
+    every two seconds or so while they work."""
     ctx = mp.get_context("spawn")
     ready, go, out = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=target, args=(*args, ready, go, out)) for _ in range(processes)]
@@ -96,17 +112,46 @@ def run_together(target: Callable[..., None], args: tuple[Any, ...], processes: 
     for _ in procs:
         ready.acquire()
     go.set()
-    results = [out.get(timeout=600) for _ in procs]
+    results: list[Any] = []
+    deadline = time.monotonic() + 600
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=max(0.01, min(2.0, deadline - time.monotonic()))))
+        except queue.Empty:
+            if time.monotonic() >= deadline:
+                raise
+            if tick is not None:
+                tick()
     for p in procs:
         p.join()
     return results
 
 
-def _deliver(database: str, workers: int, metrics: bool = False) -> tuple[float, int]:
-    results = run_together(_worker, (database, metrics), workers)
+def _deliver(
+    database: str, workers: int, metrics: bool = False, total: int = 0
+) -> tuple[float, int]:
+    started = time.monotonic()
+
+    def tick() -> None:
+        sent = asyncio.run(_sent(database))
+        say(f"{sent:,}/{total:,} delivered, {time.monotonic() - started:.1f}s")
+
+    results = run_together(_worker, (database, metrics), workers, tick)
     started = min(r[0] for r in results)
     ended = max(r[1] for r in results)
     return ended - started, sum(r[2] for r in results)
+
+
+async def _sent(database: str) -> int:
+    """Deliveries sent so far (for the progress lines; -1 if the store does not answer)."""
+    app = _app(database)
+    try:
+        await app.store.open()
+        return (await app.store.counts())["deliveries"].get("sent", 0)
+    except KirimError:
+        return -1
+    finally:
+        await app.close()
 
 
 def scratch(database: str | None, folder: Path) -> contextlib.AbstractContextManager[str]:
@@ -131,8 +176,11 @@ def run_bench(
         scratch(database, Path(tmp)) as url,
     ):
         offset = int(time.time() * 1000) % 10**9 * 1000 if url == database else 0
+        say(f"enqueueing {notifications:,} notifications")
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
-        deliver_s, sent = _deliver(url, workers, metrics)
+        say(f"enqueued in {enqueue_s:.2f}s; delivering with {workers} worker processes")
+        deliver_s, sent = _deliver(url, workers, metrics, notifications)
+        say(f"{sent:,} delivered in {deliver_s:.2f}s")
     where = "sqlite (temporary file)" if database is None else url.split("@")[-1]
     if database is not None and url != database:
         where += " (throw-away database, dropped)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 from kirim.model import OnUnknown
@@ -19,9 +20,32 @@ class Channel:
     lookup: bool = False
 
     def __post_init__(self) -> None:
+        if (problem := provider_problem(self.provider)) is not None:
+            raise ValueError(f"channel {self.name!r}: {problem}")
         if self.lookup and not isinstance(self.provider, Reconcilable):
             raise ValueError(f"channel {self.name!r}: its provider has no lookup()")
 
     @property
     def idempotent(self) -> bool:
         return bool(self.provider.idempotent)
+
+
+def provider_problem(provider: object) -> str | None:
+    """Why ``provider`` cannot carry a channel, or None.
+
+    A provider needs ``idempotent`` (true or false) and ``async send(message)``;
+    ``aclose()`` and ``lookup()`` are optional.
+    """
+    what = type(provider).__name__
+    if not inspect.iscoroutinefunction(getattr(provider, "send", None)):
+        return f"{what} is not a provider: it has no async send(message) method"
+    if not isinstance(getattr(provider, "idempotent", None), bool):
+        return f"{what} is not a provider: its idempotent attribute must be True or False"
+    return None
+
+
+async def close_provider(provider: object) -> None:
+    """Await the provider's ``aclose()``, if it has one."""
+    aclose = getattr(provider, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -19,13 +19,14 @@ from typing import Any
 
 import click
 
-from kirim import cli_ops
+from kirim import cli_ops, cli_types
 from kirim.cli_ops import KirimGroup, State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.errors import ConfigError
 from kirim.explore.command import explore
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.observe.logging import get_logger
+from kirim.worker_settings import RULES as WORKER_RULES
 
 # -- the group -------------------------------------------------------------------------
 
@@ -34,7 +35,7 @@ from kirim.observe.logging import get_logger
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False),
+    type=cli_types.PathParam(dir_okay=False),
     metavar="FILE",
     help="Configuration file.  [default: ./kirim.toml if it exists]",
 )
@@ -68,8 +69,10 @@ def main(
     """kirim: notification delivery that never sends the same notification twice.
 
     \b
-    A first run:
+    A first run (kirim init writes a kirim.toml whose channel push posts to
+    the test receiver that python -m kirim.receiver runs on 127.0.0.1:8080):
       kirim init
+      python -m kirim.receiver &
       kirim send --event order-48291 --recipient 1007 --channel push \\
                  --payload '{"title": "Your order has shipped"}'
       kirim worker --burst
@@ -78,6 +81,8 @@ def main(
     ctx.obj = State(
         config_path=config_path, database=database, log_format=log_format, log_level=log_level
     )
+    # The CLI owns the output: logs on stderr (commands that say more set it again).
+    ctx.obj.setup_logging()
 
 
 # `kirim simulate` lives in kirim.simulate and is imported only when used.
@@ -98,16 +103,24 @@ KirimGroup.lazy = {
 @main.command()
 @pass_state
 def init(state: State) -> None:
-    """Create the database schema, or migrate it to this version.
+    """Write a starter kirim.toml if there is none, then create or migrate the schema.
 
-    Safe to run again: it applies only the migrations that are missing. Prints
-    the schema version and the database URL.
+    The starter configuration (./kirim.toml, or the --config file) is commented and
+    has one channel, push, to a local test receiver on 127.0.0.1:8080 (run
+    `python -m kirim.receiver`); an existing file is never overwritten. Safe to run
+    again: it applies only the migrations that are missing. Prints the schema
+    version and the database URL.
 
     \b
-    Example:
+    Examples:
+      kirim init
       kirim --database sqlite:///var/kirim.db init
     """
     state.setup_logging()
+    path = cli_ops.CONFIG_FILE if state.config_path is None else state.config_path
+    written = cli_ops.write_starter_config(path)
+    if written is not None:
+        click.echo(f"wrote a starter configuration to {written} (channel push: 127.0.0.1:8080)")
 
     async def go() -> tuple[int, str]:
         async with state.app(check_schema=False) as app:
@@ -118,13 +131,34 @@ def init(state: State) -> None:
 
 
 @main.command()
-@click.option("--event", "event_id", required=True, help="The business event's id.")
-@click.option("--recipient", required=True, help="Who receives it (a user id, an address).")
-@click.option("--channel", required=True, help="A channel configured in kirim.toml.")
+@click.option(
+    "--event",
+    "event_id",
+    required=True,
+    type=cli_types.TextParam(),
+    help="The business event's id.",
+)
+@click.option(
+    "--recipient",
+    required=True,
+    type=cli_types.TextParam(),
+    help="Who receives it (a user id, an address).",
+)
+@click.option(
+    "--channel",
+    required=True,
+    type=cli_types.TextParam(),
+    help="A channel configured in kirim.toml.",
+)
 @click.option(
     "--payload", required=True, metavar="JSON", help="JSON text, @FILE to read a file, - for stdin."
 )
-@click.option("--key", help="Idempotency key.  [default: derived from event, recipient, channel]")
+@click.option(
+    "--key",
+    type=cli_types.TextParam(key=True),
+    help="Idempotency key: printable ASCII, at most 255 characters.  "
+    "[default: derived from event, recipient, channel]",
+)
 @click.option(
     "--send-after",
     metavar="WHEN",
@@ -189,17 +223,26 @@ def _finite_offset(ctx: click.Context, param: click.Parameter, value: float | No
 
 
 @main.command()
-@click.option("--concurrency", type=click.IntRange(min=1), help="Deliveries in flight at once.")
-@click.option("--burst", is_flag=True, help="Exit when the queue is drained, nothing in flight.")
+@click.option(
+    "--concurrency",
+    type=cli_types.NumberParam(WORKER_RULES["concurrency"]),
+    help="Deliveries in flight at once.",
+)
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Exit when nothing is due or in flight anywhere; retries are waited for, "
+    "notifications not due yet (send_after, --send-after) are not.",
+)
 @click.option(
     "--lease",
-    type=click.FloatRange(min=0, min_open=True),
+    type=cli_types.NumberParam(WORKER_RULES["lease"]),
     metavar="SECONDS",
     help="Job lease, renewed by heartbeat while a delivery is in flight.",
 )
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=cli_types.NumberParam(WORKER_RULES["shutdown_grace"]),
     metavar="SECONDS",
     help="On SIGTERM/SIGINT, how long in-flight deliveries may take before release.",
 )
@@ -241,9 +284,16 @@ def worker(
     """Deliver notifications: claim due jobs, send, record outcomes.
 
     SIGTERM or SIGINT stops claiming, lets in-flight deliveries finish within the
-    grace period, releases the rest to the queue and exits 0. Logs go to stderr
-    (logfmt, or JSON lines with --log-format json). Options not given come from
-    the [worker] table of the config file.
+    grace period, releases the rest to the queue and exits 0. It starts with a
+    banner on stderr (the database, its password redacted, the config file, each
+    channel with its provider and in-doubt policy, the lease and concurrency; one
+    worker_banner line with --log-format json). Logs go to stderr (logfmt, or JSON
+    lines with --log-format json). Options not given come from the [worker]
+    table of the config file.
+
+    --burst exits once no job is due, running, or waiting for a retry anywhere:
+    a notification sent with a later send_after does not keep it alive (a
+    later `kirim worker --burst`, or a long-running worker, delivers it).
 
     \b
     Examples:
@@ -271,7 +321,7 @@ def worker(
             if metrics_port is not None:
                 from kirim.observe.metrics import Metrics
 
-                metrics = Metrics()
+                metrics = Metrics(stats_interval=settings.stats_interval)
                 metrics.serve(metrics_port, metrics_host)
             if clock_offset is not None:
                 from kirim.simulate.skew import OffsetClock
@@ -280,16 +330,24 @@ def worker(
                 app.clock = OffsetClock(clock_offset)
             w = app.worker(settings=settings, worker_id=worker_id, metrics=metrics)
             log = get_logger(worker_id=w.worker_id)
+            metrics_url = (
+                None if metrics is None else f"http://{metrics_host}:{metrics.port}/metrics"
+            )
+            facts = cli_ops.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
+            if state.log_format == "json":
+                log.info("worker_banner", **facts)
+            else:
+                cli_ops.show_banner(facts)
             if clock_offset is not None:
                 log.info("clock_offset", seconds=clock_offset)
             if metrics is not None:
-                log.info("metrics_serving", url=f"http://{metrics_host}:{metrics.port}/metrics")
+                log.info("metrics_serving", url=metrics_url)
             loop = asyncio.get_running_loop()
             installed = []
 
             def on_signal(sig: signal.Signals) -> None:
+                w.stop()  # first: nothing (a log line to a closed pipe) may come between
                 log.warning("signal_received", signal=sig.name, grace_s=settings.shutdown_grace)
-                w.stop()
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
@@ -332,7 +390,7 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     value, by = cli_ops.delivery_ref(key_or_id)
 
     async def go() -> cli_ops.Record:
-        async with state.app() as app:
+        async with state.app(read_only=True) as app:
             return await cli_ops.resolve(app, value, by)
 
     record = run(go)
@@ -344,32 +402,52 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
 
 @main.command(name="list")
 @click.option("--status", "status_", type=click.Choice([s.value for s in DeliveryStatus]))
-@click.option("--channel", help="Only this channel.")
+@click.option("--channel", type=cli_types.TextParam(), help="Only this channel.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
-@click.option("--after", type=click.IntRange(min=0), default=0, metavar="ID", help="Page on.")
+@click.option(
+    "--after",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="ID",
+    help="Page on: the deliveries after this id in the listing's order (the last id shown).",
+)
+@click.option(
+    "--oldest-first", is_flag=True, help="Oldest first (--after then means: ids above ID)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @pass_state
 def list_(
-    state: State, status_: str | None, channel: str | None, limit: int, after: int, as_json: bool
+    state: State,
+    status_: str | None,
+    channel: str | None,
+    limit: int,
+    after: int,
+    oldest_first: bool,
+    as_json: bool,
 ) -> None:
-    """List deliveries, oldest first, with their job and attempts.
+    """List deliveries, newest first, with their job and attempts.
 
-    Page with --after: the last id shown. JSON gives the same objects as
-    `kirim status --json`.
+    Page with --after: the last id shown (newest first, the next page holds the
+    older deliveries, ids below it; with --oldest-first, ids above it). When a
+    page is full, stderr says the --after of the next one. JSON gives the same
+    objects as `kirim status --json`.
 
     \b
     Examples:
       kirim list --status in_doubt
       kirim list --channel push --limit 100 --after 200 --json
+      kirim list --oldest-first --after 200
     """
     state.setup_logging()
+    mark = min(after, cli_ops.MAX_ID)
 
     async def go() -> list[cli_ops.Record]:
-        async with state.app() as app:
+        async with state.app(read_only=True) as app:
             rows = await app.store.list_deliveries(
                 status=None if status_ is None else DeliveryStatus(status_),
                 channel=channel,
-                after_id=after,
+                after_id=mark if oldest_first else 0,
+                before_id=None if oldest_first else (mark or cli_ops.MAX_ID),
                 limit=limit,
             )
             return [
@@ -382,7 +460,8 @@ def list_(
         return
     cli_ops.show_deliveries(cli_ops.console(), records, title=f"deliveries ({len(records)})")
     if len(records) == limit:
-        click.echo(f"more: --after {records[-1][0].id}", err=True)
+        order = " --oldest-first" if oldest_first else ""
+        click.echo(f"more: --after {records[-1][0].id}{order}", err=True)
 
 
 # -- operating -------------------------------------------------------------------------
@@ -417,7 +496,7 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
     state.setup_logging()
 
     async def go() -> list[cli_ops.Record]:
-        async with state.app() as app:
+        async with state.app(read_only=True) as app:
             dead = await app.store.dead_letters(limit=limit)
             return [(x.delivery, x.job, await app.store.get_attempts(x.delivery.id)) for x in dead]
 

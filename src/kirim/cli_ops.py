@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.metadata
 import inspect
 import json
+import os
 import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal, NoReturn, TextIO, TypeVar, cast
+from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -41,7 +43,10 @@ from kirim.errors import (
     SchemaError,
 )
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
-from kirim.observe.logging import configure
+from kirim.observe.logging import Sink, configure
+from kirim.store import open_store
+from kirim.validation import MAX_EPOCH, as_id
+from kirim.worker import Worker
 
 T = TypeVar("T")
 #: One delivery as the CLI reads it: the record, its most recent job, its attempts.
@@ -49,22 +54,13 @@ Record = tuple[Delivery, Job | None, list[Attempt]]
 
 EXIT_FAILED = 1  # a failed check, a missing record
 EXIT_USAGE = 2  # a bad flag, config, URL or schema: something the caller must fix
+MAX_ID = 2**63 - 1  # the largest id a store holds
 _USAGE_ERRORS = (ConfigError, SchemaError, InvalidNotification, IdempotencyKeyReused)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 # -- running a command -----------------------------------------------------------------
-
-
-class _Stderr:
-    """Whatever ``sys.stderr`` is at the time of writing (so that logs follow redirection)."""
-
-    def write(self, text: str) -> int:
-        return sys.stderr.write(text)
-
-    def flush(self) -> None:
-        sys.stderr.flush()
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
@@ -107,16 +103,21 @@ class State:
         return load_config(self.config_path, database=self.database)
 
     def setup_logging(self, default_level: str = "warning") -> None:
-        configure(
-            fmt=self.log_format,
-            level=self.log_level or default_level,
-            stream=cast(TextIO, _Stderr()),
-        )
+        # stream None: whatever sys.stderr is when a line is written (logs follow
+        # redirection), and a closed stderr drops lines instead of stopping the process
+        configure(fmt=self.log_format, level=self.log_level or default_level)
 
     @contextlib.asynccontextmanager
-    async def app(self, *, check_schema: bool = True) -> AsyncIterator[Kirim]:
-        """A ``Kirim`` on the configured store, opened (schema checked) and closed."""
-        app = Kirim(self.config())
+    async def app(
+        self, *, check_schema: bool = True, read_only: bool = False
+    ) -> AsyncIterator[Kirim]:
+        """A ``Kirim`` on the configured store, opened (schema checked) and closed.
+
+        ``read_only`` for the commands that only look: a SQLite file is opened
+        read-only, and one that does not exist is a ConfigError, never created."""
+        config = self.config()
+        store = open_store(config.database, time="database", read_only=True) if read_only else None
+        app = Kirim(config, store=store)
         try:
             await app.store.open()
             if check_schema:
@@ -156,7 +157,7 @@ def delivery_ref(text: str) -> tuple[str, By]:
     is given as ``key:id:…``. A bad ``id:`` exits 2."""
     if text.startswith("id:"):
         number = text[3:]
-        if not (number.isascii() and number.isdigit() and 0 < int(number) < 2**63):
+        if as_id(number) is None:
             fail(f"{text!r}: an id is a positive integer (give a key as key:K)", EXIT_USAGE)
         return number, "id"
     if text.startswith("key:"):
@@ -186,21 +187,24 @@ def parse_payload(text: str) -> Any:
         try:
             with open(text[1:], encoding="utf-8") as f:
                 text, source = f.read(), text[1:]
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL, a file not in UTF-8
             fail(f"cannot read the payload file: {exc}", EXIT_USAGE)
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or a number past Python's digit limit
         fail(f"{source} is not valid JSON: {exc}", EXIT_USAGE)
+    except RecursionError:
+        fail(f"{source} is nested too deeply to read", EXIT_USAGE)
 
 
 def parse_when(text: str) -> SendAfter:
     """A duration (``30s``, ``5m``, ``2h``, ``1d``, ``1h30m``) or an ISO-8601 datetime."""
     value = text.strip()
     if value and _DURATION.sub("", value) == "":
-        return timedelta(
-            seconds=sum(float(n) * _UNITS[unit] for n, unit in _DURATION.findall(value))
-        )
+        seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION.findall(value))
+        # past year 9999 either way: notify() refuses it with its one message, and a
+        # timedelta this long still exists (99999999999d does not)
+        return timedelta(seconds=min(seconds, 2 * MAX_EPOCH))
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
@@ -212,6 +216,47 @@ def parse_when(text: str) -> SendAfter:
     if when.tzinfo is None:
         fail(f"--send-after {text!r} has no timezone; add Z or an offset like +07:00", EXIT_USAGE)
     return when
+
+
+# -- kirim init's starter configuration ------------------------------------------------
+
+CONFIG_FILE = "kirim.toml"
+STARTER_CONFIG = """\
+# kirim.toml, written by `kirim init` as a start (it never overwrites this file).
+# Every key is described in the README's "Configuration" section.
+
+# Where deliveries are kept; KIRIM_DATABASE_URL, then --database, override it.
+# database = "sqlite:///kirim.db"      # or "postgresql://user@host/db"
+
+[worker]
+# lease = 30            # seconds; renewed by heartbeat while a delivery is in flight
+# concurrency = 10      # deliveries in flight per worker process
+# max_attempts = 8
+# shutdown_grace = 10   # seconds to finish in-flight deliveries on SIGTERM
+
+# One channel, "push", to a local test receiver: run `python -m kirim.receiver`
+# (it listens on 127.0.0.1:8080 and counts every request per idempotency key).
+# Point url at your provider's endpoint when you are ready.
+[channels.push]
+provider = "webhook"
+url = "http://127.0.0.1:8080/push"
+timeout = 10                  # seconds per request
+idempotent = false            # true when the endpoint honours Idempotency-Key
+on_unknown = "assume_sent"    # in doubt and not idempotent: "assume_sent", "hold" or "retry"
+"""
+
+
+def write_starter_config(path: str) -> str | None:
+    """Write :data:`STARTER_CONFIG` to ``path`` unless a file is there; the path written,
+    or None. A file that cannot be written exits 2."""
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            f.write(STARTER_CONFIG)
+    except FileExistsError:
+        return None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        fail(f"cannot write the starter configuration {path!r}: {exc}", EXIT_USAGE)
+    return path
 
 
 # -- commands from elsewhere -----------------------------------------------------------
@@ -505,6 +550,80 @@ def show_deliveries(console: Console, records: Sequence[Record], *, title: str) 
             _text(d.last_error or (job.last_error if job is not None else None)),
         )
     console.print(table)
+
+
+def worker_facts(
+    app: Kirim, worker: Worker, *, burst: bool, metrics_url: str | None
+) -> dict[str, Any]:
+    """What ``kirim worker`` says as it starts: where, with what, how (no secrets)."""
+    s = worker.settings
+    channels = []
+    for name, channel in sorted(app.channels().items()):
+        spec = app.config.channels.get(name)
+        provider = spec.provider if spec is not None else type(channel.provider).__name__
+        url = None if spec is None else spec.options.get("url")
+        if channel.idempotent:
+            in_doubt = "resend with the same key (idempotent)"
+        else:
+            in_doubt = str(channel.on_unknown)
+        channels.append(
+            {
+                "name": name,
+                "provider": provider,
+                "url": safe_url(url) if isinstance(url, str) else None,
+                "in_doubt": in_doubt,
+                "lookup": channel.lookup,
+            }
+        )
+    source = app.config.source
+    return {
+        "version": _version(),
+        "worker_id": worker.worker_id,
+        "pid": os.getpid(),
+        "burst": burst,
+        "database": safe_url(app.store.url),
+        "config": None if source is None else os.path.abspath(source),
+        "lease": s.lease,
+        "concurrency": s.concurrency,
+        "batch_size": s.batch_size,
+        "max_attempts": app.config.max_attempts,
+        "shutdown_grace": s.shutdown_grace,
+        "channels": channels,
+        "metrics": metrics_url,
+    }
+
+
+def show_banner(facts: Mapping[str, Any]) -> None:
+    """The worker's start banner on stderr, like Celery's (a closed stderr drops it)."""
+    mode = ", burst" if facts["burst"] else ""
+    lines = [
+        f"kirim {facts['version']} worker {facts['worker_id']} (pid {facts['pid']}{mode})",
+        f"  database     {facts['database']}",
+        f"  config       {facts['config'] or 'none (defaults; kirim init writes kirim.toml)'}",
+        f"  lease        {facts['lease']:g}s, renewed while a delivery is in flight",
+        f"  concurrency  {facts['concurrency']} in flight, claims of {facts['batch_size']}, "
+        f"{facts['max_attempts']} attempts, {facts['shutdown_grace']:g}s grace on SIGTERM",
+    ]
+    if not facts["channels"]:
+        lines.append("  channels     none configured")
+    for i, c in enumerate(facts["channels"]):
+        where = f" {c['url']}" if c["url"] else ""
+        lookup = ", lookup first" if c["lookup"] else ""
+        label = "channels" if i == 0 else ""
+        lines.append(
+            f"  {label:<11}  {c['name']}: {c['provider']}{where}; in doubt: {c['in_doubt']}{lookup}"
+        )
+    if facts["metrics"]:
+        lines.append(f"  metrics      {facts['metrics']}")
+    Sink().write("\n".join(lines) + "\n")
+    Sink().flush()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kirim")
+    except importlib.metadata.PackageNotFoundError:
+        return "(unknown version)"
 
 
 def show_mapping(console: Console, data: Mapping[str, Any], *, title: str) -> None:

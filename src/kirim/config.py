@@ -27,14 +27,29 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kirim.channels import Channel
+from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider
+from kirim.validation import DAY, BadValue, Number, check_rules, check_text
 from kirim.worker import WorkerSettings
 
 DEFAULT_DATABASE = "sqlite:///kirim.db"
 DEFAULT_MAX_PAYLOAD = 256 * 1024
+
+#: the top-level numbers (``max_attempts`` is written in ``[worker]``)
+RULES: Mapping[str, Number] = {
+    "max_payload_bytes": Number(minimum=1, maximum=2**30, integer=True),
+    "max_attempts": Number(minimum=1, maximum=1000, integer=True),
+}
+#: the numbers of a ``[channels.NAME]`` table
+CHANNEL_RULES: Mapping[str, Number] = {
+    "timeout": Number(minimum=0, above=True, maximum=DAY, unit="seconds"),
+    "dedup_window": Number(minimum=0, above=True, maximum=3650 * DAY, unit="seconds"),
+    "lookup_lag": Number(minimum=0, maximum=DAY, unit="seconds"),
+}
+#: ``[serve] allowed_hosts`` by default: the loopback names
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,7 +58,8 @@ class ChannelConfig:
     provider: str = "webhook"
     on_unknown: OnUnknown = OnUnknown.ASSUME_SENT
     lookup: bool = False
-    options: Mapping[str, Any] = field(default_factory=dict)
+    #: not in repr: they hold passwords, secrets and tokens
+    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: seconds the provider remembers an idempotency key (checked by `kirim doctor`)
     dedup_window: float | None = None
 
@@ -68,6 +84,9 @@ class ServeSettings:
     protect_dashboard: bool = False
     #: request bodies over this are refused with 413
     max_body_bytes: int = 1024 * 1024
+    #: ``Host`` names (any port) an unprotected dashboard answers: a page reached
+    #: through another name (DNS rebinding) is refused; ``"*"`` allows any
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +98,11 @@ class Config:
     channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
     source: str | None = None
     serve: ServeSettings = field(default_factory=ServeSettings)
+
+    def __post_init__(self) -> None:
+        check_rules(
+            RULES, {"max_payload_bytes": self.max_payload_bytes, "max_attempts": self.max_attempts}
+        )
 
 
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} | {"max_attempts"}
@@ -94,6 +118,33 @@ _CHANNEL_KEYS = {
     "dedup_window",
     "lookup_url",
     "lookup_lag",
+    # webhook: Standard Webhooks signing, failure classes per status
+    "secret",
+    "retry_on",
+    "ambiguous_on",
+    "permanent_on",
+    # smtp
+    "host",
+    "port",
+    "security",
+    "username",
+    "password",
+    "from",
+    "local_hostname",
+    "ca_file",
+    # apprise
+    "urls",
+}
+#: the keys only one built-in provider takes (the others take the common ones)
+_PROVIDER_KEYS = {
+    "webhook": frozenset(
+        {"url", "headers", "token", "lookup_url", "lookup_lag", "secret"}
+        | {"retry_on", "ambiguous_on", "permanent_on"}
+    ),
+    "smtp": frozenset(
+        {"host", "port", "security", "username", "password", "from", "local_hostname"} | {"ca_file"}
+    ),
+    "apprise": frozenset({"urls"}),
 }
 
 
@@ -104,11 +155,13 @@ def load_config(path: str | Path | None = None, *, database: str | None = None) 
     if path is not None or Path("kirim.toml").exists():
         file = Path(path) if path is not None else Path("kirim.toml")
         try:
-            data = tomllib.loads(file.read_text())
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ConfigError(f"config file {str(file)!r} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        except (OSError, ValueError) as exc:  # a directory, no permission, a NUL, not UTF-8
+            raise ConfigError(f"cannot read the config file {str(file)!r}: {exc}") from None
         source = str(file)
     return parse_config(data, database=database, source=source)
 
@@ -121,27 +174,34 @@ def parse_config(
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     db = database or os.environ.get("KIRIM_DATABASE_URL") or data.get("database")
+    if db is not None:  # --database, KIRIM_DATABASE_URL or the file: a URL no path call refuses
+        check_text("database URL", db)
     worker_data = dict(_table(data, "worker", where))
     bad = set(worker_data) - _WORKER_KEYS
     if bad:
         raise ConfigError(f"{where}: unknown [worker] key(s) {', '.join(sorted(bad))}")
-    max_attempts = _number(worker_data.pop("max_attempts", 8), "worker.max_attempts", where)
-    if max_attempts < 1:
-        raise ConfigError(f"{where}: worker.max_attempts must be at least 1")
-    for key, value in worker_data.items():
-        _number(value, f"worker.{key}", where)
+    max_attempts = _valid(
+        RULES["max_attempts"], worker_data.pop("max_attempts", 8), "worker.max_attempts", where
+    )
     try:
         worker = WorkerSettings(**worker_data)
+    except BadValue as exc:
+        raise ConfigError(f"{where}: worker.{exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [worker]: {exc}") from None
     channels = {
         name: _channel(name, spec, where) for name, spec in _table(data, "channels", where).items()
     }
-    limit = _number(data.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD), "max_payload_bytes", where)
+    limit = _valid(
+        RULES["max_payload_bytes"],
+        data.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD),
+        "max_payload_bytes",
+        where,
+    )
     return Config(
         database=str(db or DEFAULT_DATABASE),
-        max_payload_bytes=int(limit),
-        max_attempts=int(max_attempts),
+        max_payload_bytes=limit,
+        max_attempts=max_attempts,
         worker=worker,
         channels=channels,
         source=source,
@@ -165,12 +225,30 @@ def _serve(spec: Mapping[str, Any], where: str) -> ServeSettings:
     limit = spec.get("max_body_bytes", 1024 * 1024)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1024:
         raise ConfigError(f"{where}: serve.max_body_bytes must be an integer of at least 1024")
+    hosts = spec.get("allowed_hosts", list(LOOPBACK_HOSTS))
+    if not isinstance(hosts, list) or not hosts or not all(_host_name(h) for h in hosts):
+        raise ConfigError(
+            f"{where}: serve.allowed_hosts must be a non-empty list of host names "
+            '(such as ["127.0.0.1", "localhost", "::1"]; "*" allows any)'
+        )
     return ServeSettings(
         host=host,
         port=port,
         protect_metrics=bool(spec.get("protect_metrics", False)),
         protect_dashboard=bool(spec.get("protect_dashboard", False)),
         max_body_bytes=limit,
+        allowed_hosts=tuple(hosts),
+    )
+
+
+def _host_name(value: Any) -> bool:
+    """A ``Host`` name or address as ``allowed_hosts`` lists it (no port, no path)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 255
+        and value.isascii()
+        and value.isprintable()
+        and not any(c in value for c in " /@,")
     )
 
 
@@ -199,11 +277,11 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         raise ConfigError(f"{prefix}.lookup must be true or false")
     if not isinstance(spec.get("idempotent", False), bool):
         raise ConfigError(f"{prefix}.idempotent must be true or false")
-    if "timeout" in spec and _number(spec["timeout"], f"channels.{name}.timeout", where) <= 0:
-        raise ConfigError(f"{prefix}.timeout must be positive")
+    if "timeout" in spec:
+        _valid(CHANNEL_RULES["timeout"], spec["timeout"], f"channels.{name}.timeout", where)
     window = spec.get("dedup_window")
-    if window is not None and _number(window, f"channels.{name}.dedup_window", where) <= 0:
-        raise ConfigError(f"{prefix}.dedup_window must be positive (seconds)")
+    if window is not None:
+        _valid(CHANNEL_RULES["dedup_window"], window, f"channels.{name}.dedup_window", where)
     if provider == "webhook":
         if not isinstance(options.get("url"), str) or not options["url"].startswith(
             ("http://", "https://")
@@ -223,8 +301,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
                 f"{prefix}.lookup: the webhook provider has no lookup without lookup_url"
             )
         lag = spec.get("lookup_lag", 0)
-        if not 0 <= _number(lag, f"channels.{name}.lookup_lag", where) < float("inf"):
-            raise ConfigError(f"{prefix}.lookup_lag must be a number of seconds >= 0")
+        _valid(CHANNEL_RULES["lookup_lag"], lag, f"channels.{name}.lookup_lag", where)
         headers = spec.get("headers", {})
         if not isinstance(headers, Mapping) or not all(
             isinstance(v, str) for v in headers.values()
@@ -232,6 +309,8 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
             raise ConfigError(f"{prefix}.headers must be a table of strings")
         if not isinstance(spec.get("token", ""), str):
             raise ConfigError(f"{prefix}.token must be a string")
+    if provider in _PROVIDER_KEYS:
+        _provider_options(provider, spec, prefix)
     return ChannelConfig(
         name=name,
         provider=provider,
@@ -242,30 +321,86 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
     )
 
 
-def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
-    """``webhook``, or ``module:factory`` called with the channel's options."""
-    if kind == "webhook":
-        from kirim.providers.webhook import WebhookProvider
+def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> None:
+    """The checks of one built-in provider's own options (ConfigError on the first)."""
+    others = frozenset().union(*(k for p, k in _PROVIDER_KEYS.items() if p != provider))
+    stray = sorted(set(spec) & (others - _PROVIDER_KEYS[provider]))
+    if stray:
+        raise ConfigError(f"{prefix}: {', '.join(stray)}: not an option of provider {provider!r}")
+    if provider != "webhook" and spec.get("lookup"):
+        raise ConfigError(f"{prefix}.lookup: the {provider} provider has no lookup")
+    if provider == "webhook":
+        from kirim.providers.webhook import check_options
+    elif provider == "smtp":
+        from kirim.providers.smtp import check_options
+    else:
+        from kirim.providers.apprise_bridge import check_options
+    if (problem := check_options(spec)) is not None:
+        raise ConfigError(f"{prefix}.{problem}")
 
-        return WebhookProvider(
-            options["url"],
-            timeout=float(options.get("timeout", 10)),
-            idempotent=bool(options.get("idempotent", False)),
-            headers=dict(options.get("headers", {})),
-            token=options.get("token"),
-            lookup_url=options.get("lookup_url"),
-            lookup_lag=float(options.get("lookup_lag", 0)),
-        )
+
+def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
+    """``webhook``, ``smtp``, ``apprise``, or ``module:factory`` called with the
+    channel's options."""
+    try:
+        if kind == "webhook":
+            from kirim.providers.webhook import WebhookProvider
+
+            return WebhookProvider(
+                options["url"],
+                timeout=float(options.get("timeout", 10)),
+                idempotent=bool(options.get("idempotent", False)),
+                headers=dict(options.get("headers", {})),
+                token=options.get("token"),
+                lookup_url=options.get("lookup_url"),
+                lookup_lag=float(options.get("lookup_lag", 0)),
+                secret=options.get("secret"),
+                retry_on=options.get("retry_on", ()),
+                ambiguous_on=options.get("ambiguous_on", ()),
+                permanent_on=options.get("permanent_on", ()),
+            )
+        if kind == "smtp":
+            from kirim.providers.smtp import SmtpProvider
+
+            return SmtpProvider(
+                host=options["host"],
+                port=options.get("port"),
+                security=options.get("security", "starttls"),
+                username=options.get("username"),
+                password=options.get("password"),
+                from_address=options["from"],
+                timeout=float(options.get("timeout", 30)),
+                idempotent=bool(options.get("idempotent", False)),
+                local_hostname=options.get("local_hostname"),
+                ca_file=options.get("ca_file"),
+            )
+        if kind == "apprise":
+            from kirim.providers.apprise_bridge import AppriseProvider
+
+            return AppriseProvider(
+                options["urls"],
+                timeout=float(options.get("timeout", 10)),
+                idempotent=bool(options.get("idempotent", False)),
+            )
+    except (ValueError, KeyError) as exc:  # never the values: they may be secrets
+        what = f"{exc.args[0]} is required" if isinstance(exc, KeyError) else str(exc)
+        raise ConfigError(f"channels.{channel}: {what}") from None
     module_name, _, attr = kind.partition(":")
     if not attr:
         raise ConfigError(
-            f"channels.{channel}.provider must be 'webhook' or 'package.module:factory'"
+            f"channels.{channel}.provider must be 'webhook', 'smtp', 'apprise' or "
+            "'package.module:factory'"
         )
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"channels.{channel}.provider {kind!r}: {exc}") from None
-    provider: Provider = factory(**options)
+    try:
+        provider: Provider = factory(**options)
+    except Exception as exc:  # the factory is user code: its failure is a config error
+        raise ConfigError(f"channels.{channel}.provider {kind!r} failed: {exc}") from None
+    if (problem := provider_problem(provider)) is not None:
+        raise ConfigError(f"channels.{channel}.provider {kind!r} returned {problem}")
     return provider
 
 
@@ -276,7 +411,9 @@ def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _number(value: Any, key: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{where}: {key} must be a number, not {value!r}")
-    return value
+def _valid(rule: Number, value: Any, name: str, where: str) -> Any:
+    """``value`` checked by ``rule``; a ConfigError that names ``where`` and ``name``."""
+    try:
+        return rule.check(name, value)
+    except BadValue as exc:
+        raise ConfigError(f"{where}: {exc}") from None

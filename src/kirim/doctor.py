@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from kirim import cli_ops
+from kirim import cli_ops, cli_types
 from kirim.config import Config
 from kirim.doctor_audit import (
     OK,
@@ -33,8 +33,9 @@ from kirim.doctor_audit import (
     report_json,
 )
 from kirim.doctor_db import Database
-from kirim.errors import NotFound
+from kirim.errors import NotFound, SchemaError
 from kirim.store.base import SCHEMA_VERSION
+from kirim.store.schema import parse_version
 
 RECENT_ATTEMPTS = 1000  # the latency p99 is taken over this many recent attempts
 SKEW_WARNING_S = 1.0
@@ -74,11 +75,13 @@ def _schema(db: Database) -> Check:
         if db.dialect == "sqlite"
         else db.scalar("SELECT count(*) FROM pg_class WHERE oid = to_regclass('kirim_meta')")
     )
-    version = (
-        int(db.scalar("SELECT value FROM kirim_meta WHERE key = 'schema_version'") or 0)
-        if present
-        else 0
+    raw = (
+        db.scalar("SELECT value FROM kirim_meta WHERE key = 'schema_version'") if present else None
     )
+    try:
+        version = 0 if raw is None else parse_version(raw)
+    except SchemaError as exc:
+        return Check("schema", PROBLEM, str(exc), "restore the database from a backup")
     if version == SCHEMA_VERSION:
         return Check("schema", OK, f"schema version {version}")
     if version == 0:
@@ -288,11 +291,23 @@ def render_text(target: str, checks: Sequence[Check]) -> None:
 
 
 @click.command()
-@click.option("--table", metavar="TABLE", help="Audit this delivery table instead (with --key).")
-@click.option("--key", "key", metavar="COLS", help="Its idempotency key columns, comma-separated.")
+@click.option(
+    "--table",
+    metavar="TABLE",
+    type=cli_types.TextParam(),
+    help="Audit this delivery table instead (with --key).",
+)
+@click.option(
+    "--key",
+    "key",
+    metavar="COLS",
+    type=cli_types.TextParam(),
+    help="Its idempotency key columns, comma-separated.",
+)
 @click.option(
     "--dsn",
     metavar="URL",
+    type=cli_types.TextParam(),
     help="Database to examine (sqlite:///… or postgresql://…).  [default: the configured one]",
 )
 @click.option("--json", "as_json", is_flag=True, help='Print {"ok": …, "checks": […]}.')

@@ -182,19 +182,18 @@ def _bare(name: str, quote: Any) -> str:
 
 
 def _open_sqlite(url: str) -> sqlite3.Connection:
-    from kirim.store.sqlite import sqlite_path
+    from kirim.store.sqlite import connect_read_only, sqlite_path
 
     path, _ = sqlite_path(url)
     if path != ":memory:" and not Path(path).is_file():
         raise ConfigError(f"no SQLite database at {path!r}; check --database or --dsn")
     try:
-        # mode=rw: never creates a file; the doctor only reads.
-        uri = Path(path).resolve().as_uri() + "?mode=rw"
-        conn = sqlite3.connect(uri, uri=True, timeout=10)
-        conn.execute("PRAGMA query_only = ON")
+        # mode=ro: never creates nor writes a file; a read-only file or directory is fine
+        if path == ":memory:":
+            return sqlite3.connect(":memory:")
+        return connect_read_only(path, timeout=10)
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open the SQLite database {path!r}: {exc}") from exc
-    return conn
 
 
 def _open_postgres(url: str) -> Any:

@@ -7,12 +7,14 @@ private event loop, for code that is not async.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping, Sequence
+import contextlib
+import math
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kirim.channels import Channel
+from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
 from kirim.config import Config
 from kirim.errors import (
@@ -22,12 +24,13 @@ from kirim.errors import (
     PayloadTooLarge,
     UnknownChannel,
 )
-from kirim.keys import canonical_json, default_key, payload_hash, text_problem
+from kirim.keys import canonical_json, default_key, payload_hash
 from kirim.model import Attempt, Delivery, DeliveryStatus, Job
 from kirim.observe.logging import get_logger
 from kirim.store import open_store
 from kirim.store.base import NewDelivery, Store
 from kirim.testing import Checkpoints
+from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 
 if TYPE_CHECKING:
@@ -89,9 +92,15 @@ class Kirim:
         return set(self.config.channels)
 
     def channels(self) -> dict[str, Channel]:
-        """The channels, with their providers built (once)."""
+        """The channels, with their providers built (once); ConfigError if one cannot be."""
         if self._channels is None:
-            self._channels = {n: c.build() for n, c in self.config.channels.items()}
+            channels = {}
+            for name, spec in self.config.channels.items():
+                try:
+                    channels[name] = spec.build()
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"channels.{name}: {exc}") from None
+            self._channels = channels
         return self._channels
 
     async def open(self, *, migrate: bool = False) -> Kirim:
@@ -105,7 +114,7 @@ class Kirim:
     async def close(self) -> None:
         if self._channels is not None:
             for channel in self._channels.values():
-                await channel.provider.aclose()
+                await close_provider(channel.provider)
         await self.store.close()
 
     async def __aenter__(self) -> Kirim:
@@ -167,8 +176,11 @@ class Kirim:
                 self.metrics.enqueue_conflict(item.channel)
             if not result.created and (field := reused_field(d, item)) is not None:
                 raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
+            # In the caller's transaction the delivery is only staged: it exists once
+            # (and if) the caller commits, which kirim does not see.
+            created = "enqueued" if connection is None else "staged"
             self.log.info(
-                "enqueued" if result.created else "enqueue_conflict",
+                created if result.created else "enqueue_conflict",
                 notification_id=d.id,
                 event_id=d.event_id,
                 idempotency_key=d.idempotency_key,
@@ -191,37 +203,38 @@ class Kirim:
         return self._validate(request, self.clock.now() if now is None else now)
 
     def _validate(self, r: NotifyRequest, now: float) -> NewDelivery:
-        for name in ("event_id", "recipient", "channel"):
-            value = getattr(r, name)
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)
-            if not isinstance(value, str) or not value.strip():
-                raise InvalidNotification(f"{name} is required (a non-empty string)")
-            if (problem := text_problem(value)) is not None:
-                raise InvalidNotification(f"{name} {problem}")
-        event_id, recipient = str(r.event_id), str(r.recipient)
-        if r.channel not in self.channel_names:
+        """The one check of a notification, for ``notify()``, the CLI and the API alike
+        (rules in ``kirim.validation``); raises ``InvalidNotification``."""
+        try:
+            event_id = check_text("event_id", _as_text(r.event_id))
+            recipient = check_text("recipient", _as_text(r.recipient))
+            channel = check_text("channel", _as_text(r.channel))
+            key = None if r.key is None else check_key(r.key)
+        except BadValue as exc:
+            raise InvalidNotification(str(exc)) from None
+        if channel not in self.channel_names:
             known = ", ".join(sorted(self.channel_names)) or "none configured"
-            raise UnknownChannel(f"unknown channel {r.channel!r} (known: {known})")
+            raise UnknownChannel(f"unknown channel {channel!r} (known: {known})")
         try:
             text = canonical_json(r.payload)
         except (TypeError, ValueError) as exc:
             raise InvalidNotification(f"payload is not JSON: {exc}") from None
+        except RecursionError:
+            raise InvalidNotification("payload is not JSON: nested too deeply") from None
         size = len(text.encode())
         if size > self.config.max_payload_bytes:
             raise PayloadTooLarge(
                 f"payload is {size} bytes, over the limit of {self.config.max_payload_bytes}"
             )
-        if r.key is not None:
-            if not isinstance(r.key, str) or not r.key.strip():
-                raise InvalidNotification("key must be a non-empty string")
-            if (problem := text_problem(r.key)) is not None:
-                raise InvalidNotification(f"key {problem}")
+        try:
+            check_payload(r.payload)
+        except BadValue as exc:
+            raise InvalidNotification(str(exc)) from None
         return NewDelivery(
-            idempotency_key=r.key or default_key(event_id, recipient, r.channel),
+            idempotency_key=key or default_key(event_id, recipient, channel),
             event_id=event_id,
             recipient=recipient,
-            channel=r.channel,
+            channel=channel,
             payload_json=text,
             payload_hash=payload_hash(text),
             run_at=_run_at(r.send_after, now),
@@ -276,18 +289,38 @@ def reused_field(existing: Delivery, item: NewDelivery) -> str | None:
     return None
 
 
+def _as_text(value: Any) -> Any:
+    """An int id (not a bool) as its text; anything else (or an int past Python's
+    digit limit) as it is, for ``check_text`` to refuse."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        with contextlib.suppress(ValueError):
+            return str(value)
+    return value
+
+
 def _run_at(send_after: SendAfter, now: float) -> float | None:
+    """Epoch seconds, between 1970 and the end of 9999 (what every output can show)."""
     if send_after is None:
         return None  # due at once, in the store's time
     if isinstance(send_after, timedelta):
-        return now + send_after.total_seconds()
-    if isinstance(send_after, datetime):
+        when = now + send_after.total_seconds()
+    elif isinstance(send_after, datetime):
         if send_after.tzinfo is None:
             raise InvalidNotification("send_after must be timezone-aware")
-        return send_after.timestamp()
-    if isinstance(send_after, int | float) and not isinstance(send_after, bool):
-        return float(send_after)
-    raise InvalidNotification("send_after must be a datetime, a timedelta or epoch seconds")
+        try:
+            when = send_after.timestamp()
+        except (OverflowError, ValueError, OSError):
+            when = math.inf
+    elif isinstance(send_after, int | float) and not isinstance(send_after, bool):
+        try:
+            when = float(send_after)
+        except OverflowError:  # an int past any float
+            when = math.inf
+    else:
+        raise InvalidNotification("send_after must be a datetime, a timedelta or epoch seconds")
+    if not 0 <= when <= MAX_EPOCH:  # nan included
+        raise InvalidNotification("send_after must fall between 1970-01-01 and 9999-12-31 (UTC)")
+    return when
 
 
 class SyncKirim:
@@ -325,10 +358,70 @@ class SyncKirim:
         *,
         key: str | None = None,
         send_after: SendAfter = None,
+        connection: Any = None,
     ) -> Notification:
+        """``Kirim.notify``; ``connection`` is the application's own psycopg connection
+        (sync, or async on this object's loop) with its transaction open: the
+        notification exists if, and only if, that transaction commits."""
         return self._run(
-            self.app.notify(event_id, recipient, channel, payload, key=key, send_after=send_after)
+            self.app.notify(
+                event_id,
+                recipient,
+                channel,
+                payload,
+                key=key,
+                send_after=send_after,
+                connection=_async_view(connection),
+            )
         )
+
+    def notify_many(
+        self, requests: Sequence[NotifyRequest], *, connection: Any = None
+    ) -> list[Notification]:
+        """``Kirim.notify_many``: many notifications in one transaction (all validated
+        first); ``connection`` as for ``notify``."""
+        return self._run(self.app.notify_many(requests, connection=_async_view(connection)))
 
     def get(self, key_or_id: str | int) -> tuple[Delivery, Job | None, list[Attempt]] | None:
         return self._run(self.app.get(key_or_id))
+
+
+def _async_view(connection: Any) -> Any:
+    """A sync ``psycopg.Connection`` as the async connection ``enqueue_in`` writes on
+    (its statements run in the caller's transaction, blocking, as sync code expects);
+    anything else as it is."""
+    if connection is None:
+        return None
+    try:
+        import psycopg
+    except ImportError:  # then it is no psycopg connection
+        return connection
+    return _SyncConnection(connection) if isinstance(connection, psycopg.Connection) else connection
+
+
+class _SyncConnection:
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    @contextlib.asynccontextmanager
+    async def cursor(self, **kwargs: Any) -> AsyncIterator[_SyncCursor]:
+        with self._conn.cursor(**kwargs) as cur:
+            yield _SyncCursor(cur)
+
+
+class _SyncCursor:
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> None:
+        self._cur.execute(query, params, **kwargs)
+
+    async def fetchall(self) -> Any:
+        return self._cur.fetchall()
+
+    async def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)

@@ -12,6 +12,7 @@ KirimError
 ├── NotSettled                 an earlier request may still land; try again at retry_at
 └── ProviderError              raised by providers, classified at the seam
     ├── PermanentFailure       the provider refused; never retry
+    │   └── NotSent            failed before any byte left this host; never retry
     ├── TransientFailure       certainly not processed; safe to retry
     └── AmbiguousFailure       may have been processed; in-doubt policy
 """
@@ -95,6 +96,12 @@ class ProviderError(KirimError):
 
 class PermanentFailure(ProviderError):
     """The provider refused the request for good (4xx other than 408 and 429)."""
+
+
+class NotSent(PermanentFailure):
+    """The request failed before any byte of it left this host (it could not be built:
+    a header that cannot be encoded, a body that cannot be serialised). Certainly not
+    sent, and sending again would fail the same way."""
 
 
 class TransientFailure(ProviderError):

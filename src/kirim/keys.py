@@ -7,6 +7,9 @@ import json
 import uuid
 from typing import Any
 
+# one text rule for every door (re-exported: the stores and the HTTP layer import it here)
+from kirim.validation import text_problem as text_problem
+
 
 def default_key(event_id: str, recipient: str, channel: str) -> str:
     """The key of one business action: one event, one recipient, one channel.
@@ -31,20 +34,6 @@ def default_key_text(event_id: str, recipient: str, channel: str) -> str:
 
 def _escaped(field: str) -> str:
     return field.replace("%", "%25").replace(":", "%3A")
-
-
-def text_problem(value: str) -> str | None:
-    """Why ``value`` cannot be stored as text by every backend, or None.
-
-    PostgreSQL's text cannot hold NUL, and a lone surrogate has no UTF-8 form.
-    """
-    if "\x00" in value:
-        return "must not contain NUL characters"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "must be valid Unicode text (no lone surrogates)"
-    return None
 
 
 def canonical_json(payload: Any) -> str:

@@ -11,12 +11,20 @@ request and then not answering until the client has given up.
 ``GET /lookup/<key>`` (``lookup_url``, for the webhook provider's ``lookup``) answers
 200 with the message id once a request with that key was accepted, i.e. reached the
 user (a request answered 503 was not; one left to time out was), and 404 otherwise.
+
+``python -m kirim.receiver [--port 8080] [--honour-keys]`` runs one on 127.0.0.1
+until Ctrl-C (or SIGTERM), for the channel ``kirim init`` writes: it says on stderr
+what it received, and at the end how many notifications arrived more than once.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import random
+import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -51,7 +59,9 @@ class Behaviour:
 class Receiver:
     """``with Receiver() as r: r.url`` — stops by itself when the block ends."""
 
-    def __init__(self, behaviour: Behaviour | None = None, *, seed: int | None = None) -> None:
+    def __init__(
+        self, behaviour: Behaviour | None = None, *, seed: int | None = None, port: int = 0
+    ) -> None:
         self.behaviour = behaviour or Behaviour()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -67,7 +77,7 @@ class Receiver:
         self._hold = threading.Event()
         self._hold.set()  # set = not holding
         self.in_flight = 0
-        self._server = _QuietServer(("127.0.0.1", 0), self._handler())
+        self._server = _QuietServer(("127.0.0.1", port), self._handler())
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.05,), daemon=True
         )
@@ -225,3 +235,53 @@ def _content_key(body: bytes) -> str:
         return default_key(str(data["event_id"]), str(data["recipient"]), str(data["channel"]))
     except (ValueError, KeyError, TypeError):
         return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kirim.receiver``: a receiver on 127.0.0.1 until Ctrl-C or SIGTERM."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kirim.receiver",
+        description="A loopback webhook receiver that counts every request per "
+        "idempotency key (any POST path; GET /lookup/<key>). Ctrl-C stops it.",
+    )
+    parser.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument(
+        "--honour-keys",
+        action="store_true",
+        help="deduplicate by Idempotency-Key (for a channel with idempotent = true)",
+    )
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: a port is 0-65535")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        receiver = Receiver(Behaviour(honours_keys=args.honour_keys), port=args.port)
+    except OSError as exc:
+        print(f"Error: cannot listen on 127.0.0.1:{args.port}: {exc}", file=sys.stderr)
+        return 2
+    with receiver:
+        base = receiver.url.rpartition("/")[0]
+        _say(f"kirim receiver on {base}/ (POST any path, GET /lookup/<key>); Ctrl-C stops it")
+        seen = 0
+        while not stop.wait(0.2):
+            with receiver._lock:
+                total = sum(receiver.requests.values())
+            if total != seen:
+                seen = total
+                _say(
+                    f"{total} requests, {receiver.delivered()} notifications, "
+                    f"{receiver.duplicated()} received more than once"
+                )
+    _say(f"stopped: {seen} requests, {receiver.duplicated()} notifications received more than once")
+    return 0
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # nobody reads stderr: keep serving
+        print(line, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from kirim import cli_ops
+from kirim import cli_ops, cli_types
 from kirim.cli_ops import State, pass_state
 from kirim.errors import ConfigError
 from kirim.store.base import ApiToken, Store
@@ -152,7 +152,7 @@ def list_cmd(state: State, include_revoked: bool, as_json: bool) -> None:
 
 
 @token.command(name="revoke")
-@click.argument("name_or_id")
+@click.argument("name_or_id", type=cli_types.TextParam())
 @pass_state
 def revoke_cmd(state: State, name_or_id: str) -> None:
     """Revoke the active token with this name (or id). Exits 1 when there is none.

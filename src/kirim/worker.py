@@ -435,7 +435,7 @@ class Worker:
             worker_id=self.worker_id,
             requested_at=self.clock.now(),
             send_deadline=send_deadline,
-            settles_at=send_deadline + timeout + lag,
+            settles_at=send_deadline + timeout + lag + self.settings.settle_allowance,
         )
         # The same bound on this host's monotonic clock, from before the claim was asked
         # for: earlier than the stored deadline, whatever this host's wall clock says.

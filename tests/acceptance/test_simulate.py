@@ -161,7 +161,8 @@ def test_kirim_with_lookup_on_a_receiver_that_honours_nothing(
     assert r.lookups.get("not_found", 0) > 0, r
     assert r.resolved > 0, r
     said = "".join(p.read_text() for p in logs.glob("worker-*.log"))
-    assert "decision=wait_until_settled" in said, "a not-found should have waited to settle"
+    # Whether a "not found" came before its request settled (and waited) depends on
+    # the timing of the run; tests/contract/test_edges.py forces that path.
     assert "decision=lookup_not_found_send" in said
 
 

@@ -403,7 +403,7 @@ async def test_cancel_after_an_unknown_request_keeps_the_doubt(make_app, clock) 
     app = await make_app(provider)
     n = await app.notify("e", "u", "push", {})
     await app.worker(settings=SETTINGS, worker_id="A").run_once()  # unknown: retry later
-    clock.advance(4 * LEASE)
+    clock.advance(6 * LEASE)  # past settles_at: deadline + request timeout + margin
     assert await app.store.cancel(n.delivery_id, now=clock.now())
     delivery, _, _ = await app.get(n.delivery_id)
     assert provider.effective(n.idempotency_key) == 1

@@ -402,3 +402,51 @@ async def test_get_delivery_of_a_lone_surrogate_key_is_none(make_app, key) -> No
     await enqueue(app)
     assert await app.store.get_delivery(key) is None
     assert await app.store.get_delivery(key, by="key") is None
+
+
+def _set_schema_version(url: str, value: str) -> None:
+    """Write ``value`` into kirim_meta's schema_version behind the store's back."""
+    if url.startswith("sqlite:"):
+        import sqlite3
+
+        from kirim.store.sqlite import sqlite_path
+
+        with sqlite3.connect(sqlite_path(url)[0]) as db:
+            db.execute("UPDATE kirim_meta SET value = ? WHERE key = 'schema_version'", (value,))
+        db.close()
+        return
+    import psycopg
+
+    from kirim.store.postgres import postgres_conninfo
+
+    with psycopg.connect(postgres_conninfo(url)[0], autocommit=True) as conn:
+        conn.execute("UPDATE kirim_meta SET value = %s WHERE key = 'schema_version'", (value,))
+
+
+@pytest.mark.parametrize("version", ["abc", "", "-1", "3.0", "9" * 40])
+async def test_a_corrupt_schema_version_is_a_schema_error(database_url, version) -> None:
+    """A schema version that is not a version number makes check_schema and migrate raise
+    a one-line SchemaError on every backend (not a ValueError)."""
+    store = open_store(database_url)
+    await store.open()
+    try:
+        await store.migrate()
+        _set_schema_version(database_url, version)
+        for step in (store.check_schema, store.migrate):
+            with pytest.raises(SchemaError, match="not a version number") as caught:
+                await step()
+            assert "\n" not in str(caught.value)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "99999999999999999999999", "²", "0"])
+async def test_ids_past_any_integer_column_name_nothing(make_app, clock, text) -> None:
+    """Digit strings too long for an id (past Python's digit limit too) or not ASCII name
+    no delivery and no token on every backend, rather than raising."""
+    app = await make_app()
+    await enqueue(app)
+    for by in ("auto", "id"):
+        assert await app.store.get_delivery(text, by=by) is None
+    assert await app.store.search_deliveries(text) == []
+    assert await app.store.revoke_token(text, now=clock.now()) is None

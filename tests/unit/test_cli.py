@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -281,7 +283,8 @@ def test_list_by_status_json(ready: Cli) -> None:
     assert sent[0]["job"]["status"] == "completed"
     assert sent[0]["attempts"][0]["status"] == "succeeded"
     assert [d["event_id"] for d in ready.json("list", "--status", "pending")] == ["b"]
-    assert [d["event_id"] for d in ready.json("list", "--after", "1")] == ["b"]
+    assert [d["event_id"] for d in ready.json("list", "--after", "2")] == ["a"]  # newest first
+    assert [d["event_id"] for d in ready.json("list", "--oldest-first", "--after", "1")] == ["b"]
     table = ready("list")
     assert table.exit_code == 0
     assert "deliveries (2)" in table.stdout
@@ -451,3 +454,375 @@ def test_send_with_a_key_of_another_event_exits_2_naming_it(ready: Cli) -> None:
     result = ready(*_send("b"), "--key", "k-1")
     assert result.exit_code == 2
     assert "different event_id" in result.stderr
+
+
+# -- issue 11: the README tried literally (init, list, worker banner, --burst) ---------
+
+
+def test_init_writes_a_commented_starter_config_and_never_overwrites_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """init in an empty directory writes a commented kirim.toml with a loopback channel
+    that loads, and a second init leaves an edited file as it is."""
+    from kirim.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(main, ["init"], catch_exceptions=False)
+    assert first.exit_code == 0, first.stderr
+    assert "wrote a starter configuration to kirim.toml" in first.stdout
+    text = (tmp_path / "kirim.toml").read_text()
+    assert text.startswith("#")
+    config = load_config("kirim.toml")
+    push = config.channels["push"]
+    assert push.provider == "webhook"
+    assert push.options["url"] == "http://127.0.0.1:8080/push"
+    assert (tmp_path / "kirim.db").exists()
+    (tmp_path / "kirim.toml").write_text(text + "# mine\n")
+    again = runner.invoke(main, ["init"], catch_exceptions=False)
+    assert again.exit_code == 0
+    assert "wrote" not in again.stdout
+    assert (tmp_path / "kirim.toml").read_text() == text + "# mine\n"
+
+
+def test_init_writes_the_missing_config_file_it_is_given(tmp_path: Path) -> None:
+    """init --config FILE writes the starter there when FILE does not exist yet."""
+    config = tmp_path / "etc" / "kirim.toml"
+    config.parent.mkdir()
+    args = ["--config", str(config), "--database", f"sqlite:///{tmp_path / 'k.db'}", "init"]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    assert f"wrote a starter configuration to {config}" in result.stdout
+    assert "[channels.push]" in config.read_text()
+
+
+def test_list_shows_the_newest_first_and_after_pages_on_to_older_ones(
+    cli: Cli, database_url: str
+) -> None:
+    """list shows the newest deliveries first; --after the last id shown gives the older
+    ones, and a full page says on stderr how to get the next one (both backends)."""
+    ready = Cli(config=cli.config, database=database_url)
+    assert ready("init").exit_code == 0
+    for event in "abcde":
+        ready(*_send(event))
+    first = ready.json("list", "--limit", "2")
+    assert [d["event_id"] for d in first] == ["e", "d"]
+    table = ready("list", "--limit", "2")
+    assert f"more: --after {first[-1]['id']}" in table.stderr
+    second = ready.json("list", "--limit", "2", "--after", str(first[-1]["id"]))
+    assert [d["event_id"] for d in second] == ["c", "b"]
+    last = ready.json("list", "--limit", "2", "--after", str(second[-1]["id"]))
+    assert [d["event_id"] for d in last] == ["a"]
+    oldest = ready.json("list", "--limit", "2", "--oldest-first")
+    assert [d["event_id"] for d in oldest] == ["a", "b"]
+
+
+def test_worker_starts_with_a_banner_naming_database_config_and_channels(
+    tmp_path: Path, provider: Provider
+) -> None:
+    """The worker's first lines on stderr are a banner: the database, the config file,
+    each channel's provider, redacted URL and in-doubt policy, lease and concurrency."""
+    config = tmp_path / "kirim.toml"
+    secret_url = provider.url.replace("http://", "http://user:s3cret@")
+    config.write_text(
+        '[worker]\nlease = 12\nconcurrency = 3\n\n[channels.push]\nprovider = "webhook"\n'
+        f'url = "{secret_url}"\non_unknown = "hold"\n\n[channels.mail]\n'
+        f'provider = "webhook"\nurl = "{provider.url}"\nidempotent = true\n'
+    )
+    cli = Cli(config=config, database=f"sqlite:///{tmp_path / 'kirim.db'}")
+    assert cli("init").exit_code == 0
+    result = cli("worker", "--burst", "--worker-id", "w-9")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("kirim ")
+    assert "worker w-9" in lines[0]
+    banner = "\n".join(lines[: next(i for i, t in enumerate(lines) if t.startswith("ts="))])
+    assert cli.database in banner
+    assert str(config) in banner
+    assert "lease        12s" in banner
+    assert "concurrency  3 in flight" in banner
+    assert "push: webhook http://user:***@127.0.0.1:" in banner
+    assert "in doubt: hold" in banner
+    assert "mail: webhook" in banner
+    assert "resend with the same key (idempotent)" in banner
+    assert "s3cret" not in result.stderr
+
+
+def test_worker_banner_is_one_json_line_with_log_format_json(ready: Cli) -> None:
+    """With --log-format json the banner is one worker_banner line: stderr stays JSON lines."""
+    result = CliRunner().invoke(main, ["--log-format", "json", *ready.args("worker", "--burst")])
+    assert result.exit_code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stderr.splitlines()]
+    [banner] = [line for line in lines if line["event"] == "worker_banner"]
+    assert banner["database"] == ready.database
+    assert banner["config"] == str(ready.config)
+    assert banner["channels"][0]["name"] == "push"
+    assert banner["channels"][0]["in_doubt"] == "assume_sent"
+
+
+def test_worker_burst_does_not_wait_for_send_after_and_says_so(ready: Cli) -> None:
+    """--burst exits at once past a notification due later, and its --help says so."""
+    assert ready(*_send("later"), "--send-after", "1h").exit_code == 0
+    result = ready("worker", "--burst")
+    assert result.exit_code == 0, result.stderr
+    [delivery] = ready.json("list")
+    assert delivery["status"] == "pending"
+    help_text = " ".join(CliRunner().invoke(main, ["worker", "--help"]).stdout.split())
+    assert "send_after" in help_text
+    assert "does not keep it alive" in help_text
+
+
+# -- issue 11: every door validates (numbers, text, payloads, read-only opening) ----------
+
+
+@pytest.fixture
+def any_ready(tmp_path: Path, provider: Provider, database_url: str) -> Cli:
+    """A CLI after ``kirim init`` on a fresh database of each backend."""
+    config = tmp_path / "kirim.toml"
+    config.write_text(f'[channels.push]\nprovider = "webhook"\nurl = "{provider.url}"\n')
+    cli = Cli(config=config, database=database_url)
+    assert cli("init").exit_code == 0
+    return cli
+
+
+def _one_line_error(result: Result, code: int = 2) -> str:
+    """The result's exit code is ``code`` and its stderr ends in one Error line; that line."""
+    assert result.exit_code == code, result.output
+    assert "Traceback" not in result.output
+    return result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("payload", ['{"t": "\\ud800"}', '{"t": ["a\\u0000"]}', '{"\\udfff": 1}'])
+def test_send_refuses_nul_and_lone_surrogates_in_the_payload(any_ready: Cli, payload) -> None:
+    """send --payload with a lone surrogate or NUL anywhere exits 2 in one line and writes
+    nothing, so list and status keep working (both backends)."""
+    line = _one_line_error(any_ready.send(payload=payload))
+    assert "must not contain NUL" in line or "no lone surrogates" in line
+    assert any_ready.json("list") == []
+    assert any_ready.send().exit_code == 0
+    assert any_ready.json("status", "1")["payload"] == {"title": "hi"}
+
+
+@pytest.mark.parametrize("lease", ["nan", "inf", "1e308", "-inf", "0"])
+def test_worker_lease_must_be_a_finite_positive_number(ready: Cli, lease: str) -> None:
+    """--lease nan, inf or 1e308 exits 2 with one line before the worker starts."""
+    result = ready("worker", "--burst", "--lease", lease)
+    line = _one_line_error(result)
+    assert "'--lease': must be a number of seconds greater than 0 and at most 86400" in line
+    assert "worker_started" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "setting", "value"),
+    [
+        ("--lease", "lease", "nan"),
+        ("--lease", "lease", "inf"),
+        ("--concurrency", "concurrency", "2.5"),
+        ("--concurrency", "concurrency", "0"),
+        ("--concurrency", "concurrency", "99999999999999999999999"),
+        ("--grace", "shutdown_grace", "-1"),
+    ],
+)
+def test_a_flag_and_its_toml_setting_get_the_same_message(
+    ready: Cli, flag: str, setting: str, value: str
+) -> None:
+    """A bad number gets the same reason from the worker's flag and from kirim.toml."""
+    from_flag = _one_line_error(ready("worker", "--burst", flag, value))
+    text = ready.config.read_text()
+    ready.config.write_text(f"[worker]\n{setting} = {value}\n" + text.replace("[worker]\n", ""))
+    from_toml = _one_line_error(ready("worker", "--burst"))
+    reason = from_toml.split(f"worker.{setting} ", 1)[1]
+    assert reason.startswith("must be ")
+    assert from_flag.split(f"'{flag}': ", 1)[1] == reason
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "concurrency = 2.5",
+        "batch_size = 0",
+        "batch_size = -1",
+        "poll_interval = 0",
+        "backoff_base = -1",
+        "backoff_max = -1",
+        "shutdown_grace = -1",
+        "request_timeout = 0",
+        "send_margin = 99",
+        "lease = nan",
+    ],
+)
+def test_worker_refuses_bad_numbers_in_kirim_toml(ready: Cli, setting: str) -> None:
+    """A [worker] number outside its type or range stops `kirim worker` with one line."""
+    ready.config.write_text(f"[worker]\n{setting}\n" + ready.config.read_text().split("\n", 2)[2])
+    line = _one_line_error(ready("worker", "--burst"))
+    assert f"worker.{setting.split(' ')[0]} must be" in line
+
+
+def test_worker_accepts_the_documented_stats_interval(ready: Cli) -> None:
+    """[worker] stats_interval, documented with the metrics, is accepted by the worker."""
+    text = ready.config.read_text()
+    ready.config.write_text(text.replace("[worker]\n", "[worker]\nstats_interval = 5\n"))
+    result = ready("worker", "--burst")
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--key", "k" * 100_000), "'--key': must be at most 255 characters, not 100000"),
+        (("--key", "clé"), "'--key': must be printable ASCII"),
+        (("--key", "k\x00"), "'--key': must not contain NUL characters"),
+        (("--event", "e\ud800"), "'--event': must be valid Unicode text"),
+        (("--recipient", "r\x00"), "'--recipient': must not contain NUL"),
+        (("--channel", "push\x00"), "'--channel': must not contain NUL"),
+    ],
+)
+def test_send_refuses_bad_ids_and_keys(ready: Cli, args: tuple[str, str], message: str) -> None:
+    """A key over 255 characters or outside printable ASCII, and NUL or lone surrogates in
+    an id, exit 2 with one line naming the flag, and write nothing."""
+    base = {"--event": "e", "--recipient": "r", "--channel": "push", "--payload": "{}"}
+    base.update([args])
+    line = _one_line_error(ready("send", *(x for kv in base.items() for x in kv)))
+    assert message in line
+    assert ready.json("list") == []
+
+
+@pytest.mark.parametrize("when", ["99999999999d", "9999999d", "1" + "0" * 400 + "s"])
+def test_send_after_too_far_is_one_line(ready: Cli, when: str) -> None:
+    """--send-after beyond the year 9999 exits 2 in one line (no OverflowError) and writes
+    nothing that would crash `status` later."""
+    line = _one_line_error(ready.send("--send-after", when))
+    assert "send_after must fall between 1970-01-01 and 9999-12-31" in line
+    assert ready.json("list") == []
+
+
+@pytest.mark.parametrize(
+    ("ref", "code", "message"),
+    [
+        ("99999999999999999999999", 1, "no delivery with id or idempotency key"),
+        ("9" * 5000, 1, "no delivery with id or idempotency key"),
+        ("id:99999999999999999999999", 2, "an id is a positive integer"),
+    ],
+)
+def test_status_of_huge_numbers_is_one_line(
+    any_ready: Cli, ref: str, code: int, message: str
+) -> None:
+    """status of an id past any integer column is a one-line answer on both backends."""
+    assert message in _one_line_error(any_ready("status", ref), code)
+
+
+def test_max_payload_bytes_inf_is_a_config_error(ready: Cli) -> None:
+    """max_payload_bytes = inf in kirim.toml exits 2 in one line."""
+    ready.config.write_text("max_payload_bytes = inf\n" + ready.config.read_text())
+    line = _one_line_error(ready.send())
+    assert "max_payload_bytes must be an integer from 1 to" in line
+
+
+@pytest.mark.parametrize("version", ["abc", "", "3.5", "-1", "99999999999999999999999"])
+def test_a_corrupt_schema_version_is_one_line(ready: Cli, version: str) -> None:
+    """A schema version in kirim_meta that is not a number: status and init exit 2 in one
+    line, doctor reports it (exit 1), none with a traceback."""
+    path = ready.database.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE kirim_meta SET value = ? WHERE key = 'schema_version'", (version,))
+    db.close()
+    for command in (("status", "1"), ("init",), _send("e")):
+        assert "schema version in kirim_meta" in _one_line_error(ready(*command))
+    doctor = ready("doctor")
+    assert doctor.exit_code == 1, doctor.output
+    assert "Traceback" not in doctor.output
+
+
+FACTORIES = """
+from kirim.providers.base import Sent
+
+class Minimal:
+    idempotent = False
+    async def send(self, message):
+        return Sent(provider_message_id="m-1")
+
+def minimal(**options):
+    return Minimal()
+
+def not_a_provider(**options):
+    return {"url": "http://x"}
+"""
+
+
+def _factory_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, factory: str) -> Cli:
+    (tmp_path / "cli_factories.py").write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "factory.toml"
+    config.write_text(f'[channels.push]\nprovider = "cli_factories:{factory}"\n')
+    cli = Cli(config=config, database=f"sqlite:///{tmp_path / 'factory.db'}")
+    assert cli("init").exit_code == 0
+    assert cli.send().exit_code == 0
+    return cli
+
+
+def test_worker_with_a_minimal_custom_provider_delivers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider factory as the README describes it (idempotent and send, no aclose)
+    delivers with `kirim worker --burst`, which exits 0."""
+    cli = _factory_cli(tmp_path, monkeypatch, "minimal")
+    result = cli("worker", "--burst")
+    assert result.exit_code == 0, result.output
+    assert cli.json("status", "1")["status"] == "sent"
+
+
+def test_worker_with_a_non_provider_factory_fails_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A factory that returns a non-provider stops the worker at start with one line
+    (exit 2), before any delivery is claimed."""
+    cli = _factory_cli(tmp_path, monkeypatch, "not_a_provider")
+    line = _one_line_error(cli("worker", "--burst"))
+    assert "channels.push.provider 'cli_factories:not_a_provider' returned dict" in line
+    delivery = cli.json("status", "1")
+    assert delivery["status"] == "pending"
+    assert delivery["attempts"] == []
+
+
+@pytest.mark.parametrize("command", [("status", "1"), ("list",), ("dead-letter", "list")])
+def test_read_only_commands_never_create_a_database(cli: Cli, command: tuple[str, ...]) -> None:
+    """status, list and dead-letter list on a missing SQLite file exit 2 saying it does not
+    exist, and leave no file behind."""
+    path = Path(cli.database.removeprefix("sqlite:///"))
+    line = _one_line_error(cli(*command))
+    assert f"no SQLite database at {str(path)!r}: the file does not exist" in line
+    assert not path.exists()
+
+
+@contextlib.contextmanager
+def _immutable(path: Path) -> Iterator[None]:
+    """``chattr +i`` on ``path`` (read-only even for root), undone afterwards; skips the
+    test where the file system or the user cannot."""
+    done = subprocess.run(["chattr", "+i", str(path)], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i is not available here: {done.stderr.decode().strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_read_only_commands_work_on_a_read_only_database(
+    tmp_path: Path, provider: Provider
+) -> None:
+    """doctor ("never writes"), status and list work on a database in a read-only
+    directory, where no -wal or -shm file can be created."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    config = tmp_path / "kirim.toml"
+    config.write_text(f'[channels.push]\nprovider = "webhook"\nurl = "{provider.url}"\n')
+    cli = Cli(config=config, database=f"sqlite:///{folder / 'kirim.db'}")
+    assert cli("init").exit_code == 0
+    assert cli.send().exit_code == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["kirim.db"]
+    with _immutable(folder):
+        doctor = cli("doctor")
+        assert doctor.exit_code == 0, doctor.output
+        assert "0 problems" in doctor.stdout
+        assert cli.json("status", "1")["status"] == "pending"
+        assert len(cli.json("list")) == 1

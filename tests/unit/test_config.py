@@ -55,8 +55,8 @@ def test_environment_overrides_the_file(tmp_path: Path, monkeypatch) -> None:
         ({"databse": "x"}, "unknown key"),
         ({"worker": {"leese": 3}}, r"unknown \[worker\] key"),
         ({"worker": {"lease": "30"}}, "worker.lease must be a number"),
-        ({"worker": {"lease": 0}}, "lease must be positive"),
-        ({"worker": {"max_attempts": 0}}, "at least 1"),
+        ({"worker": {"lease": 0}}, "lease must be a number of seconds greater than 0"),
+        ({"worker": {"max_attempts": 0}}, "max_attempts must be an integer from 1 to 1000"),
         ({"channels": {"push": {"provider": "webhook"}}}, "url is required"),
         ({"channels": {"push": {"url": "http://x", "on_unknown": "maybe"}}}, "assume_sent"),
         ({"channels": {"push": {"url": "http://x", "colour": 1}}}, "unknown"),
@@ -109,8 +109,8 @@ def test_a_webhook_with_a_lookup_url_may_use_lookup() -> None:
         ({"lookup_url": "http://x/lookup"}, r"lookup_url must be .* with \{key\}"),
         ({"lookup_url": "ftp://x/{key}"}, r"lookup_url must be an http:// or https://"),
         ({"lookup_url": 7}, "lookup_url must be"),
-        ({"lookup_lag": -1}, "lookup_lag must be a number of seconds >= 0"),
-        ({"lookup_lag": float("inf")}, "lookup_lag must be a number of seconds >= 0"),
+        ({"lookup_lag": -1}, "lookup_lag must be a number of seconds from 0 to 86400"),
+        ({"lookup_lag": float("inf")}, "lookup_lag must be a number of seconds from 0 to 86400"),
         ({"lookup_lag": "1"}, "lookup_lag must be a number"),
     ],
 )
@@ -119,3 +119,106 @@ def test_bad_webhook_lookup_settings_say_what_to_fix(spec, message) -> None:
     data = {"channels": {"push": {"url": "http://x", **spec}}}
     with pytest.raises(ConfigError, match=message):
         parse_config(data, source="kirim.toml")
+
+
+@pytest.mark.parametrize(
+    ("worker", "message"),
+    [
+        ({"lease": float("nan")}, "worker.lease must be a number of seconds greater than 0"),
+        ({"lease": float("inf")}, "worker.lease must be a number of seconds greater than 0"),
+        ({"lease": 1e308}, "worker.lease must be .* at most 86400, not 1e[+]308"),
+        ({"concurrency": 2.5}, "worker.concurrency must be an integer from 1 to 10000, not 2.5"),
+        ({"batch_size": 0}, "worker.batch_size must be an integer from 1 to 10000, not 0"),
+        ({"batch_size": -1}, "worker.batch_size must be an integer"),
+        ({"poll_interval": 0}, "worker.poll_interval must be a number of seconds from 0.001"),
+        ({"backoff_base": -1}, "worker.backoff_base must be a number of seconds from 0"),
+        ({"backoff_max": -1}, "worker.backoff_max must be"),
+        ({"shutdown_grace": -1}, "worker.shutdown_grace must be"),
+        ({"request_timeout": 0}, "worker.request_timeout must be"),
+        ({"send_margin": float("nan")}, "worker.send_margin must be"),
+        ({"max_attempts": 2**70}, "worker.max_attempts must be an integer from 1 to 1000"),
+    ],
+)
+def test_every_worker_number_has_a_type_and_a_range(worker, message) -> None:
+    """Each numeric [worker] setting outside its type or range is a one-line ConfigError."""
+    with pytest.raises(ConfigError, match=f"^kirim.toml: {message}") as caught:
+        parse_config({"worker": worker}, source="kirim.toml")
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("limit", [float("inf"), 10**30, 0, 1.5, "1"])
+def test_max_payload_bytes_is_a_bounded_integer(limit) -> None:
+    """max_payload_bytes = inf (or huge, zero, fractional) is a ConfigError, not an
+    OverflowError."""
+    with pytest.raises(ConfigError, match="max_payload_bytes must be an integer from 1"):
+        parse_config({"max_payload_bytes": limit}, source="kirim.toml")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"timeout": float("inf")}, "channels.push.timeout must be a number of seconds"),
+        ({"timeout": 0}, "channels.push.timeout must be"),
+        ({"dedup_window": float("inf")}, "channels.push.dedup_window must be"),
+        ({"lookup_lag": float("nan")}, "channels.push.lookup_lag must be"),
+    ],
+)
+def test_channel_numbers_are_bounded(spec, message) -> None:
+    """A channel's timeout, dedup_window and lookup_lag are finite and in range."""
+    with pytest.raises(ConfigError, match=message):
+        parse_config({"channels": {"push": {"url": "http://x", **spec}}}, source="kirim.toml")
+
+
+def test_the_documented_stats_interval_is_accepted() -> None:
+    """[worker] stats_interval (documented with the metrics) is a setting, default 10 s."""
+    assert parse_config({}).worker.stats_interval == 10
+    assert parse_config({"worker": {"stats_interval": 2.5}}).worker.stats_interval == 2.5
+    with pytest.raises(ConfigError, match=r"worker\.stats_interval must be"):
+        parse_config({"worker": {"stats_interval": 0}})
+
+
+PROVIDERS = '''
+from kirim.providers.base import Sent
+
+class Minimal:
+    """A provider as the README describes it: idempotent and send, nothing else."""
+    idempotent = False
+    async def send(self, message):
+        return Sent(provider_message_id="m-" + message.idempotency_key)
+
+def minimal(**options):
+    return Minimal()
+
+def not_a_provider(**options):
+    return {"url": "http://x"}
+
+def broken(**options):
+    raise RuntimeError("no credentials")
+'''
+
+
+@pytest.fixture
+def factories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An importable module of provider factories; its name."""
+    (tmp_path / "my_providers.py").write_text(PROVIDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "my_providers"
+
+
+def test_a_factory_of_a_non_provider_is_a_config_error(factories: str) -> None:
+    """A factory that returns something without send() or idempotent, or that raises,
+    is a ConfigError when the channel is built, naming the channel."""
+    for attr, message in [
+        ("not_a_provider", "returned dict is not a provider"),
+        ("broken", "failed: no credentials"),
+    ]:
+        config = parse_config({"channels": {"push": {"provider": f"{factories}:{attr}"}}})
+        with pytest.raises(ConfigError, match=f"channels.push.provider .*{message}"):
+            config.channels["push"].build()
+
+
+def test_a_minimal_factory_provider_builds(factories: str) -> None:
+    """A provider with only idempotent and send builds into a channel."""
+    config = parse_config({"channels": {"push": {"provider": f"{factories}:minimal"}}})
+    channel = config.channels["push"].build()
+    assert channel.idempotent is False

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 import types
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 import kirim
-from kirim.config import Config
+from kirim.channels import Channel
+from kirim.config import Config, parse_config
 from kirim.engine import Kirim, SyncKirim
 from kirim.errors import (
+    ConfigError,
     IdempotencyKeyReused,
     InvalidNotification,
     PayloadTooLarge,
@@ -21,7 +23,9 @@ from kirim.errors import (
 )
 from kirim.keys import default_key
 from kirim.model import DeliveryStatus
+from kirim.providers.base import Message, Sent
 from kirim.testing import FlakyProvider
+from kirim.worker import WorkerSettings
 
 
 def test_default_key_is_the_seed_formula() -> None:
@@ -173,3 +177,118 @@ def test_public_api_is_exactly_all() -> None:
     assert public == set(kirim.__all__) - {"__version__"}
     for name in kirim.__all__:
         assert getattr(kirim, name) is not None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"t": "\ud800"},
+        {"t": "a\x00b"},
+        {"deep": [{"x": ["ok", "\udfff"]}]},
+        {"key\x00": 1},
+        {"nested": {"\ud800": "v"}},
+    ],
+)
+async def test_nul_and_lone_surrogates_anywhere_in_the_payload_are_refused(
+    make_app, payload
+) -> None:
+    """NUL or a lone surrogate in any payload key or string value, however deep, raises
+    InvalidNotification on both backends and writes nothing."""
+    app = await make_app()
+    with pytest.raises(InvalidNotification, match=r"must (not contain NUL|be valid Unicode)"):
+        await app.notify("e", "u", "push", payload)
+    assert (await app.store.counts())["deliveries"] == {}
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("k" * 256, "key must be at most 255 characters, not 256"),
+        ("k" * 100_000, "key must be at most 255 characters, not 100000"),
+        ("clé-1", "key must be printable ASCII"),
+        ("k\r\nX-Injected: 1", "key must be printable ASCII"),
+    ],
+)
+async def test_explicit_keys_are_capped_and_ascii(make_app, key, message) -> None:
+    """An explicit key over 255 characters or outside printable ASCII (it goes out in an
+    HTTP header) raises InvalidNotification on both backends; 255 characters pass."""
+    app = await make_app()
+    with pytest.raises(InvalidNotification, match=message):
+        await app.notify("e", "u", "push", {}, key=key)
+    assert (await app.store.counts())["deliveries"] == {}
+    n = await app.notify("e", "u", "push", {}, key="k" * 255)
+    assert n.idempotency_key == "k" * 255
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        timedelta(days=999_999_999),
+        timedelta(days=-999_999_999),
+        1e308,
+        float("inf"),
+        float("nan"),
+        10**400,
+        -1.0,
+        datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-23))),
+    ],
+)
+async def test_send_after_beyond_any_calendar_is_refused(make_app, when) -> None:
+    """A send_after outside 1970..9999 (huge, infinite, nan) is InvalidNotification in one
+    line, not an OverflowError now or a crash of every later `status`."""
+    app = await make_app()
+    with pytest.raises(InvalidNotification, match="send_after must fall between 1970-01-01"):
+        await app.notify("e", "u", "push", {}, send_after=when)
+    assert (await app.store.counts())["deliveries"] == {}
+
+
+class ReadmeProvider:
+    """A provider exactly as the README describes one: idempotent and send, no aclose."""
+
+    idempotent = False
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send(self, message: Message) -> Sent:
+        self.sent.append(message.idempotency_key)
+        return Sent(provider_message_id="m-1")
+
+
+async def test_a_provider_with_only_idempotent_and_send_works(make_app) -> None:
+    """A provider without aclose() delivers, and the app closes without AttributeError."""
+    provider = ReadmeProvider()
+    app = await make_app(provider)
+    n = await app.notify("e", "u", "push", {"a": 1})
+    assert await app.worker(settings=WorkerSettings(lease=10), worker_id="A").run_once() == 1
+    delivery, _, _ = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert provider.sent == [n.idempotency_key]
+    await app.close()
+
+
+def test_a_channel_refuses_what_is_not_a_provider() -> None:
+    """A Channel whose provider lacks an async send() or a bool idempotent raises at once."""
+    with pytest.raises(ValueError, match="dict is not a provider"):
+        Channel(name="push", provider={"url": "x"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="idempotent attribute must be True or False"):
+        Channel(name="push", provider=types.SimpleNamespace(send=ReadmeProvider().send))  # type: ignore[arg-type]
+
+
+def test_channels_of_a_factory_returning_a_non_provider_fail_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kirim.channels() (what the worker calls first) raises ConfigError for a factory
+    that returns a non-provider: before any delivery, not after the first one."""
+    (tmp_path / "bad_factory.py").write_text("def make(**options):\n    return object()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = parse_config(
+        {
+            "database": f"sqlite:///{tmp_path / 'k.db'}",
+            "channels": {"push": {"provider": "bad_factory:make"}},
+        }
+    )
+    with pytest.raises(
+        ConfigError, match=r"channels\.push\.provider 'bad_factory:make' returned object"
+    ):
+        Kirim(config).channels()

@@ -13,12 +13,14 @@ from kirim.worker import WorkerSettings
 
 ANON = {"Authorization": ""}
 SAME_ORIGIN = {"Origin": "http://testserver", **ANON}
+#: the test client's Host (http://testserver) is allowed, as a name of this host would be
+LOCAL = ServeSettings(allowed_hosts=("testserver",))
 
 
 @pytest.fixture
 async def api(make_app):
     kirim = await make_app(FlakyProvider(script=["permanent"]))
-    async with api_on(kirim) as found:
+    async with api_on(kirim, settings=LOCAL) as found:
         yield found
 
 

@@ -206,6 +206,16 @@ def test_the_serve_table() -> None:
             parse_config({"serve": bad})
 
 
+def test_serve_allowed_hosts() -> None:
+    """The loopback names by default; a list of host names; one-line errors otherwise."""
+    assert parse_config({}).serve.allowed_hosts == ("127.0.0.1", "localhost", "::1")
+    hosts = ["kirim.internal", "10.0.0.5", "[::1]"]
+    assert parse_config({"serve": {"allowed_hosts": hosts}}).serve.allowed_hosts == tuple(hosts)
+    for bad in ("localhost", [], [""], [1], ["a b"], ["http://x/"], ["caf\u00e9"]):
+        with pytest.raises(ConfigError, match=r"serve\.allowed_hosts must be"):
+            parse_config({"serve": {"allowed_hosts": bad}})
+
+
 @pytest.mark.parametrize("name", ["ci", "billing-service", "a.b@c_d", "x" * 64])
 def test_token_names(name) -> None:
     assert check_name(name) == name

@@ -57,3 +57,57 @@ def test_secrets_are_redacted() -> None:
         assert secret not in text
     assert "url=u" in text
     assert text.startswith("ts=")
+
+
+def test_a_log_line_to_a_closed_pipe_is_dropped_not_raised() -> None:
+    """Once the reader of the log pipe is gone, logging goes on without an exception."""
+    import os
+
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(write_end, "w")
+    configure(fmt="logfmt", level="info", stream=stream)
+    try:
+        os.close(read_end)
+        log = get_logger(worker_id="w")
+        for _ in range(3):
+            log.warning("signal_received", signal="SIGTERM")
+        stream.write("still writable\n")  # the descriptor now points at /dev/null
+        stream.flush()
+    finally:
+        configure(level="warning")
+        stream.close()
+
+
+async def test_notify_in_the_callers_transaction_logs_staged_not_enqueued(
+    request: pytest.FixtureRequest, tmp_path, captured: io.StringIO
+) -> None:
+    """notify(connection=conn) logs "staged" with the ids, since the caller's transaction
+    may still roll back; a plain notify logs "enqueued"."""
+    import psycopg
+
+    from kirim.channels import Channel
+    from kirim.config import Config
+    from kirim.engine import Kirim
+    from pg import fresh_database
+
+    url = fresh_database(request)
+    app = Kirim(
+        Config(database=url), channels={"push": Channel(name="push", provider=FlakyProvider())}
+    )
+    await app.open(migrate=True)
+    try:
+        async with (
+            await psycopg.AsyncConnection.connect(url) as conn,
+            conn.transaction(force_rollback=True),
+        ):
+            staged = await app.notify("e-1", "u", "push", {"t": 1}, connection=conn)
+        await app.notify("e-2", "u", "push", {"t": 2})
+        assert await app.get(staged.delivery_id) is None  # rolled back
+    finally:
+        await app.close()
+    lines = [json.loads(line) for line in captured.getvalue().splitlines()]
+    events = {line["event_id"]: line for line in lines if "event_id" in line}
+    assert events["e-1"]["event"] == "staged"
+    assert events["e-1"]["notification_id"] == staged.delivery_id
+    assert events["e-1"]["job_id"] is not None
+    assert events["e-2"]["event"] == "enqueued"

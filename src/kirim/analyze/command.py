@@ -22,6 +22,7 @@ from kirim.analyze import ProgressCallback, analyze_paths
 from kirim.analyze.detect import AnalyzeOptions
 from kirim.analyze.parse import FIELDS, parse_field_map
 from kirim.analyze.report import write_report
+from kirim.cli_types import PathParam
 
 _BIG_INPUT = 16 * 1024 * 1024
 
@@ -100,7 +101,7 @@ def _progress(paths: tuple[str, ...]) -> Iterator[ProgressCallback | None]:
 @click.option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, writable=True),
+    type=PathParam(dir_okay=False, writable=True),
     default=None,
     help="Write the report to FILE instead of stdout.",
 )

@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kirim.cli_types import PathParam
 from kirim.explore.scenario import Outcome, Settings, run_schedule
 from kirim.explore.shrink import relevant, replay, save, shrink
 
@@ -142,13 +143,13 @@ def _factory(spec: str | None) -> Any:
 @click.option(
     "--replay",
     "replay_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=PathParam(exists=True, dir_okay=False, path_type=Path),
     help="Replay a saved failure file exactly and print its timeline.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
     "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathParam(file_okay=False, path_type=Path),
     help="Directory for failure files (shrunk).  [default: none saved]",
 )
 @click.option(

@@ -14,7 +14,8 @@ from starlette.responses import Response
 from kirim.config import Config, ServeSettings
 from kirim.engine import Kirim
 from kirim.http import dashboard, errors, routes_notifications, routes_ops
-from kirim.http.errors import ErrorBody
+from kirim.http.errors import ErrorBody, Unexpected
+from kirim.http.guard import FrameGuard
 from kirim.http.models import NotificationIn
 from kirim.http.service import AccessLog, Service, make_service
 from kirim.observe.metrics import Metrics
@@ -93,6 +94,9 @@ def create_app(
         )
 
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
+    # innermost first: a 500 from Unexpected gets the guard's headers and is logged
+    app.add_middleware(Unexpected)
+    app.add_middleware(FrameGuard)
     app.add_middleware(AccessLog, svc=svc)
     return app
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import signal
 import socket
 from typing import Any
@@ -13,16 +12,8 @@ import click
 from kirim import cli_ops
 from kirim.cli_ops import EXIT_USAGE, State, pass_state
 from kirim.errors import ConfigError
+from kirim.http.guard import loopback
 from kirim.observe.logging import get_logger
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -90,6 +81,9 @@ def serve(
     Every /v1 route needs `Authorization: Bearer TOKEN` (`kirim token create`).
     Options not given come from the [serve] table of the config file. Binds
     127.0.0.1 unless told otherwise. SIGTERM or SIGINT stops it gracefully.
+    Without --protect-dashboard the dashboard answers only the Host names of
+    [serve] allowed_hosts (the loopback names by default), and retries or
+    cancels only when the server is bound to loopback.
 
     \b
     Examples:
@@ -122,11 +116,13 @@ def serve(
     with cli_ops.reported():
         sock = bind(settings.host, settings.port)
     log = get_logger(component="http")
-    if not _loopback(settings.host) and not settings.protect_dashboard:
+    if not loopback(settings.host) and not settings.protect_dashboard:
         log.warning(
             "dashboard_unprotected",
             host=settings.host,
-            hint="anyone who reaches this address can retry and cancel; add --protect-dashboard",
+            allowed_hosts=",".join(settings.allowed_hosts),
+            hint="anyone who reaches this address can read the dashboard (its Host must be "
+            "in [serve] allowed_hosts); retry and cancel are refused: add --protect-dashboard",
         )
     app = create_app(config=config, settings=settings, token_cache=token_cache)
     bound = sock.getsockname()

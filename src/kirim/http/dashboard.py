@@ -7,8 +7,10 @@ notification's timeline as a pseudo-log. Buttons are forms posting to dashboard
 routes, which redirect back (303) with a message.
 
 With ``protect_dashboard`` the pages need a token: the ``Authorization`` header,
-or a login form that sets an HttpOnly, SameSite=Strict cookie. Every POST is
-refused when the browser says it comes from another site (``Origin`` /
+or a login form that sets an HttpOnly, SameSite=Strict cookie. Without it, the
+pages answer only the ``Host`` names of ``[serve] allowed_hosts``, and retry and
+cancel only when the server is bound to loopback (see ``kirim.http.guard``). Every
+POST is refused when the browser says it comes from another site (``Origin`` /
 ``Sec-Fetch-Site``), protected or not.
 """
 
@@ -26,6 +28,7 @@ from kirim.cli_ops import Record, iso
 from kirim.errors import NotSettled
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
+from kirim.http.guard import host_allowed, writable
 from kirim.http.routes_notifications import MAX_ID, read_body, record_of
 from kirim.http.service import Service, service
 from kirim.http.timeline import events
@@ -81,8 +84,17 @@ def _local(path: str | None, default: str = "/") -> str:
 
 async def _client(request: Request, svc: Service) -> str | Response | None:
     """The token's name when the dashboard is protected (None when it is not), or the
-    response to send instead (a redirect to the login form)."""
+    response to send instead (a redirect to the login form; 403 for a ``Host`` that
+    an unprotected dashboard does not answer)."""
     if not svc.settings.protect_dashboard:
+        hosts = request.headers.getlist("host")
+        if len(hosts) != 1 or not host_allowed(hosts[0], svc.settings.allowed_hosts):
+            return _refused(
+                "This dashboard answers only the host names of [serve] allowed_hosts, and "
+                "this request named another: a page of another site may be driving your "
+                "browser (DNS rebinding). Add the name to allowed_hosts, or protect the "
+                "dashboard with a token (--protect-dashboard)."
+            )
         return None
     secret = bearer_secret(request) or request.cookies.get(COOKIE)
     token = None if secret is None else await svc.verifier.verify(secret)
@@ -112,13 +124,23 @@ async def _form(request: Request, svc: Service) -> dict[str, str]:
     return {k: v[-1] for k, v in parsed.items()}
 
 
-def _row(d: Delivery, job: Job | None) -> dict[str, Any]:
+def _refused(reason: str, client: str | None = None) -> HTMLResponse:
+    return render("forbidden.html", status=403, title="forbidden", client=client, reason=reason)
+
+
+def _row(d: Delivery, job: Job | None, svc: Service) -> dict[str, Any]:
+    """A notification's row, with the buttons its state allows (none when the dashboard
+    may not write)."""
+    can = writable(svc.settings)
     return {
         "d": d,
         "job": job,
-        "retry": job is not None and job.status is JobStatus.DEAD,
-        "cancel": d.status in CANCELABLE
-        or (d.status is DeliveryStatus.PROCESSING and d.claim_token is None),
+        "retry": can and job is not None and job.status is JobStatus.DEAD,
+        "cancel": can
+        and (
+            d.status in CANCELABLE
+            or (d.status is DeliveryStatus.PROCESSING and d.claim_token is None)
+        ),
     }
 
 
@@ -158,12 +180,14 @@ async def overview(
     counts = await store.counts()
     stats = await store.queue_stats(now=now)
     in_doubt = await store.list_deliveries(status=DeliveryStatus.IN_DOUBT, limit=PAGE_ROWS)
-    doubt_rows = [_row(d, await store.get_job(d.id)) for d in in_doubt]
-    dead_rows = [_row(x.delivery, x.job) for x in await store.dead_letters(limit=PAGE_ROWS)]
+    doubt_rows = [_row(d, await store.get_job(d.id), svc) for d in in_doubt]
+    dead_rows = [_row(x.delivery, x.job, svc) for x in await store.dead_letters(limit=PAGE_ROWS)]
     query = (q or "").strip()
     found: list[dict[str, Any]] | None = None
     if query:
-        found = [_row(d, await store.get_job(d.id)) for d in await store.search_deliveries(query)]
+        found = [
+            _row(d, await store.get_job(d.id), svc) for d in await store.search_deliveries(query)
+        ]
     statuses = [str(s) for s in DeliveryStatus]
     return render(
         "overview.html",
@@ -211,7 +235,7 @@ async def notification_page(
         client=who,
         protected=svc.settings.protect_dashboard,
         flash=_flash(msg, str(d.id)),
-        row=_row(d, job),
+        row=_row(d, job, svc),
         d=d,
         job=job,
         attempts=attempts,
@@ -228,6 +252,12 @@ async def _act(request: Request, delivery_id: int, action: str) -> Response:
         return who
     if not _same_site(request):
         return render("forbidden.html", status=403, title="forbidden", client=who)
+    if not writable(svc.settings):
+        return _refused(
+            "Retry and cancel need a token when the server listens beyond loopback: "
+            "restart it with --protect-dashboard (or bind it to 127.0.0.1).",
+            who,
+        )
     form = await _form(request, svc)
     back = _local(form.get("back"))
     store, now = svc.kirim.store, svc.kirim.clock.now()

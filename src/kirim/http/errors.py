@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import math
 import time
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import PurePath
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kirim.errors import NotSettled, StoreError
 from kirim.observe.logging import get_logger
@@ -101,11 +104,18 @@ def error_response(
 ) -> Response:
     body = {"error": {"code": code, "message": message, "details": [dict(d) for d in details]}}
     return Response(
-        json.dumps(body, ensure_ascii=False).encode(),
-        status_code=status,
-        media_type=JSON,
-        headers=dict(headers or {}),
+        json_bytes(body), status_code=status, media_type=JSON, headers=dict(headers or {})
     )
+
+
+def json_bytes(data: Any) -> bytes:
+    """``data`` as UTF-8 JSON; text that has no UTF-8 form (a lone surrogate) is
+    written as a ``\\u`` escape instead of failing the response."""
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(json.loads(text) if isinstance(data, str) else data).encode()
 
 
 def detail(field: str, message: str, type_: str) -> dict[str, str]:
@@ -170,7 +180,7 @@ def install(app: FastAPI) -> None:
         )
 
     async def store_error(_: Request, exc: Exception) -> Response:
-        log.error("store_error", error=str(exc))
+        log.error("store_error", error=store_problem(exc))
         return error_response(
             503,
             "unavailable",
@@ -183,13 +193,80 @@ def install(app: FastAPI) -> None:
         wait = max(1, math.ceil(exc.retry_at - time.time()))
         return error_response(409, "not_settled", str(exc), headers={"Retry-After": str(wait)})
 
-    async def unexpected(_: Request, exc: Exception) -> Response:
-        log.error("internal_error", error=repr(exc))
-        return error_response(500, "internal_error", "internal error; see the server's log")
-
     app.add_exception_handler(ApiError, api_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(StoreError, store_error)
     app.add_exception_handler(NotSettled, not_settled)
-    app.add_exception_handler(Exception, unexpected)
+    # any other exception: Unexpected (a middleware, so that nothing is re-raised to the
+    # server, whose traceback would print the exception's message)
+
+
+#: how much of a store error's message a log line keeps
+_MAX_PROBLEM = 200
+
+
+def store_problem(exc: BaseException) -> str:
+    """What a log line says of a store error, never the data it was about.
+
+    A database server's error (it has a SQLSTATE) is named by its class and SQLSTATE:
+    its message and its DETAIL / CONTEXT may quote the rows (``JSON data, line 1:
+    {"t": …``). Otherwise the first line of the message, cut short.
+    """
+    cause = exc.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate:
+        return f"PostgreSQL: {type(cause).__name__} (SQLSTATE {sqlstate})"
+    lines = str(exc).splitlines()
+    return lines[0][:_MAX_PROBLEM] if lines else type(exc).__name__
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where ``exc`` was raised, as ``package/module.py:line in function``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    frame = frames[-1]
+    path = PurePath(frame.filename)
+    return f"{'/'.join(path.parts[-2:])}:{frame.lineno} in {frame.name}"
+
+
+class Unexpected:
+    """Pure ASGI middleware: an exception that nothing else handled is answered 500 in
+    the error format and logged in one line, with its type and where it was raised.
+
+    Never its message, nor a traceback: an exception's message may carry a request's
+    data (``UnicodeEncodeError`` carries the whole text it could not encode: a
+    response body, payload included), and logs never carry payloads.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.log = get_logger(component="http")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            self.log.error(
+                "internal_error",
+                error=type(exc).__name__,
+                at=raised_at(exc),
+                method=scope["method"],
+                path=scope["path"],
+            )
+            if not started:  # else the client sees the connection end mid-response
+                response = error_response(
+                    500, "internal_error", "internal error; see the server's log"
+                )
+                await response(scope, receive, send)

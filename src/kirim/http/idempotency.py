@@ -17,7 +17,10 @@ expires; the next request with the key then takes it over.
 Concurrent requests of one server share transactions (group commit), and one
 transaction (``Store.handle_requests``) carries the second step of the requests
 that began in the previous one and the first step of those that arrived since: a
-request costs a share of one commit, not two.
+request costs a share of one commit, not two. A transaction that fails is written
+again request by request (``Batcher``), so that a request whose row the store
+refuses fails alone; what ``Kirim.prepare`` refuses (NUL or a lone surrogate in the
+payload…) never reaches the store, nor takes its key.
 """
 
 from __future__ import annotations
@@ -65,6 +68,14 @@ def fingerprint(body: Any) -> str:
     return hashlib.sha256(canonical_json(body).encode()).hexdigest()
 
 
+def one_header(values: Sequence[str]) -> str | None:
+    """The one ``Idempotency-Key`` header of a request (None without one); two are
+    refused (400) rather than reduced to one of them: which one would be a guess."""
+    if len(values) > 1:
+        raise _bad_header("must be sent once, not several times")
+    return values[0] if values else None
+
+
 def header_key(value: str | None) -> str | None:
     """The ``Idempotency-Key`` header: a structured-field string (``"abc"``), or bare."""
     if value is None:
@@ -90,6 +101,29 @@ def header_key(value: str | None) -> str | None:
     if not all(" " <= c <= "~" for c in text):
         raise _bad_header("must be printable ASCII")
     return text
+
+
+#: the body's fields that ``Kirim.prepare`` names first in its refusals
+_FIELDS = ("event_id", "recipient", "channel", "payload", "key", "send_after")
+
+
+def _invalid(exc: InvalidNotification) -> list[dict[str, str]]:
+    """The ``details`` of a refusal by ``Kirim.prepare``: the field it names (its
+    ``field``, else the first word of "payload[0] must not …"), if it is the body's."""
+    message = str(exc)
+    name = getattr(exc, "field", None)
+    if not isinstance(name, str):
+        name = message.split(" ", 1)[0].split("[", 1)[0]
+    return [detail(f"body.{name}", message, "value_error")] if name in _FIELDS else []
+
+
+def _delivery_id(body: str) -> int | None:
+    """The delivery's id in a kept response (the delivery's JSON), for its Location."""
+    try:
+        found = json.loads(body).get("id")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
 
 
 def _bad_header(why: str) -> ApiError:
@@ -192,7 +226,7 @@ class Intake:
                 details=[detail("body.payload", str(exc), "payload_too_large")],
             ) from None
         except InvalidNotification as exc:
-            raise ApiError(422, "validation_error", str(exc)) from None
+            raise ApiError(422, "validation_error", str(exc), details=_invalid(exc)) from None
         except RecursionError:
             raise ApiError(422, "validation_error", "the payload is nested too deeply") from None
         print_ = fingerprint(raw)
@@ -212,7 +246,8 @@ class Intake:
                     "retry in a moment",
                     headers={"Retry-After": "1"},
                 )
-            return Answer(slot.status_code or 200, slot.response or "", replayed=True)
+            stored = slot.response or ""
+            return Answer(slot.status_code or 200, stored, True, _delivery_id(stored))
         done = await self._steps.submit(RequestedDelivery(delivery=item, lock_token=token))
         assert not isinstance(done, RequestSlot)
         result, kept = done

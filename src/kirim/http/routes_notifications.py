@@ -11,8 +11,15 @@ from starlette.responses import Response
 
 from kirim.cli_ops import Record, delivery_json
 from kirim.http.auth import authenticate, bearer_secret, require_token
-from kirim.http.errors import JSON, ApiError, detail, responses, validation_details
-from kirim.http.idempotency import Answer
+from kirim.http.errors import (
+    JSON,
+    ApiError,
+    detail,
+    json_bytes,
+    responses,
+    validation_details,
+)
+from kirim.http.idempotency import Answer, one_header
 from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timeline
 from kirim.http.service import Service, service
 from kirim.http.timeline import events
@@ -35,7 +42,7 @@ NEW_OPERATION: dict[str, Any] = {
             "description": "The delivery's idempotency key (a structured-field string such "
             'as `"8e03978e"`, or a bare token), at most 255 printable ASCII characters. The '
             "same key again replays the first response; with another body it is refused "
-            "(422); while the first request is in progress, 409.",
+            "(422); while the first request is in progress, 409. Sent more than once, 400.",
             "schema": {"type": "string", "minLength": 1, "maxLength": 257},
         }
     ],
@@ -49,8 +56,8 @@ DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    body = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    return Response(body.encode(), status_code=status, media_type=JSON, headers=headers)
+    """``data`` (or JSON text) as the response."""
+    return Response(json_bytes(data), status_code=status, media_type=JSON, headers=headers)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -116,8 +123,8 @@ async def record_of(svc: Service, delivery_id: int) -> Record:
     responses={
         201: {
             "model": DeliveryOut,
-            "description": "Recorded; a replay of the same request answers the same "
-            "(with `Idempotent-Replayed: true`).",
+            "description": "Recorded, at `Location`; a replay of the same request answers "
+            "the same, `Location` included (with `Idempotent-Replayed: true`).",
         },
         200: {
             "model": DeliveryOut,
@@ -151,7 +158,8 @@ async def create_notification(request: Request) -> Response:
         ) from None
     except RecursionError:
         raise ApiError(422, "validation_error", "the body is nested too deeply") from None
-    answer: Answer = await svc.intake.accept(body, raw, headers.get("idempotency-key"))
+    key_header = one_header(headers.getlist("idempotency-key"))
+    answer: Answer = await svc.intake.accept(body, raw, key_header)
     extra: dict[str, str] = {}
     if answer.replayed:
         extra["Idempotent-Replayed"] = "true"

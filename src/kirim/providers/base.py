@@ -2,7 +2,11 @@
 
 A provider raises ``PermanentFailure`` (refused for good), ``TransientFailure``
 (certainly not processed) or ``AmbiguousFailure`` (may have been processed);
-anything else it raises is treated as ambiguous, because kirim cannot know.
+anything else it raises is treated as ambiguous, because kirim cannot know. Where a
+failure happened decides its class: before any byte left the host (building the
+request, encoding a header) it is ``NotSent``; after, ambiguous unless the provider's
+answer says otherwise. A provider draws that line where it hands the request to its
+transport, as ``WebhookProvider.send`` does.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ class Provider(Protocol):
     idempotent: bool
 
     async def send(self, message: Message) -> Sent: ...
+
+
+@runtime_checkable
+class Closable(Protocol):
+    """A provider with resources to release when its app closes (optional)."""
 
     async def aclose(self) -> None: ...
 

@@ -2,12 +2,24 @@
 
 Failures are classified at this seam:
 
+- the request cannot be built (a header or body that cannot be encoded): nothing
+  left this host → ``NotSent`` (a ``PermanentFailure``: it would fail again)
 - connection refused or not established, pool exhausted, 408, 429: the request was
-  certainly not processed → ``TransientFailure`` (429/503 ``Retry-After`` honoured)
+  certainly not processed → ``TransientFailure`` (its ``Retry-After`` honoured)
 - 409 (an earlier request with this idempotency key is still being processed),
   timeouts and broken connections after the request was written, 5xx →
   ``AmbiguousFailure``: the provider may have acted on it (or will)
 - any other 4xx → ``PermanentFailure``
+
+A channel that knows its provider better overrides the class of a status
+(``retry_on``, ``ambiguous_on``, ``permanent_on``: lists of codes 300-599, each code
+in one list at most): a provider whose 503 means "not processed, come back later"
+says ``retry_on = [503]``, and its ``Retry-After`` is then honoured too (every
+retried status's is).
+
+With ``secret`` (one ``whsec_…`` secret, or a list of them while rotating) every
+request is signed per Standard Webhooks (``kirim.providers.signing``): ``webhook-id``
+is the idempotency key, ``webhook-timestamp`` the moment of sending.
 
 With ``lookup_url`` (``http://…/lookup/{key}``, the key URL-quoted into ``{key}``)
 it can also say whether it accepted a key (``lookup``): 200 → accepted (the message
@@ -20,17 +32,81 @@ time an attempt takes to settle).
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
+from kirim.errors import (
+    AmbiguousFailure,
+    NotSent,
+    PermanentFailure,
+    ProviderError,
+    TransientFailure,
+)
 from kirim.providers.base import Message, Sent
+from kirim.providers.signing import Signer
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+#: the TOML keys of the failure classes, each a list of HTTP status codes
+CLASS_KEYS = ("retry_on", "ambiguous_on", "permanent_on")
+_CLASSES: Mapping[str, type[ProviderError]] = {
+    "retry_on": TransientFailure,
+    "ambiguous_on": AmbiguousFailure,
+    "permanent_on": PermanentFailure,
+}
+
+
+def status_classes(
+    *,
+    retry_on: Iterable[int] = (),
+    ambiguous_on: Iterable[int] = (),
+    permanent_on: Iterable[int] = (),
+) -> dict[int, type[ProviderError]]:
+    """The overridden statuses and their class; ValueError on a code that is not
+    300-599 or that is in two lists."""
+    classes: dict[int, type[ProviderError]] = {}
+    given = {"retry_on": retry_on, "ambiguous_on": ambiguous_on, "permanent_on": permanent_on}
+    for name, codes in given.items():
+        for code in codes:
+            if isinstance(code, bool) or not isinstance(code, int) or not 300 <= code <= 599:
+                raise ValueError(f"{name} takes HTTP status codes from 300 to 599, not {code!r}")
+            if code in classes and classes[code] is not _CLASSES[name]:
+                raise ValueError(f"{name}: status {code} is in another of {', '.join(CLASS_KEYS)}")
+            classes[code] = _CLASSES[name]
+    return classes
+
+
+def check_options(options: Mapping[str, Any]) -> str | None:
+    """What is wrong with a webhook channel's signing and failure-class options, or None."""
+    secret = options.get("secret")
+    if secret is not None:
+        if isinstance(secret, list) and not all(isinstance(s, str) for s in secret):
+            return "secret must be a whsec_ secret or a list of them"
+        if not isinstance(secret, str | list):
+            return "secret must be a whsec_ secret or a list of them"
+        try:
+            Signer(secret)
+        except ValueError as exc:
+            return str(exc) if str(exc).startswith("secret") else f"secret: {exc}"
+    for name in CLASS_KEYS:
+        if name in options and not isinstance(options[name], list):
+            return f"{name} must be a list of HTTP status codes, such as [503]"
+    try:
+        status_classes(**{name: options.get(name, ()) for name in CLASS_KEYS})
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def json_body(body: Any) -> bytes:
+    """The JSON bytes of a request body, as httpx would write them (the bytes signed)."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8")
 
 
 def retry_after(value: str | None) -> float | None:
@@ -60,8 +136,14 @@ class WebhookProvider:
         token: str | None = None,
         lookup_url: str | None = None,
         lookup_lag: float = 0.0,
+        secret: str | Sequence[str] | None = None,
+        retry_on: Collection[int] = (),
+        ambiguous_on: Collection[int] = (),
+        permanent_on: Collection[int] = (),
+        signing_clock: Callable[[], float] = time.time,
         client: httpx.AsyncClient | None = None,
     ) -> None:
+        """``signing_clock``: where ``webhook-timestamp`` comes from (tests move it)."""
         if lookup_url is not None and "{key}" not in lookup_url:
             raise ValueError(f"lookup_url {lookup_url!r} must contain {{key}}")
         if not math.isfinite(lookup_lag) or lookup_lag < 0:
@@ -73,15 +155,28 @@ class WebhookProvider:
         self.lookup_lag = float(lookup_lag)
         #: the longest one request may take: the worker's settle bound relies on it
         self.timeout = timeout
+        self._classes = status_classes(
+            retry_on=retry_on, ambiguous_on=ambiguous_on, permanent_on=permanent_on
+        )
+        self._signer = None if secret is None else Signer(secret, clock=signing_clock)
         self._headers = dict(headers or {})
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
+        for name, value in self._headers.items():  # fail at start, not at the first send
+            try:
+                httpx.Headers({name: value})
+            except (UnicodeError, TypeError, ValueError):
+                shown = "token" if name == "Authorization" else f"header {name!r}"
+                raise ValueError(
+                    f"{shown} must be plain ASCII text (HTTP headers cannot carry it)"
+                ) from None
         self._client = client or httpx.AsyncClient(
             timeout=timeout, limits=httpx.Limits(max_connections=100)
         )
 
-    def __repr__(self) -> str:  # never show the headers: they may hold credentials
-        return f"WebhookProvider(url={self.url!r}, idempotent={self.idempotent})"
+    def __repr__(self) -> str:  # never the headers (they may hold credentials), nor a secret
+        signed = ", signed=True" if self._signer is not None else ""
+        return f"WebhookProvider(url={self.url!r}, idempotent={self.idempotent}{signed})"
 
     async def send(self, message: Message) -> Sent:
         body: dict[str, Any] = {
@@ -93,12 +188,20 @@ class WebhookProvider:
             "attempt": message.attempt,
         }
         headers = {
+            "Content-Type": "application/json",
             **self._headers,
             "Idempotency-Key": message.idempotency_key,
             "X-Request-Id": message.provider_request_id,
         }
+        try:  # everything up to here happened on this host: nothing has left yet
+            content = json_body(body)
+            if self._signer is not None:  # signed now: the timestamp is the sending time
+                headers.update(self._signer.headers(message.idempotency_key, content))
+            request = self._client.build_request("POST", self.url, content=content, headers=headers)
+        except Exception as exc:
+            raise NotSent(f"not sent: the request cannot be built: {exc}") from exc
         try:
-            response = await self._client.post(self.url, json=body, headers=headers)
+            response = await self._client.send(request)
         except _NOT_SENT as exc:
             raise TransientFailure(f"not sent: {type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
@@ -126,21 +229,28 @@ class WebhookProvider:
         code = response.status_code
         if 200 <= code < 300:
             return Sent(provider_message_id=_message_id(response))
-        text = response.text[:200]
-        if code in (408, 429):
-            raise TransientFailure(
-                f"HTTP {code}: {text}",
-                status_code=code,
-                retry_after=retry_after(response.headers.get("Retry-After")),
-            )
-        if code == 409:  # "in progress" for this key: the earlier request may still land
-            raise AmbiguousFailure(f"HTTP {code}: {text}", status_code=code)
-        if 400 <= code < 500:
-            raise PermanentFailure(f"HTTP {code}: {text}", status_code=code)
-        raise AmbiguousFailure(f"HTTP {code}: {text}", status_code=code)
+        text = f"HTTP {code}: {response.text[:200]}"
+        kind = self._classes.get(code) or default_class(code)
+        if kind is TransientFailure:  # retried: when the provider says, not sooner
+            after = retry_after(response.headers.get("Retry-After"))
+            raise TransientFailure(text, status_code=code, retry_after=after)
+        raise kind(text, status_code=code)
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def default_class(code: int) -> type[ProviderError]:
+    """The class of a non-2xx status unless the channel says otherwise: 408 and 429 are
+    retried (not processed), 409 (this key is in progress) and 5xx are ambiguous, any
+    other 4xx is permanent; anything else (a 3xx not followed) is ambiguous."""
+    if code in (408, 429):
+        return TransientFailure
+    if code == 409:  # "in progress" for this key: the earlier request may still land
+        return AmbiguousFailure
+    if 400 <= code < 500:
+        return PermanentFailure
+    return AmbiguousFailure
 
 
 def _message_id(response: httpx.Response) -> str | None:

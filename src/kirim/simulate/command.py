@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,11 +15,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kirim import cli_ops
+from kirim import cli_ops, cli_types
 from kirim.cli_ops import EXIT_FAILED, EXIT_USAGE, State, pass_state
 from kirim.model import OnUnknown
 from kirim.simulate import harness, report
 from kirim.simulate.options import (
+    CHANNELS,
     STRATEGIES,
     Latency,
     SimOptions,
@@ -50,6 +53,15 @@ GET /lookup/{key} (200 once a request with the key reached the user, else 404),
 against a receiver that honours no key; when in doubt kirim asks before resending,
 and sends again only when an earlier request can no longer land. The naive
 strategy ignores --lookup (it has no lookup).
+
+--channel smtp delivers email instead: kirim's smtp provider (and, with --strategy
+naive, a plain aiosmtplib send with a fresh Message-ID each time) to an aiosmtpd
+server on 127.0.0.1 that counts the messages a mailbox receives per notification.
+Its faults: --error-rate answers 451 to RCPT TO (before any content), --timeout-rate
+takes the content and withholds the reply to its final "." past the timeout, and
+--latency delays that reply. With --idempotent the server drops a message whose
+Message-ID it already has (kirim's is derived from the key; the naive flow then
+sends a stable one too).
 
 \b
 The report counts:
@@ -88,6 +100,7 @@ Examples:
   kirim simulate --database postgresql://postgres@127.0.0.1/postgres --idempotent
   kirim simulate --lease 1 --clock-skew 3 --kill-rate 0.01 --stall-rate 0.01
   kirim simulate --lookup --timeout-rate 0.05 --kill-rate 0.01 --stall-rate 0.01
+  kirim simulate --channel smtp --kill-rate 0.01 --stall-rate 0.01 --seed 1
   kirim simulate --notifications 300 --plot sweep.png --ratios 1,2,5,10
 """
 
@@ -219,6 +232,14 @@ SECONDS = click.FloatRange(min=0, min_open=True)
     "receiver honours no key. The naive strategy ignores it.",
 )
 @click.option(
+    "--channel",
+    "channel_kind",
+    type=click.Choice(CHANNELS),
+    default="webhook",
+    show_default=True,
+    help="Deliver over HTTP to the webhook receiver, or email over SMTP to aiosmtpd.",
+)
+@click.option(
     "--seed", type=int, help="Seed of the faults, clocks and receiver.  [default: random]"
 )
 @click.option(
@@ -237,7 +258,7 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--logs",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=cli_types.PathParam(file_okay=False, path_type=Path),
     metavar="DIR",
     help="Keep the workers' logs (and the SQLite file) in DIR, for `kirim analyze`.",
 )
@@ -245,7 +266,7 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--plot",
     "plot_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=cli_types.PathParam(dir_okay=False, path_type=Path),
     metavar="FILE.png",
     help="Sweep the lease/latency ratio for both strategies and draw duplicates per 1,000.",
 )
@@ -276,6 +297,7 @@ def simulate(
     max_attempts: int,
     clock_skew: float,
     lookup: bool,
+    channel_kind: str,
     seed: int | None,
     deadline: float,
     sim_database: str | None,
@@ -312,6 +334,7 @@ def simulate(
         deadline=deadline,
         clock_skew=clock_skew,
         lookup=lookup,
+        channel="smtp" if channel_kind == "smtp" else "webhook",
     )
     try:
         opts.validate()
@@ -369,9 +392,10 @@ def _sweep(
 
 @contextmanager
 def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A progress bar on stderr while the run goes, only when stderr is a terminal."""
+    """Progress on stderr while the run goes: a bar on a terminal, else a line every
+    few seconds (and the last one), so that a log or CI shows the run is alive."""
     if not sys.stderr.isatty():
-        yield None
+        yield _progress_lines(label)
         return
     columns = (TextColumn(f"delivering ({label})"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True), transient=True) as p:
@@ -381,3 +405,25 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
             p.update(task, completed=done, total=total)
 
         yield update
+
+
+def _progress_lines(label: str, every: float = 2.0) -> Callable[[int, int], None]:
+    """``update(done, total)`` that prints ``simulate (kirim): 120/500 delivered, 3.2s``
+    on stderr at most every ``every`` seconds, and when ``done`` reaches ``total``."""
+    started = time.monotonic()
+    last = {"at": float("-inf"), "done": -1}
+
+    def update(done: int, total: int) -> None:
+        now = time.monotonic()
+        finished = done >= total and last["done"] < total
+        if not finished and (now - last["at"] < every or done == last["done"]):
+            return
+        last["at"], last["done"] = now, done
+        with contextlib.suppress(OSError, ValueError):  # nobody reads stderr: go on
+            print(
+                f"simulate ({label}): {done}/{total} delivered, {now - started:.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return update

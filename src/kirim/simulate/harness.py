@@ -9,7 +9,8 @@ receiver itself lets some calls time out after accepting them and answers some w
 a 503. With ``clock_skew`` each worker process runs on its own clock, off by a
 seeded draw in ±clock_skew (kirim's keeps the database's time for leases; the naive
 flow trusts its own); with ``lookup`` kirim's channel asks the receiver's
-``/lookup/{key}`` when in doubt. When every worker has exited (or the deadline
+``/lookup/{key}`` when in doubt; with ``channel = "smtp"`` the workers send email to
+an ``SmtpReceiver`` (aiosmtpd) instead. When every worker has exited (or the deadline
 passed), the receiver's counts and the database's records make the result. Every
 process started is ended in a ``finally`` (stopped ones get SIGCONT before SIGKILL).
 
@@ -41,14 +42,18 @@ from urllib.parse import urlsplit, urlunsplit
 from kirim.config import load_config
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError
+from kirim.keys import default_key
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.receiver import Behaviour, Receiver
 from kirim.simulate import naive
 from kirim.simulate.options import STRATEGIES, SimOptions
 from kirim.simulate.result import Outcome, SimResult, percentile, rounded
 from kirim.simulate.skew import Offsets
+from kirim.simulate.smtp_receiver import SmtpReceiver
 
 Progress = Callable[[int, int], None]
+#: the webhook receiver, or the SMTP server of ``--channel smtp`` (the same counts)
+AnyReceiver = Receiver | SmtpReceiver
 _TICK = 0.02
 
 
@@ -105,11 +110,32 @@ def scratch_database(url: str | None, folder: Path) -> Iterator[str]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _requests(n: int) -> list[tuple[str, str, str, dict[str, Any]]]:
+def _requests(n: int, channel: str = "webhook") -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(event, recipient, channel, payload) of the run: pushes, or emails over SMTP."""
+    if channel == "smtp":
+        return [
+            (
+                f"order-{i}",
+                f"user-{i % 97}@example.test",
+                "email",
+                {"subject": f"Your order {i} shipped", "text": f"Order {i} is on its way."},
+            )
+            for i in range(n)
+        ]
     return [
         (f"order-{i}", f"user-{i % 97}", "push", {"title": "Your order shipped", "order": i})
         for i in range(n)
     ]
+
+
+def _mailbox_keys(opts: SimOptions) -> Callable[[str, str], str]:
+    """How the SMTP receiver tells notifications apart, as a user would: recipient and
+    subject (never anything kirim adds), mapped to the notification's key."""
+    keys = {
+        (r, p["subject"]): default_key(e, r, c)
+        for e, r, c, p in _requests(opts.notifications, "smtp")
+    }
+    return lambda recipient, subject: keys.get((recipient, subject), "")
 
 
 # -- the two strategies ----------------------------------------------------------------
@@ -133,17 +159,36 @@ class _KirimSide(_Side):
     def config(self, worker_id: str | None) -> Path:
         o = self.opts
         who = json.dumps(worker_id)
-        headers = "" if worker_id is None else f"headers = {{ X-Worker-Id = {who} }}\n"
         path = self.folder / f"kirim-{worker_id or 'base'}.toml"
+        common = (
+            f"timeout = {o.provider_timeout}\nidempotent = {str(o.idempotent).lower()}\n"
+            f'on_unknown = "{o.on_unknown.value}"\n'
+        )
+        if o.channel == "smtp":  # the worker's id as its EHLO name: the faults aim by it
+            server = urlsplit(self.url)
+            channel = (
+                f'[channels.email]\nprovider = "smtp"\nhost = "{server.hostname}"\n'
+                f'port = {server.port}\nsecurity = "none"\nfrom = "Shop <shop@example.com>"\n'
+                + common
+                + ("" if worker_id is None else f"local_hostname = {who}\n")
+            )
+        else:
+            headers = "" if worker_id is None else f"headers = {{ X-Worker-Id = {who} }}\n"
+            channel = (
+                f'[channels.push]\nprovider = "webhook"\nurl = {json.dumps(self.url)}\n'
+                + common
+                + headers
+                + (
+                    f"lookup = true\nlookup_url = {json.dumps(self.lookup_url)}\n"
+                    if o.lookup
+                    else ""
+                )
+            )
         path.write_text(
             f"database = {json.dumps(self.database)}\n"
             f"[worker]\nlease = {o.lease}\nmax_attempts = {o.max_attempts}\n"
             f"concurrency = {o.concurrency}\npoll_interval = 0.1\nbackoff_base = 0.05\n"
-            "backoff_max = 0.5\nshutdown_grace = 2\n"
-            f'[channels.push]\nprovider = "webhook"\nurl = {json.dumps(self.url)}\n'
-            f"timeout = {o.provider_timeout}\nidempotent = {str(o.idempotent).lower()}\n"
-            f'on_unknown = "{o.on_unknown.value}"\n{headers}'
-            + (f"lookup = true\nlookup_url = {json.dumps(self.lookup_url)}\n" if o.lookup else "")
+            "backoff_max = 0.5\nshutdown_grace = 2\n" + channel
         )
         return path
 
@@ -154,7 +199,7 @@ class _KirimSide(_Side):
             await app.notify_many(
                 [
                     NotifyRequest(event_id=e, recipient=r, channel=c, payload=p)
-                    for e, r, c, p in _requests(self.opts.notifications)
+                    for e, r, c, p in _requests(self.opts.notifications, self.opts.channel)
                 ]
             )
         finally:
@@ -209,7 +254,8 @@ class _NaiveSide(_Side):
         db = naive.NaiveDb(self.database).connect()
         try:
             db.create_tables()
-            naive.enqueue(db, _requests(self.opts.notifications), attempts=self.opts.max_attempts)
+            requests = _requests(self.opts.notifications, self.opts.channel)
+            naive.enqueue(db, requests, attempts=self.opts.max_attempts)
         finally:
             db.close()
 
@@ -365,7 +411,13 @@ def simulate(
             folder = logs
             folder.mkdir(parents=True, exist_ok=True)
         database = empty_database or stack.enter_context(scratch_database(opts.database, folder))
-        receiver = stack.enter_context(Receiver(behaviour, seed=rng.randrange(1 << 30)))
+        receiver_seed = rng.randrange(1 << 30)
+        receiver: AnyReceiver
+        if opts.channel == "smtp":
+            mailbox = SmtpReceiver(behaviour, seed=receiver_seed, identify=_mailbox_keys(opts))
+            receiver = stack.enter_context(mailbox)
+        else:
+            receiver = stack.enter_context(Receiver(behaviour, seed=receiver_seed))
         side_type: type[_KirimSide | _NaiveSide] = (
             _KirimSide if opts.strategy == "kirim" else _NaiveSide
         )
@@ -389,7 +441,7 @@ def _drive(
     opts: SimOptions,
     rng: random.Random,
     fleet: _Fleet,
-    receiver: Receiver,
+    receiver: AnyReceiver,
     progress: Progress | None,
     started: float,
 ) -> bool:
@@ -424,7 +476,7 @@ def _drive(
 def _result(
     opts: SimOptions,
     database: str,
-    receiver: Receiver,
+    receiver: AnyReceiver,
     fleet: _Fleet,
     outcomes: list[Outcome],
     seconds: float,
@@ -472,6 +524,7 @@ def _result(
         clock_offsets=dict(fleet.clock_offsets) if opts.clock_skew else {},
         lookup=opts.lookup and opts.strategy == "kirim",
         lookups=dict(receiver.lookups),
+        channel=opts.channel,
     )
 
 

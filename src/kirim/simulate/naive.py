@@ -11,7 +11,10 @@ A job's lease that expires puts it back in reach of the next claim (a visibility
 timeout); a failed or timed-out send puts it back in the queue with a backoff.
 There is no atomic delivery claim, no fencing token, no heartbeat, no attempt log
 and no idempotency key (unless ``--idempotent``: then the stable key is sent, to
-show what the provider-side fix alone does). Tables ``naive_notifications`` and
+show what the provider-side fix alone does). With an ``smtp://HOST:PORT`` URL it sends
+email instead (``kirim simulate --channel smtp``), as most senders do: aiosmtplib,
+any error retried, a fresh Message-ID on every send (with ``--idempotent``, one
+derived from the key). Tables ``naive_notifications`` and
 ``naive_jobs`` live beside kirim's in the same database.
 
 Everything time-related is decided by the worker's own clock, as in the write-up:
@@ -38,13 +41,18 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import make_msgid
 from functools import partial
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+import aiosmtplib
 import httpx
 
 from kirim.clock import Clock, SystemClock
 from kirim.keys import default_key
+from kirim.providers.smtp import message_id
 from kirim.simulate.skew import OffsetClock
 
 T = TypeVar("T")
@@ -305,13 +313,10 @@ class NaiveWorker:
             "payload": json.loads(payload),
         }
         self._log(**log, action="provider_request", request_id=request_id)
-        error = None
-        try:
-            response = await client.post(self.s.url, json=body, headers=headers)
-            if not 200 <= response.status_code < 300:
-                error = f"HTTP_{response.status_code}"
-        except httpx.HTTPError as exc:
-            error = type(exc).__name__
+        if self.s.url.startswith("smtp://"):
+            error = await self._mail(key, recipient, body["payload"])
+        else:
+            error = await self._post(client, body, headers)
         if error is None:
             self._log(**log, action="provider_response", result="success")
             await self._call(lambda: self._mark_sent(job_id, nid))  # update status = 'sent'
@@ -320,6 +325,43 @@ class NaiveWorker:
         self._log(**log, action="provider_response", result="error", error=error)
         delay = self._rng.uniform(0, min(self.s.backoff_max, self.s.backoff_base * 2**attempt))
         await self._call(lambda: self._retry(job_id, nid, attempt >= max_attempts, delay, error))
+
+    async def _post(
+        self, client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str]
+    ) -> str | None:
+        """POST the notification; what went wrong, if anything."""
+        try:
+            response = await client.post(self.s.url, json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        return None if 200 <= response.status_code < 300 else f"HTTP_{response.status_code}"
+
+    async def _mail(self, key: str, recipient: str, payload: dict[str, Any]) -> str | None:
+        """Email the notification over SMTP as most senders do: a fresh Message-ID on
+        every send (with ``--idempotent``, one derived from the key, as kirim's)."""
+        server = urlsplit(self.s.url)
+        mail = EmailMessage()
+        mail["From"] = "Shop <shop@example.com>"
+        mail["To"] = recipient
+        mail["Subject"] = payload["subject"]
+        mail["Message-ID"] = (
+            message_id(key, "example.com")
+            if self.s.idempotent
+            else make_msgid(domain="example.com")
+        )
+        mail.set_content(payload["text"])
+        try:
+            await aiosmtplib.send(
+                mail,
+                hostname=server.hostname,
+                port=server.port,
+                timeout=self.s.timeout,
+                local_hostname=self.s.worker_id,  # the receiver aims faults by it
+                start_tls=False,
+            )
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            return type(exc).__name__
+        return None
 
     def _job_done(self, job_id: int) -> None:
         self.db.rows(
@@ -354,7 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m kirim.simulate.naive", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--database", required=True, help="sqlite:///… or postgresql://…")
-    parser.add_argument("--url", required=True, help="The provider (receiver) URL.")
+    parser.add_argument(
+        "--url", required=True, help="The provider (receiver) URL: http://… or smtp://HOST:PORT."
+    )
     parser.add_argument("--worker-id", required=True)
     parser.add_argument("--lease", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=10)

@@ -22,6 +22,9 @@ from kirim.model import OnUnknown
 
 Strategy = Literal["kirim", "naive"]
 STRATEGIES: tuple[Strategy, ...] = ("kirim", "naive")
+#: what the workers deliver over: HTTP to the webhook receiver, or SMTP to a mail server
+ChannelKind = Literal["webhook", "smtp"]
+CHANNELS: tuple[ChannelKind, ...] = ("webhook", "smtp")
 _Z99 = NormalDist().inv_cdf(0.99)
 _KINDS = "fixed:S, uniform:A:B or lognormal:MEDIAN:P99"
 
@@ -145,6 +148,8 @@ class SimOptions:
     clock_skew: float = 0.0
     #: kirim's channel asks the receiver (lookup) when in doubt; the naive flow ignores it
     lookup: bool = False
+    #: webhook (the HTTP receiver) or smtp (kirim's smtp provider to an aiosmtpd server)
+    channel: ChannelKind = "webhook"
 
     def validate(self) -> SimOptions:
         if self.strategy not in STRATEGIES:
@@ -163,6 +168,10 @@ class SimOptions:
             raise ValueError("timeout_rate + error_rate must not exceed 1")
         if not math.isfinite(self.clock_skew) or self.clock_skew < 0:
             raise ValueError("clock_skew must be a finite number of seconds >= 0")
+        if self.channel not in CHANNELS:
+            raise ValueError(f"channel must be one of {', '.join(CHANNELS)}")
+        if self.lookup and self.channel == "smtp":
+            raise ValueError("lookup needs the webhook channel: SMTP has no lookup")
         if self.lookup and self.idempotent:
             raise ValueError(
                 "lookup runs against a receiver that honours no key: drop --idempotent"

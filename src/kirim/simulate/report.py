@@ -22,8 +22,9 @@ def _count(value: int, *, bad: bool) -> Text:
 
 def show(console: Console, r: SimResult) -> None:
     """The result as a table, with kirim's promise (or the baseline's failure) below it."""
+    over = "" if r.channel == "webhook" else f" over {r.channel}"
     title = (
-        f"kirim simulate: {r.strategy} on {r.backend}, seed {r.seed}, "
+        f"kirim simulate: {r.strategy}{over} on {r.backend}, seed {r.seed}, "
         f"{r.seconds:.1f}s, lease {r.lease:g}s, latency {r.latency}"
     )
     table = Table(title=title, title_justify="left")

@@ -61,6 +61,8 @@ class SimResult:
     #: kirim's channel asked the receiver before resending (``lookups``: its answers)
     lookup: bool = False
     lookups: dict[str, int] = field(default_factory=dict)
+    #: what was delivered over: "webhook" (HTTP) or "smtp" (email to aiosmtpd)
+    channel: str = "webhook"
 
     @property
     def promise_kept(self) -> bool | None:

@@ -6,13 +6,15 @@ from kirim.errors import ConfigError
 from kirim.store.base import Store, StoreTime
 
 
-def open_store(url: str, *, time: StoreTime = None) -> Store:
+def open_store(url: str, *, time: StoreTime = None, read_only: bool = False) -> Store:
     """The backend for a database URL (``sqlite:///…`` or ``postgresql://…``); not yet
-    opened. ``time``: its time of record (``StoreTime``; default: each caller's ``now``)."""
+    opened. ``time``: its time of record (``StoreTime``; default: each caller's ``now``).
+    ``read_only``: for commands that only look: a SQLite file must exist and is opened
+    read-only, never created (a PostgreSQL server creates nothing on a read)."""
     if url.startswith("sqlite:"):
         from kirim.store.sqlite import SQLiteStore
 
-        return SQLiteStore(url, time=time)
+        return SQLiteStore(url, time=time, read_only=read_only)
     if url.startswith(("postgresql:", "postgres:")):
         try:
             from kirim.store.postgres import PostgresStore  # type: ignore[import-not-found,unused-ignore]

@@ -314,7 +314,11 @@ class Store(Protocol):
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
-    ) -> list[Delivery]: ...
+        before_id: int | None = None,
+    ) -> list[Delivery]:
+        """Deliveries with ids above ``after_id``, oldest first; with ``before_id``, those
+        below it, newest first."""
+        ...
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
 

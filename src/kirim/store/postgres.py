@@ -18,6 +18,7 @@ from typing import Any, Literal, LiteralString
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import AsyncConnectionPool
@@ -54,7 +55,7 @@ from kirim.store.logic import (
     token_from,
 )
 from kirim.store.postgres_listen import Listener
-from kirim.store.schema import check_version, too_new
+from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sqlfiles import migrations
 
 #: pg_advisory_xact_lock key of ``migrate`` (the bytes of "kirimmig").
@@ -118,8 +119,12 @@ class PostgresStore:
         return float(self.time.now())
 
     async def open(self) -> None:
+        """Connect (one attempt first, so that a missing server or database is one
+        ``ConfigError`` within the URL's ``connect_timeout``, else ``timeout``), then
+        open the pool."""
         if self._pool is not None:
             return
+        await self._probe()
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.min_size,
@@ -137,6 +142,22 @@ class PostgresStore:
             await pool.close()
             raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {exc}") from exc
         self._pool = pool
+
+    async def _probe(self) -> None:
+        """One connection attempt, not the pool's retries until its timeout."""
+        try:
+            given = "connect_timeout" in conninfo_to_dict(self.conninfo)
+            timeout: dict[str, Any] = (
+                {} if given else {"connect_timeout": max(2, round(self.timeout))}
+            )
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, **timeout)
+        except psycopg.Error as exc:
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise ConfigError(
+                f"PostgreSQL: cannot connect to {redact(self.url)}: {why}; "
+                "check the database URL (--database, KIRIM_DATABASE_URL or the config's database)"
+            ) from None
+        await conn.close()
 
     async def close(self) -> None:
         await self._listener.close()
@@ -354,16 +375,21 @@ class PostgresStore:
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
+        before_id: int | None = None,
     ) -> list[Delivery]:
-        sql: LiteralString = "SELECT * FROM kirim_deliveries WHERE id > %s"
-        args: list[Any] = [after_id]
+        # before_id: the page below it, newest first (kirim list); else oldest first
+        newest = before_id is not None
+        sql: LiteralString = "SELECT * FROM kirim_deliveries WHERE id " + (
+            "< %s" if newest else "> %s"
+        )
+        args: list[Any] = [min(before_id, _MAX_ID) if before_id is not None else after_id]
         if status is not None:
             sql += " AND status = %s"
             args.append(str(status))
         if channel is not None:
             sql += " AND channel = %s"
             args.append(channel)
-        sql += " ORDER BY id LIMIT %s"
+        sql += " ORDER BY id DESC LIMIT %s" if newest else " ORDER BY id LIMIT %s"
         args.append(_limit(limit))
         async with self._auto() as cur:
             await cur.execute(sql, args)
@@ -489,4 +515,4 @@ def _limit(limit: int) -> int | None:
 async def _version(cur: ops.Cursor) -> int:
     await cur.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'")
     row = await cur.fetchone()
-    return int(row["value"]) if row else 0
+    return parse_version(row["value"]) if row else 0

@@ -4,6 +4,19 @@ from __future__ import annotations
 
 from kirim.errors import SchemaError
 from kirim.store.base import SCHEMA_VERSION
+from kirim.validation import shown
+
+
+def parse_version(value: object) -> int:
+    """The schema version ``kirim_meta`` holds, as an int; SchemaError if it is not one
+    (not digits, or absurdly many): the database is damaged, or not kirim's."""
+    text = str(value).strip()
+    if text.isascii() and text.isdigit() and len(text) <= 9:
+        return int(text)
+    raise SchemaError(
+        f"the schema version in kirim_meta is {shown(value)}, not a version number: "
+        "the database is damaged or was not made by kirim"
+    )
 
 
 def too_new(version: int) -> str:

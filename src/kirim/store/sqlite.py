@@ -49,8 +49,9 @@ from kirim.store.logic import (
     request_slot_from,
     token_from,
 )
-from kirim.store.schema import check_version, too_new
+from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sqlfiles import load_queries, migrations
+from kirim.validation import as_id
 
 T = TypeVar("T")
 Q = load_queries("sqlite")
@@ -64,6 +65,34 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
         raise ConfigError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
     params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return parts.path[1:], params
+
+
+def connect_read_only(path: str, *, timeout: float) -> sqlite3.Connection:
+    """A connection that only reads an existing database file: it never creates the file
+    nor writes it (``mode=ro``, ``query_only``), for the commands that only look.
+
+    A WAL database whose ``-shm`` file can be neither found nor created (a read-only
+    directory) is opened ``immutable``: no writer can be at work on it then, since a
+    writer needs that file too. ConfigError if there is no such file.
+    """
+    if not Path(path).is_file():
+        raise ConfigError(
+            f"no SQLite database at {path!r}: the file does not exist "
+            "(check --database, or run `kirim init` to create it)"
+        )
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if getattr(exc, "sqlite_errorname", "") != "SQLITE_CANTOPEN":
+            raise
+        conn = sqlite3.connect(
+            uri + "&immutable=1", uri=True, timeout=timeout, check_same_thread=False
+        )
+    conn.execute("PRAGMA query_only = ON")
+    return conn
 
 
 class _SQLiteOps:
@@ -88,10 +117,19 @@ class _SQLiteOps:
 class SQLiteStore:
     """The embedded backend (``sqlite:///kirim.db``)."""
 
-    def __init__(self, url: str, *, busy_timeout: float = 30.0, time: StoreTime = None) -> None:
-        """``time``: the time of record (``StoreTime``); None takes each caller's ``now``."""
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout: float = 30.0,
+        time: StoreTime = None,
+        read_only: bool = False,
+    ) -> None:
+        """``time``: the time of record (``StoreTime``); None takes each caller's ``now``.
+        ``read_only``: open an existing file for reading only (never create or change it)."""
         self.url = url
         self.time = time
+        self.read_only = read_only
         self.path, params = sqlite_path(url)
         self.synchronous = params.get("synchronous", "full").lower()
         if self.synchronous not in _SYNC:
@@ -123,6 +161,11 @@ class SQLiteStore:
             raise ConfigError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only and self.path != ":memory:":
+            conn = connect_read_only(self.path, timeout=self.busy_timeout)
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            return conn
         if self.path != ":memory:":
             parent = Path(self.path).parent
             if not parent.exists():
@@ -300,8 +343,7 @@ class SQLiteStore:
         # no key holds a lone surrogate (sqlite3 cannot even send one); a NUL can be
         # found: notify refuses it now, but databases written before may hold one
         as_key = by != "id" and text_problem(key_or_id.replace("\x00", "")) is None
-        digits = by != "key" and key_or_id.isascii() and key_or_id.isdigit()
-        number = int(key_or_id) if digits and int(key_or_id) < 2**63 else None
+        number = as_id(key_or_id) if by != "key" else None
 
         def run(conn: sqlite3.Connection) -> Delivery | None:
             row = None
@@ -336,16 +378,19 @@ class SQLiteStore:
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
+        before_id: int | None = None,
     ) -> list[Delivery]:
-        sql = "SELECT * FROM kirim_deliveries WHERE id > ?"
-        args: list[Any] = [after_id]
+        # before_id: the page below it, newest first (kirim list); else oldest first
+        newest = before_id is not None
+        sql = f"SELECT * FROM kirim_deliveries WHERE id {'<' if newest else '>'} ?"
+        args: list[Any] = [before_id if newest else after_id]
         if status is not None:
             sql += " AND status = ?"
             args.append(str(status))
         if channel is not None:
             sql += " AND channel = ?"
             args.append(channel)
-        sql += " ORDER BY id LIMIT ?"
+        sql += " ORDER BY id DESC LIMIT ?" if newest else " ORDER BY id LIMIT ?"
         args.append(limit)
         rows = await self._tx(lambda c: c.execute(sql, args).fetchall(), write=False)
         return [delivery_from(r) for r in rows]
@@ -391,7 +436,7 @@ class SQLiteStore:
         return await self._tx(run, write=False)
 
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
-        number = int(text) if text.isdigit() and len(text) < 19 else -1
+        number = as_id(text) or -1
         rows = await self._tx(
             lambda c: c.execute(Q["search_deliveries"], (number, text, text, limit)).fetchall(),
             write=False,
@@ -417,8 +462,8 @@ class SQLiteStore:
     async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
         def run(conn: sqlite3.Connection) -> Row | None:
             row: Row | None = conn.execute(Q["revoke_token_by_name"], (now, name_or_id)).fetchone()
-            if row is None and name_or_id.isdigit() and len(name_or_id) < 19:
-                row = conn.execute(Q["revoke_token_by_id"], (now, int(name_or_id))).fetchone()
+            if row is None and (number := as_id(name_or_id)) is not None:
+                row = conn.execute(Q["revoke_token_by_id"], (now, number)).fetchone()
             return row
 
         row = await self._tx(run)
@@ -543,7 +588,7 @@ def _latest_job(conn: sqlite3.Connection, delivery_id: int) -> Job | None:
 
 def _version(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'").fetchone()
-    return int(row[0]) if row else 0
+    return parse_version(row[0]) if row else 0
 
 
 def _statements(sql: str) -> list[str]:

@@ -1,0 +1,142 @@
+"""The README, tried literally: its shell blocks and Python snippets run as written.
+
+Every ```sh and ```python block of README.md runs verbatim, in the README's order, in
+one fresh temporary directory (a new user following it from the top), with this
+environment's ``kirim`` and ``python`` first on PATH. A block is skipped only when
+the line above it says why (``<!-- readme-test: skip: REASON -->``), or when it runs
+``kirim serve``, a server that runs until it is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MARK = "<!-- readme-test: skip:"
+SHELLS = {"sh", "bash", "shell"}
+BLOCK_TIMEOUT = 60
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # of the opening fence, 1-based
+    lang: str
+    body: str
+    skip: str | None  # why it does not run
+
+
+def blocks(text: str) -> list[Block]:
+    """The fenced blocks of ``text`` with their language and skip reason."""
+    found: list[Block] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith("```"):
+            i += 1
+            continue
+        lang = line[3:].strip()
+        start = i
+        i += 1
+        body: list[str] = []
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1  # the closing fence
+        above = lines[start - 1].strip() if start > 0 else ""
+        skip = above[len(MARK) :].removesuffix("-->").strip() if above.startswith(MARK) else None
+        code = "\n".join(body) + "\n"
+        if skip is None and lang in SHELLS and "kirim serve" in code:
+            skip = "runs kirim serve, a server that runs until it is stopped"
+        found.append(Block(line=start + 1, lang=lang, body=code, skip=skip))
+    return found
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_every_shell_block_and_python_snippet_of_the_readme_runs(tmp_path: Path) -> None:
+    """Each sh and python block of README.md runs verbatim, in order, in a fresh directory."""
+    if not _port_free(8080):
+        pytest.skip("127.0.0.1:8080 is taken: the first run's test receiver listens there")
+    found = [b for b in blocks(README.read_text()) if b.lang in SHELLS | {"python"}]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIRIM_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    ran, failures = [], []
+    for n, block in enumerate(found):
+        if block.skip is not None:
+            assert block.skip, f"README.md:{block.line}: a skip needs a reason"
+            continue
+        if block.lang == "python":
+            script = tmp_path / f"readme_{n}.py"
+            script.write_text(block.body)
+            argv = [sys.executable, script.name]
+        else:
+            argv = ["bash", "-e", "-o", "pipefail", "-c", block.body]
+        try:
+            done = subprocess.run(
+                argv,
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=BLOCK_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            failures.append(f"README.md:{block.line} ({block.lang}): over {BLOCK_TIMEOUT}s")
+            continue
+        ran.append(block.line)
+        if done.returncode != 0:
+            failures.append(
+                f"README.md:{block.line} ({block.lang}) exited {done.returncode}:\n"
+                f"{block.body}--- stdout\n{done.stdout[-2000:]}--- stderr\n{done.stderr[-2000:]}"
+            )
+    assert not failures, "\n\n".join(failures)
+    assert len(ran) >= 3, f"only the blocks at lines {ran} ran"
+
+
+def test_the_first_run_delivers_and_the_python_snippet_finds_it(tmp_path: Path) -> None:
+    """The README's first run leaves kirim.toml and one sent delivery, which its snippet sees."""
+    if not _port_free(8080):
+        pytest.skip("127.0.0.1:8080 is taken: the first run's test receiver listens there")
+    shell = [b for b in blocks(README.read_text()) if b.lang in SHELLS and b.skip is None]
+    first = next(b for b in shell if "kirim init" in b.body)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KIRIM_")}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", first.body],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "kirim.toml").exists()
+    assert "sent" in done.stdout
+    assert "kirim receiver on http://127.0.0.1:8080/" in done.stderr
+    listed = subprocess.run(
+        [sys.executable, "-m", "kirim", "list", "--status", "sent", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert '"event_id": "order-48291"' in listed.stdout
