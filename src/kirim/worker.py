@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from kirim.batching import Batcher
 from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
+from kirim.cutoff import Cutoffs
 from kirim.decisions import Decisions
 from kirim.errors import (
     AmbiguousFailure,
@@ -125,6 +126,8 @@ class Worker:
         self._lost: set[int] = set()
         #: this host's monotonic time just before each job's claim was asked for
         self._claimed_at: dict[int, float] = {}
+        #: provider calls in flight, cut off at their request timeout
+        self._cutoffs = Cutoffs()
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
         self._wake = asyncio.Event()
@@ -516,11 +519,13 @@ class Worker:
         self, channel: Channel, message: Message, limit: float
     ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
         """The provider request, cut off after ``limit`` seconds, classified (step 7)."""
+        task = self._cutoffs.start(limit)
         try:
-            async with asyncio.timeout(limit):
-                sent = await channel.provider.send(message)
+            sent = await channel.provider.send(message)
             return AttemptStatus.SUCCEEDED, sent, None
-        except TimeoutError:
+        except asyncio.CancelledError:
+            if not self._cutoffs.was_cut(task):
+                raise  # a shutdown, not the request timeout
             return (
                 AttemptStatus.UNKNOWN,
                 None,
@@ -534,6 +539,8 @@ class Worker:
             return AttemptStatus.UNKNOWN, None, exc
         except Exception as exc:  # a provider bug: we cannot know whether it was sent
             return AttemptStatus.UNKNOWN, None, exc
+        finally:
+            self._cutoffs.done(task)
 
     async def _traced_call(
         self, claim: Claim, channel: Channel, message: Message, limit: float
