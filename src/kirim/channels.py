@@ -18,6 +18,9 @@ class Channel:
     on_unknown: OnUnknown = OnUnknown.ASSUME_SENT
     #: ask the provider (``lookup``) before anything else when in doubt
     lookup: bool = False
+    #: seconds the provider remembers an idempotency key (None: for good); past it,
+    #: an in-doubt resend is not trusted to the key (``kirim.providers.dedup``)
+    dedup_window: float | None = None
 
     def __post_init__(self) -> None:
         if (problem := provider_problem(self.provider)) is not None:

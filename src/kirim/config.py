@@ -31,6 +31,7 @@ from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider
+from kirim.providers.dedup import window_of
 from kirim.validation import DAY, BadValue, Number, check_rules, check_text
 from kirim.worker import WorkerSettings
 
@@ -69,6 +70,7 @@ class ChannelConfig:
             provider=build_provider(self.name, self.provider, self.options),
             on_unknown=self.on_unknown,
             lookup=self.lookup,
+            dedup_window=self.dedup_window,
         )
 
 
@@ -116,6 +118,7 @@ _CHANNEL_KEYS = {
     "headers",
     "token",
     "dedup_window",
+    "dedup",
     "lookup_url",
     "lookup_lag",
     # webhook: Standard Webhooks signing, failure classes per status
@@ -268,7 +271,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
     options = {
         k: v
         for k, v in spec.items()
-        if k not in ("provider", "on_unknown", "lookup", "dedup_window")
+        if k not in ("provider", "on_unknown", "lookup", "dedup_window", "dedup")
     }
     prefix = f"{where}: channels.{name}"
     if not isinstance(provider, str):
@@ -282,6 +285,15 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
     window = spec.get("dedup_window")
     if window is not None:
         _valid(CHANNEL_RULES["dedup_window"], window, f"channels.{name}.dedup_window", where)
+    if "dedup" in spec:
+        if window is not None:
+            raise ConfigError(f"{where}: channels.{name}: give dedup or dedup_window, not both")
+        if not isinstance(spec["dedup"], str):
+            raise ConfigError(f"{where}: channels.{name}.dedup must be a provider's name")
+        try:
+            window = window_of(spec["dedup"])
+        except ValueError as exc:
+            raise ConfigError(f"{where}: channels.{name}.dedup: {exc}") from None
     if provider == "webhook":
         if not isinstance(options.get("url"), str) or not options["url"].startswith(
             ("http://", "https://")

@@ -409,9 +409,14 @@ class Worker:
                 return self.decide.wait_until_settled(claim, claim.unsettled_until)
             log.info("in_doubt", decision="lookup_not_found_send", earlier_requests=earlier)
             return None
-        if channel.idempotent:
+        forgotten = channel.dedup_window is not None and any(
+            a.requested_at < claim.now - channel.dedup_window for a in claim.doubtful
+        )
+        if channel.idempotent and not forgotten:
             log.info("in_doubt", decision="resend_same_key", earlier_requests=earlier)
             return None
+        if channel.idempotent:  # past its dedup window the provider forgot the key
+            log.warning("in_doubt", decision="key_forgotten", earlier_requests=earlier)
         if channel.on_unknown is OnUnknown.RETRY:
             log.warning("in_doubt", decision="resend_at_least_once", earlier_requests=earlier)
             return None
