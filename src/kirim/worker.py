@@ -613,7 +613,7 @@ class Worker:
                 error=finish.error,
             )
             if result.job_status is JobStatus.RETRY_SCHEDULED:
-                delay = finish.delay if finish.delay is not None else None
+                delay = finish.delay
                 log.info("retry_scheduled", delay_s=None if delay is None else round(delay, 3))
             elif result.job_status is JobStatus.DEAD:
                 log.warning("dead_lettered", error=finish.error)

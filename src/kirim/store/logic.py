@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from kirim.errors import NotSettled
@@ -23,6 +24,7 @@ from kirim.model import (
 )
 from kirim.store.base import (
     ApiToken,
+    AttemptOutcome,
     Claim,
     ClaimKind,
     Finish,
@@ -189,6 +191,83 @@ def run_at_of(it: Finish, now: float) -> float | None:
 DEFINITE_FAILURE = (AttemptStatus.FAILED_PERMANENT, AttemptStatus.FAILED_TRANSIENT)
 
 
+# -- the rules of finish, written once for both backends (no I/O here) -----------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Written:
+    """What ``finish`` writes for one item, as the rules below leave it."""
+
+    status: DeliveryStatus
+    doubt: Doubt | None
+    message_id: str | None
+    job_status: JobStatus
+    run_at: float | None
+    error: str | None
+    refund: bool
+
+    @staticmethod
+    def of(it: Finish, now: float) -> Written:
+        """What the worker decided, with the next run in the store's time."""
+        return Written(
+            status=it.delivery_status,
+            doubt=it.doubt,
+            message_id=it.provider_message_id,
+            job_status=it.job_status,
+            run_at=run_at_of(it, now),
+            error=it.error,
+            refund=it.refund_attempt,
+        )
+
+    def outranked_by(self, success_message_id: str | None) -> Written:
+        """A success recorded by any attempt (even a stale one) outranks a failure."""
+        return replace(
+            self,
+            status=DeliveryStatus.SENT,
+            job_status=JobStatus.COMPLETED,
+            message_id=success_message_id,
+            doubt=Doubt.RESOLVED if self.doubt is not None else None,
+        )
+
+    def may_have_lost_its_doubt(self, it: Finish) -> bool:
+        """A doubt decision (assume sent, hold) made on earlier requests that may all
+        have been refused since: the store checks that none is doubtful any more."""
+        return self.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD) and (
+            it.attempt is None or it.attempt.status in DEFINITE_FAILURE
+        )
+
+    def without_doubt(self, it: Finish, now: float) -> Written:
+        """Every earlier request was refused: without a request of its own, send again
+        (the claim does not count); after a refusal of its own, the attempts are over."""
+        if it.attempt is None:
+            return replace(
+                self,
+                status=DeliveryStatus.PENDING,
+                doubt=None,
+                job_status=JobStatus.RETRY_SCHEDULED,
+                run_at=now,
+                refund=True,
+                error="the earlier requests were refused meanwhile: sending again",
+            )
+        return replace(self, status=DeliveryStatus.FAILED, doubt=None, job_status=JobStatus.DEAD)
+
+
+def withdrawable(d: Delivery) -> bool:
+    """Whether a delivery rests on an assumption a late refusal can withdraw."""
+    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
+    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
+    return assumed or held
+
+
+def withdrawn(refusal: AttemptOutcome, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
+    """Where a withdrawn assumption goes: transient, sent again (within the job's
+    attempts); permanent, failed."""
+    transient = refusal.status is AttemptStatus.FAILED_TRANSIENT
+    if transient and job is not None and job.attempts < job.max_attempts:
+        return DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
+    return DeliveryStatus.FAILED, JobStatus.DEAD
+
+
 def finish(ops: Ops, it: Finish, now: float | None = None) -> FinishResult:
     """Outcome, delivery status and job state in one go, fenced by the token (step 6).
 
@@ -207,48 +286,25 @@ def finish(ops: Ops, it: Finish, now: float | None = None) -> FinishResult:
             "complete_attempt",
             (str(a.status), a.provider_message_id, a.error, a.completed_at, a.provider_request_id),
         )
-    status, doubt, message_id, job_status = (
-        it.delivery_status,
-        it.doubt,
-        it.provider_message_id,
-        it.job_status,
-    )
-    run_at, error, refund = run_at_of(it, now), it.error, it.refund_attempt
-    if status is not DeliveryStatus.SENT:
-        # A success recorded by any attempt (even a stale one) outranks a failure now.
+    w = Written.of(it, now)
+    if w.status is not DeliveryStatus.SENT:
         success = ops.one("succeeded_attempt", (it.delivery_id,))
         if success is not None:
-            status, job_status = DeliveryStatus.SENT, JobStatus.COMPLETED
-            message_id = success["provider_message_id"]
-            doubt = Doubt.RESOLVED if doubt is not None else None
+            w = w.outranked_by(success["provider_message_id"])
     if (
-        doubt in (Doubt.ASSUMED_SENT, Doubt.HELD)
-        and (it.attempt is None or it.attempt.status in DEFINITE_FAILURE)
+        w.may_have_lost_its_doubt(it)
         and not ops.all("doubtful_attempts", (it.delivery_id,))
         and ops.one("succeeded_attempt", (it.delivery_id,)) is None
     ):
-        # Decided on doubt that answers which came in since then removed: every
-        # earlier request was refused. Without a request of its own, send again (the
-        # claim does not count); after a refusal of its own, the attempts are over.
-        doubt = None
-        if it.attempt is None:
-            status, job_status, run_at, refund = (
-                DeliveryStatus.PENDING,
-                JobStatus.RETRY_SCHEDULED,
-                now,
-                True,
-            )
-            error = "the earlier requests were refused meanwhile: sending again"
-        else:
-            status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+        w = w.without_doubt(it, now)
     changed = ops.run(
         "finish_delivery",
         (
-            str(status),
-            None if doubt is None else str(doubt),
-            message_id,
-            error,
-            str(status),
+            str(w.status),
+            None if w.doubt is None else str(w.doubt),
+            w.message_id,
+            w.error,
+            str(w.status),
             now,
             now,
             it.delivery_id,
@@ -258,9 +314,9 @@ def finish(ops: Ops, it: Finish, now: float | None = None) -> FinishResult:
     if changed == 1:
         ops.run(
             "finish_job",
-            (str(job_status), run_at, error, 1 if refund else 0, now, it.job_id, it.token),
+            (str(w.job_status), w.run_at, w.error, int(w.refund), now, it.job_id, it.token),
         )
-        return FinishResult(committed=True, delivery_status=status, job_status=job_status)
+        return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
         ops.run(
@@ -292,20 +348,14 @@ def reopen(ops: Ops, it: Finish, now: float) -> FinishResult | None:
     if row is None:
         return None
     d = delivery_from(row)
-    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
-    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
-    if not (assumed or held) or ops.all("doubtful_attempts", (d.id,)):
+    if not withdrawable(d) or ops.all("doubtful_attempts", (d.id,)):
         return None
     if ops.one("succeeded_attempt", (d.id,)) is not None:
         return None
     assert it.attempt is not None
     job_row = ops.one("latest_job", (d.id,))
     job = None if job_row is None else job_from(job_row)
-    transient = it.attempt.status is AttemptStatus.FAILED_TRANSIENT
-    if transient and job is not None and job.attempts < job.max_attempts:
-        status, job_status = DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
-    else:
-        status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+    status, job_status = withdrawn(it.attempt, job)
     error = f"late answer: {it.attempt.error}"
     ops.run("reopen_delivery", (str(status), error, now, d.id))
     if job is not None:

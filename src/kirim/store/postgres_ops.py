@@ -43,13 +43,15 @@ from kirim.store.base import (
 from kirim.store.logic import (
     DEFINITE_FAILURE,
     Row,
+    Written,
     _must,
     attempt_from,
     delivery_from,
     job_from,
     request_slot_from,
-    run_at_of,
     unsettled_until,
+    withdrawable,
+    withdrawn,
 )
 from kirim.store.sqlfiles import load_queries
 
@@ -379,46 +381,26 @@ async def finish_one(cur: Cursor, it: Finish, now: float | None) -> FinishResult
                 "request_id": a.provider_request_id,
             },
         )
-    status, doubt, message_id, job_status = (
-        it.delivery_status,
-        it.doubt,
-        it.provider_message_id,
-        it.job_status,
-    )
-    run_at, error, refund = run_at_of(it, t), it.error, it.refund_attempt
+    w = Written.of(it, t)
     key = {"delivery_id": it.delivery_id}
-    if status not in _SENT:
-        # A success recorded by any attempt (even a stale one) outranks a failure now.
+    if w.status not in _SENT:
         success = await one(cur, "succeeded_attempt", key)
         if success is not None:
-            status, job_status = DeliveryStatus.SENT, JobStatus.COMPLETED
-            message_id = success["provider_message_id"]
-            doubt = Doubt.RESOLVED if doubt is not None else None
+            w = w.outranked_by(success["provider_message_id"])
     if (
-        doubt in (Doubt.ASSUMED_SENT, Doubt.HELD)
-        and (it.attempt is None or it.attempt.status in DEFINITE_FAILURE)
+        w.may_have_lost_its_doubt(it)
         and not await rows(cur, "doubtful_attempts", key)
         and await one(cur, "succeeded_attempt", key) is None
     ):
-        doubt = None  # decided on doubt that later answers removed (see logic.finish)
-        if it.attempt is None:
-            status, job_status, run_at, refund = (
-                DeliveryStatus.PENDING,
-                JobStatus.RETRY_SCHEDULED,
-                t,
-                True,
-            )
-            error = "the earlier requests were refused meanwhile: sending again"
-        else:
-            status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+        w = w.without_doubt(it, t)
     changed = await run(
         cur,
         "finish_delivery",
         {
-            "status": str(status),
-            "doubt": None if doubt is None else str(doubt),
-            "message_id": message_id,
-            "error": error,
+            "status": str(w.status),
+            "doubt": None if w.doubt is None else str(w.doubt),
+            "message_id": w.message_id,
+            "error": w.error,
             "now": t,
             "delivery_id": it.delivery_id,
             "token": it.token,
@@ -429,17 +411,17 @@ async def finish_one(cur: Cursor, it: Finish, now: float | None) -> FinishResult
             cur,
             "finish_job",
             {
-                "status": str(job_status),
-                "run_at": run_at,
+                "status": str(w.job_status),
+                "run_at": w.run_at,
                 "delay": None,
-                "refund": 1 if refund else 0,
-                "error": error,
+                "refund": int(w.refund),
+                "error": w.error,
                 "now": t,
                 "job_id": it.job_id,
                 "token": it.token,
             },
         )
-        return FinishResult(committed=True, delivery_status=status, job_status=job_status)
+        return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
         args = {"message_id": it.attempt.provider_message_id, "now": t}
@@ -460,20 +442,14 @@ async def reopen(cur: Cursor, it: Finish, now: float) -> FinishResult | None:
     if row is None:
         return None
     d = delivery_from(row)
-    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
-    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
-    if not (assumed or held) or await rows(cur, "doubtful_attempts", key):
+    if not withdrawable(d) or await rows(cur, "doubtful_attempts", key):
         return None
     if await one(cur, "succeeded_attempt", key) is not None:
         return None
     assert it.attempt is not None
     job_row = await one(cur, "latest_job", key)
     job = None if job_row is None else job_from(job_row)
-    transient = it.attempt.status is AttemptStatus.FAILED_TRANSIENT
-    if transient and job is not None and job.attempts < job.max_attempts:
-        status, job_status = DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
-    else:
-        status, job_status = DeliveryStatus.FAILED, JobStatus.DEAD
+    status, job_status = withdrawn(it.attempt, job)
     error = f"late answer: {it.attempt.error}"
     args = {"status": str(status), "error": error, "now": now}
     await run(cur, "reopen_delivery", {**args, "delivery_id": d.id})
