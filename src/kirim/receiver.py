@@ -56,7 +56,37 @@ class Behaviour:
     latency: Callable[[random.Random], float] | None = None  # base seconds per request
 
 
-class Receiver:
+class Counts:
+    """What a stand-in provider's user received: ``requests`` counts every request per
+    notification, ``_copies`` the copies the user got (one per key when keys are
+    honoured), both guarded by ``_lock``."""
+
+    requests: Counter[str]
+    _copies: Counter[str]
+    _lock: threading.Lock
+
+    def delivered(self) -> int:
+        """Notifications the user received at least once."""
+        with self._lock:
+            return len(self.requests)
+
+    def duplicates(self) -> int:
+        """Requests beyond the first per notification."""
+        with self._lock:
+            return sum(n - 1 for n in self.requests.values())
+
+    def duplicated(self) -> int:
+        """Notifications the user received more than once."""
+        with self._lock:
+            return sum(1 for n in self._copies.values() if n > 1)
+
+    def user_duplicates(self) -> int:
+        """Extra copies a user received: none for keyed requests when keys are honoured."""
+        with self._lock:
+            return sum(n - 1 for n in self._copies.values())
+
+
+class Receiver(Counts):
     """``with Receiver() as r: r.url`` — stops by itself when the block ends."""
 
     def __init__(
@@ -114,26 +144,6 @@ class Receiver:
 
     def release(self) -> None:
         self._hold.set()
-
-    def delivered(self) -> int:
-        """Keys the user received at least once."""
-        with self._lock:
-            return len(self.requests)
-
-    def duplicates(self) -> int:
-        """Requests beyond the first per key."""
-        with self._lock:
-            return sum(n - 1 for n in self.requests.values())
-
-    def duplicated(self) -> int:
-        """Keys the user received more than once (keyed requests count once if honoured)."""
-        with self._lock:
-            return sum(1 for n in self._copies.values() if n > 1)
-
-    def user_duplicates(self) -> int:
-        """Extra copies a user received: none for keyed requests when it honours keys."""
-        with self._lock:
-            return sum(n - 1 for n in self._copies.values())
 
     def _decide(self, key: str, keyed: bool = True) -> tuple[str, float]:
         """(provider message id or "error", seconds to wait before answering)."""

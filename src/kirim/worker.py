@@ -6,7 +6,8 @@ intents and outcomes of concurrent deliveries are grouped into shared transactio
 in flight; a reaper returns expired leases to the queue.
 
 Every intent is bounded in time. Its row carries ``send_deadline`` (the claim's time
-+ ``send_within``, in the store's time) and ``settles_at`` (+ the request timeout).
++ ``send_within``, in the store's time) and ``settles_at`` (+ the request timeout +
+``settle_margin``).
 Here, right before the request leaves (``_send``, after the last checkpoint), the
 worker checks a local monotonic deadline that is earlier than the stored one (it is
 measured from before the claim was asked for) and a lease the heartbeat found lost;
@@ -16,7 +17,7 @@ deadline. The request itself is cut off at the request timeout. So once
 ``settles_at`` has passed (store time) an attempt can no longer cause a request to
 land, and what assumes that — lookup "not found" then send (``_in_doubt``), an
 operator's retry or cancel (``store.logic``) — waits for it. Residual window: a
-process frozen between that check and the socket write.
+process frozen between that check and the socket write for longer than the margin.
 """
 
 from __future__ import annotations

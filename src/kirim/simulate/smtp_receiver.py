@@ -34,7 +34,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from kirim.receiver import Behaviour
+from kirim.receiver import Behaviour, Counts
 
 Identify = Callable[[str, str], str]
 
@@ -47,7 +47,7 @@ def _not_deprecation_chatter(record: logging.LogRecord) -> bool:
 logging.getLogger("mail.log").addFilter(_not_deprecation_chatter)
 
 
-class SmtpReceiver:
+class SmtpReceiver(Counts):
     """``with SmtpReceiver() as r: r.port`` — stops by itself when the block ends."""
 
     def __init__(
@@ -152,27 +152,6 @@ class SmtpReceiver:
             with self._lock:
                 self.logins.append(data.login.decode())
         return AuthResult(success=ok, handled=False)  # aiosmtpd answers 235 or 535
-
-    # -- counts, as Receiver has them ----------------------------------------------------
-
-    def delivered(self) -> int:
-        """Notifications the user received at least once."""
-        with self._lock:
-            return len(self.requests)
-
-    def duplicates(self) -> int:
-        """Messages beyond the first per notification."""
-        with self._lock:
-            return sum(n - 1 for n in self.requests.values())
-
-    def duplicated(self) -> int:
-        """Notifications the user received more than once."""
-        with self._lock:
-            return sum(1 for n in self._copies.values() if n > 1)
-
-    def user_duplicates(self) -> int:
-        with self._lock:
-            return sum(n - 1 for n in self._copies.values())
 
     # -- the hooks ---------------------------------------------------------------------
 
