@@ -1,4 +1,10 @@
-"""`make bench`: kirim's figures on this machine. Prints; asserts nothing."""
+"""`make bench`: kirim's figures on this machine. Prints; asserts nothing.
+
+Each of kirim's figures is printed beside a raw loop of the same durability measured in
+the same run (bench/raw.py), as a ratio: SQLite's one-by-one claim loop and
+PostgreSQL's batched SKIP LOCKED loop for deliveries, a raw executemany of delivery and
+job rows for enqueues.
+"""
 
 from __future__ import annotations
 
@@ -9,25 +15,82 @@ import subprocess
 import sys
 from pathlib import Path
 
+from raw import postgres_raw, sqlite_raw
+
 from kirim.bench import run_bench
 
 HERE = Path(__file__).parent
 
 
+def as_ratio(ours: float | None, theirs: float | None) -> str:
+    return f"{ours / theirs:.2f}x" if ours and theirs else "n/a"
+
+
+def rate(value: float | None) -> str:
+    return f"{value:,.0f}/s" if value is not None else "n/a"
+
+
+def plural(workers: int) -> str:
+    return f"{workers} worker" + ("" if workers == 1 else "s")
+
+
+def sqlite_section(notifications: int) -> None:
+    """kirim on SQLite at synchronous=normal (1, 2 and 4 workers) and full (1 worker),
+    beside the raw one-by-one loop and the raw executemany at the same setting."""
+    print(
+        "== SQLite: kirim (zero-latency provider, full ledger) beside raw loops of the same "
+        "pragmas ==",
+        flush=True,
+    )
+    raw = {sync: sqlite_raw(notifications, sync) for sync in ("normal", "full")}
+    runs = [("normal", 1), ("normal", 2), ("normal", 4), ("full", 1)]
+    kirim = {(sync, w): run_bench(None, notifications, w, sync=sync) for sync, w in runs}
+    for result in [*raw.values(), *kirim.values()]:
+        print(json.dumps(result))
+    for (sync, workers), ours in kirim.items():
+        theirs = raw[sync]["claims_per_s"]
+        print(
+            f"sqlite {sync}: kirim {plural(workers)} {rate(ours['deliveries_per_s'])} vs raw "
+            f"one-by-one loop {rate(theirs)}: {as_ratio(ours['deliveries_per_s'], theirs)}"
+        )
+    for sync in raw:
+        ours, theirs = kirim[(sync, 1)]["enqueues_per_s"], raw[sync]["executemany_inserts_per_s"]
+        print(
+            f"sqlite {sync} enqueue: kirim {rate(ours)} vs raw executemany {rate(theirs)}: "
+            f"{as_ratio(ours, theirs)}"
+        )
+
+
 def postgres_section(database: str, notifications: int, jobs: int) -> None:
-    """kirim on PostgreSQL (1 and 2 workers), procrastinate beside it on the same
-    server, the ratio, and notify() → provider request latency for an idle worker."""
+    """kirim on PostgreSQL (1 and 2 workers) beside the raw batched SKIP LOCKED loop and
+    procrastinate on the same server, the ratios, and notify() → provider request
+    latency for an idle worker."""
     import pg_bench
 
-    print("\n== PostgreSQL: kirim beside procrastinate (same server) ==", flush=True)
+    print(
+        "\n== PostgreSQL: kirim beside a raw SKIP LOCKED loop and procrastinate (same server) ==",
+        flush=True,
+    )
     try:  # latency first, on a quiet server
         latency = pg_bench.latency(database)
         kirim = [run_bench(database, notifications, w) for w in (1, 2)]
+        raw = postgres_raw(database, notifications)
     except Exception as exc:  # no server: say so, measure the rest
         print(f"skipped: PostgreSQL at {database}: {exc}")
         return
-    for result in kirim:
+    for result in [raw, *kirim]:
         print(json.dumps(result))
+    for ours in kirim:
+        print(
+            f"postgresql: kirim {plural(ours['workers'])} {rate(ours['deliveries_per_s'])} vs "
+            f"raw batched loop (batch {raw['batch']}) {rate(raw['claims_per_s'])}: "
+            f"{as_ratio(ours['deliveries_per_s'], raw['claims_per_s'])}"
+        )
+    ours_in, raw_in = kirim[0]["enqueues_per_s"], raw["executemany_inserts_per_s"]
+    print(
+        f"postgresql enqueue: kirim {rate(ours_in)} vs raw executemany {rate(raw_in)}: "
+        f"{as_ratio(ours_in, raw_in)}"
+    )
     try:
         import procrastinate_bench
 
@@ -57,12 +120,12 @@ def main() -> int:
         help="PostgreSQL server for the side-by-side (throw-away databases are made there)",
     )
     parser.add_argument("--jobs", type=int, default=5_000, help="procrastinate's no-op jobs")
+    parser.add_argument(
+        "--http-requests", type=int, default=20_000, help="bench/http_bench.py --requests"
+    )
     args = parser.parse_args()
 
-    print("== SQLite: enqueue and deliver (zero-latency provider, full ledger) ==")
-    for workers in (1, 2):
-        result = run_bench(None, args.notifications, workers)
-        print(json.dumps(result))
+    sqlite_section(args.notifications)
     postgres_section(args.database, args.notifications, args.jobs)
     print(
         "\n== kirim analyze ==",
@@ -74,7 +137,10 @@ def main() -> int:
             [sys.executable, str(analyze), "--lines", str(args.analyze_lines)], check=True
         )
     print("\n== HTTP: POST /v1/notifications (kirim serve, one worker, SQLite) ==", flush=True)
-    subprocess.run([sys.executable, str(HERE / "http_bench.py")], check=True)
+    subprocess.run(
+        [sys.executable, str(HERE / "http_bench.py"), "--requests", str(args.http_requests)],
+        check=True,
+    )
     return 0
 
 

@@ -3,7 +3,9 @@
 Deliveries go to a zero-latency in-process provider, through the full ledger
 (delivery, job, attempt written ahead, outcome committed), in worker processes
 that start together once every one of them is ready. Progress goes to stderr while
-it runs (``say``); the result is what ``run_bench`` returns.
+it runs (``say``); the result is what ``run_bench`` returns, with the durability the
+run had (SQLite's journal mode and ``synchronous``, or the PostgreSQL server's
+``synchronous_commit`` and ``fsync``): rates mean little without it.
 """
 
 from __future__ import annotations
@@ -12,17 +14,19 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import queue
+import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode
 
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim, NotifyRequest
-from kirim.errors import KirimError
+from kirim.errors import ConfigError, KirimError
 from kirim.observe.logging import configure
 from kirim.testing import NullProvider
 from kirim.worker import WorkerSettings
@@ -34,8 +38,54 @@ SETTINGS = WorkerSettings(lease=30, concurrency=256, batch_size=256, poll_interv
 PG_SETTINGS = WorkerSettings(lease=30, concurrency=512, batch_size=256, poll_interval=0.05)
 
 
+SYNC_CHOICES = ("full", "normal")  # kirim bench --sync: SQLite's synchronous setting
+
+
+def is_postgres(database: str | None) -> bool:
+    return database is not None and database.startswith(("postgresql:", "postgres:"))
+
+
 def settings_for(database: str) -> WorkerSettings:
-    return PG_SETTINGS if database.startswith(("postgresql:", "postgres:")) else SETTINGS
+    return PG_SETTINGS if is_postgres(database) else SETTINGS
+
+
+def with_sync(url: str, sync: str) -> str:
+    """The SQLite URL with ``?synchronous=sync`` (in place of one it had). Split by hand:
+    ``urlunsplit`` would turn ``sqlite:////abs.db`` into ``sqlite://abs.db``."""
+    base, _, query = url.partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "synchronous"]
+    return f"{base}?{urlencode([*kept, ('synchronous', sync)])}"
+
+
+def durability(url: str) -> str:
+    """What a commit survives, as the run had it: ``WAL, synchronous=full`` (the SQLite
+    file's journal mode, read from the file, and the URL's ``synchronous``, the store's
+    default ``full`` without one), or the PostgreSQL server's ``synchronous_commit``
+    and ``fsync`` as this URL's connections see them."""
+    if is_postgres(url):
+        import psycopg
+
+        from kirim.store.postgres import postgres_conninfo
+
+        conninfo, _ = postgres_conninfo(url)
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            shown = []
+            for name in ("synchronous_commit", "fsync"):
+                row = conn.execute(f"SHOW {name}").fetchone()
+                shown.append(f"{name}={row[0] if row else '?'}")
+        return ", ".join(shown)
+    base, _, query = url.partition("?")
+    sync = dict(parse_qsl(query)).get("synchronous", "full").lower()
+    try:  # sqlite:///rel.db → rel.db, sqlite:////abs.db → /abs.db
+        file = sqlite3.connect(f"file:{quote(base.removeprefix('sqlite:///'))}?mode=ro", uri=True)
+        try:
+            row = file.execute("PRAGMA journal_mode").fetchone()
+        finally:
+            file.close()
+        journal = str(row[0]).upper() if row else "?"
+    except sqlite3.Error:
+        journal = "?"
+    return f"{journal}, synchronous={sync}"
 
 
 def _app(database: str) -> Kirim:
@@ -158,7 +208,7 @@ def scratch(database: str | None, folder: Path) -> contextlib.AbstractContextMan
     """Where to measure: a throw-away PostgreSQL database on the server of a
     ``postgresql://`` URL (created, then dropped), a temporary SQLite file for None, or
     the SQLite file given."""
-    if database is not None and database.startswith(("postgresql:", "postgres:")):
+    if is_postgres(database):
         from kirim.simulate.harness import scratch_database
 
         return scratch_database(database, folder)
@@ -166,26 +216,45 @@ def scratch(database: str | None, folder: Path) -> contextlib.AbstractContextMan
 
 
 def run_bench(
-    database: str | None, notifications: int, workers: int, metrics: bool = False
+    database: str | None,
+    notifications: int,
+    workers: int,
+    metrics: bool = False,
+    sync: str | None = None,
 ) -> dict[str, Any]:
     """Enqueue then deliver ``notifications``; return the rates (``metrics``: workers
-    record Prometheus metrics, to measure what they cost)."""
+    record Prometheus metrics, to measure what they cost; ``sync``: SQLite's
+    ``synchronous``, ``full`` or ``normal``, set on the URL; None keeps the URL's, else
+    ``full``). ``sync`` with a PostgreSQL URL is a ``ConfigError``: there durability is
+    the server's, and the result reports it."""
+    if sync is not None:
+        if sync not in SYNC_CHOICES:
+            raise ConfigError(f"sync must be one of {list(SYNC_CHOICES)}, not {sync!r}")
+        if is_postgres(database):
+            raise ConfigError(
+                "--sync is SQLite's synchronous setting; on PostgreSQL durability is the "
+                "server's (synchronous_commit, fsync), which the result reports"
+            )
     configure(level="warning")
     with (
         tempfile.TemporaryDirectory(prefix="kirim-bench-") as tmp,
-        scratch(database, Path(tmp)) as url,
+        scratch(database, Path(tmp)) as where_url,
     ):
-        offset = int(time.time() * 1000) % 10**9 * 1000 if url == database else 0
+        given = where_url == database  # an existing SQLite file: fresh event ids
+        url = with_sync(where_url, sync) if sync and where_url.startswith("sqlite:") else where_url
+        offset = int(time.time() * 1000) % 10**9 * 1000 if given else 0
         say(f"enqueueing {notifications:,} notifications")
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
         say(f"enqueued in {enqueue_s:.2f}s; delivering with {workers} worker processes")
         deliver_s, sent = _deliver(url, workers, metrics, notifications)
         say(f"{sent:,} delivered in {deliver_s:.2f}s")
+        durable = durability(url)
     where = "sqlite (temporary file)" if database is None else url.split("@")[-1]
-    if database is not None and url != database:
+    if database is not None and not given:
         where += " (throw-away database, dropped)"
     return {
         "database": where,
+        "durability": durable,
         "notifications": notifications,
         "workers": workers,
         "concurrency": settings_for(url).concurrency,

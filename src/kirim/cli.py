@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import signal
 from typing import Any
 
@@ -89,6 +90,8 @@ def main(
 KirimGroup.lazy = {**KirimGroup.lazy, "simulate": ("kirim.simulate.command", "simulate")}
 # `kirim doctor` lives in kirim.doctor and is imported only when used.
 KirimGroup.lazy = {**KirimGroup.lazy, "doctor": ("kirim.doctor", "doctor")}
+# `kirim prune` (retention) lives in kirim.cli_prune and is imported only when used.
+KirimGroup.lazy = {**KirimGroup.lazy, "prune": ("kirim.cli_prune", "prune")}
 # `kirim serve` (kirim.http, FastAPI) and `kirim token` are imported only when used.
 KirimGroup.lazy = {
     **KirimGroup.lazy,
@@ -613,6 +616,14 @@ def demo(state: State, notifications: int, workers: int, seed: int | None) -> No
 @click.option("--notifications", type=click.IntRange(min=1), default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--metrics", is_flag=True, help="Workers record Prometheus metrics (their cost).")
+@click.option(
+    "--sync",
+    type=click.Choice(["full", "normal"]),
+    help="SQLite only: its synchronous setting for the run, set on the URL as "
+    "?synchronous=. full (the store's default) fsyncs every commit; normal fsyncs the WAL "
+    "only at checkpoints, so a power loss can undo the last commits. The result's "
+    "durability field says what the run had (on PostgreSQL: the server's settings).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
 def bench(
@@ -621,6 +632,7 @@ def bench(
     notifications: int,
     workers: int,
     metrics: bool,
+    sync: str | None,
     as_json: bool,
 ) -> None:
     """Measure enqueue and delivery throughput.
@@ -629,17 +641,30 @@ def bench(
     in-process provider, with the full ledger (delivery, job, attempt). --database
     (here or before the command) picks where: a SQLite file, or a PostgreSQL
     server on which a throw-away database is created and dropped; without it a
-    temporary SQLite file is used.
+    temporary SQLite file is used. The result includes its durability: SQLite's
+    journal mode and synchronous setting (--sync), or PostgreSQL's
+    synchronous_commit and fsync.
 
     \b
     Example:
       kirim bench --notifications 10000 --workers 8 --json
+      kirim bench --sync normal --workers 2
     """
     state.setup_logging()
+    database = bench_database or state.database
+    if sync is not None and database and database.startswith(("postgresql:", "postgres:")):
+        raise click.UsageError(
+            "--sync is SQLite's synchronous setting, not for a PostgreSQL database: there "
+            "durability is the server's (synchronous_commit, fsync), which "
+            "the result reports",
+            click.get_current_context(),
+        )
     run_bench = cli_ops.extension("kirim.bench", "run_bench", "bench")
-    args: list[Any] = [bench_database or state.database, notifications, workers]
+    args: list[Any] = [database, notifications, workers]
     if metrics:
         args.append(True)  # run_bench's metrics argument, given only when asked for
+    if sync is not None:
+        run_bench = functools.partial(run_bench, sync=sync)  # given only when asked for
     result = cli_ops.call_extension(run_bench, *args)
     if as_json:
         cli_ops.emit_json(result)

@@ -16,7 +16,6 @@ import importlib.metadata
 import inspect
 import json
 import os
-import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
@@ -45,7 +44,7 @@ from kirim.errors import (
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
 from kirim.observe.logging import Sink, configure
 from kirim.store import open_store
-from kirim.validation import MAX_EPOCH, as_id
+from kirim.validation import DURATION, DURATION_UNITS, MAX_EPOCH, as_id
 from kirim.worker import Worker
 
 T = TypeVar("T")
@@ -56,8 +55,7 @@ EXIT_FAILED = 1  # a failed check, a missing record
 EXIT_USAGE = 2  # a bad flag, config, URL or schema: something the caller must fix
 MAX_ID = 2**63 - 1  # the largest id a store holds
 _USAGE_ERRORS = (ConfigError, SchemaError, InvalidNotification, IdempotencyKeyReused)
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION, _UNITS = DURATION, DURATION_UNITS  # the one grammar of durations
 
 
 # -- running a command -----------------------------------------------------------------

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kirim.validation import BadValue, Number, check_key, check_text, text_problem
+from kirim.validation import (
+    BadValue,
+    Number,
+    check_key,
+    check_text,
+    require_duration,
+    text_problem,
+)
 
 if TYPE_CHECKING:
     _ParamType = click.ParamType[Any]  # generic from click 8.2 on
@@ -47,6 +54,25 @@ def _number(text: str) -> Any:
         with contextlib.suppress(ValueError):
             return float(value)
     return text
+
+
+class DurationParam(_ParamType):
+    """A duration flag (``30d``, ``12h``, ``90m``, or seconds), checked by the rule of the
+    setting it overrides in kirim.toml; the value is in seconds."""
+
+    name = "duration"
+
+    def __init__(self, rule: Number) -> None:
+        self.rule = rule
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        parsed = (
+            _number(value) if isinstance(value, str) and value.strip()[-1:].isdigit() else value
+        )
+        try:
+            return require_duration(_name(param), parsed, self.rule)
+        except BadValue as exc:
+            self.fail(exc.reason, param, ctx)
 
 
 class TextParam(_ParamType):

@@ -32,8 +32,9 @@ from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider
 from kirim.providers.dedup import window_of
-from kirim.validation import DAY, BadValue, Number, check_rules, check_text
+from kirim.validation import DAY, BadValue, Number, check_rules, check_text, require_duration
 from kirim.worker import WorkerSettings
+from kirim.worker_settings import RULES as WORKER_RULES
 
 DEFAULT_DATABASE = "sqlite:///kirim.db"
 DEFAULT_MAX_PAYLOAD = 256 * 1024
@@ -107,7 +108,12 @@ class Config:
         )
 
 
-_WORKER_KEYS = {f.name for f in fields(WorkerSettings)} | {"max_attempts"}
+#: the ``[retention]`` table's keys (durations such as "30d", or seconds) and the
+#: WorkerSettings fields they set
+_RETENTION_KEYS = {"keep": "retention_keep", "keys": "retention_keys"}
+#: the ``[worker]`` table's keys (the retention settings are written in [retention])
+_WORKER_KEYS = {f.name for f in fields(WorkerSettings)} - set(_RETENTION_KEYS.values())
+_WORKER_KEYS.add("max_attempts")
 _CHANNEL_KEYS = {
     "provider",
     "on_unknown",
@@ -173,7 +179,14 @@ def parse_config(
     data: Mapping[str, Any], *, database: str | None = None, source: str | None = None
 ) -> Config:
     where = source or "config"
-    unknown = set(data) - {"database", "max_payload_bytes", "worker", "channels", "serve"}
+    unknown = set(data) - {
+        "database",
+        "max_payload_bytes",
+        "worker",
+        "channels",
+        "serve",
+        "retention",
+    }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     db = database or os.environ.get("KIRIM_DATABASE_URL") or data.get("database")
@@ -186,6 +199,7 @@ def parse_config(
     max_attempts = _valid(
         RULES["max_attempts"], worker_data.pop("max_attempts", 8), "worker.max_attempts", where
     )
+    worker_data.update(_retention(_table(data, "retention", where), where))
     try:
         worker = WorkerSettings(**worker_data)
     except BadValue as exc:
@@ -210,6 +224,21 @@ def parse_config(
         source=source,
         serve=_serve(_table(data, "serve", where), where),
     )
+
+
+def _retention(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """``[retention] keep`` and ``keys`` as WorkerSettings' fields, in seconds."""
+    bad = set(spec) - set(_RETENTION_KEYS)
+    if bad:
+        raise ConfigError(f"{where}: unknown [retention] key(s) {', '.join(sorted(bad))}")
+    found = {}
+    for key, name in _RETENTION_KEYS.items():
+        if key in spec:
+            try:
+                found[name] = require_duration(f"retention.{key}", spec[key], WORKER_RULES[name])
+            except BadValue as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+    return found
 
 
 def _serve(spec: Mapping[str, Any], where: str) -> ServeSettings:

@@ -3,9 +3,10 @@
 Checks the schema, the UNIQUE index on the idempotency key (and duplicates it let
 in), deliveries stuck in ``processing``, in-doubt deliveries waiting for an operator,
 the dead letters, the lease against the providers' observed p99 latency, the
-database clock against this host's, and each channel's provider dedup window
-against kirim's retry horizon. ``--table T --key COLS`` audits any delivery table
-for a unique index on exactly those columns. Read-only: it never writes.
+database clock against this host's, each channel's provider dedup window against
+kirim's retry horizon, and the retention (``[retention] keep``) against both.
+``--table T --key COLS`` audits any delivery table for a unique index on exactly
+those columns. Read-only: it never writes.
 
 Statuses: ``ok``, ``warning`` (worth a look), ``problem`` (exit 1), ``skipped``.
 """
@@ -66,18 +67,13 @@ def diagnose(db: Database, config: Config, *, now: float) -> list[Check]:
         checks.append(Check("store", SKIPPED, "the other store checks need the schema"))
     checks.append(_clock_skew(db, config.worker.lease))
     checks += _dedup_windows(config)
+    checks.append(_retention(config))
     return checks
 
 
 def _schema(db: Database) -> Check:
-    present = (
-        db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'kirim_meta'")
-        if db.dialect == "sqlite"
-        else db.scalar("SELECT count(*) FROM pg_class WHERE oid = to_regclass('kirim_meta')")
-    )
-    raw = (
-        db.scalar("SELECT value FROM kirim_meta WHERE key = 'schema_version'") if present else None
-    )
+    present = db.named_scalar("doctor_has_meta")
+    raw = db.named_scalar("doctor_schema_version") if present else None
     try:
         version = 0 if raw is None else parse_version(raw)
     except SchemaError as exc:
@@ -103,17 +99,7 @@ def _schema(db: Database) -> Check:
 
 def _stuck(db: Database, now: float, lease: float) -> Check:
     """processing, claim expired for more than a lease, and no live lease holding it."""
-    rows = db.query(
-        "SELECT d.id, (SELECT j.status FROM kirim_jobs j WHERE j.delivery_id = d.id "
-        "  AND j.status IN ('queued', 'running', 'retry_scheduled') "
-        "  ORDER BY j.id DESC LIMIT 1) AS job_status "
-        "FROM kirim_deliveries d "
-        "WHERE d.status = 'processing' AND COALESCE(d.claim_expires_at, d.updated_at) < ? "
-        "  AND NOT EXISTS (SELECT 1 FROM kirim_jobs j WHERE j.delivery_id = d.id "
-        "                  AND j.status = 'running' AND j.lease_expires_at >= ?) "
-        "ORDER BY d.id LIMIT 1000",
-        (now - lease, now),
-    )
+    rows = db.named("doctor_stuck", {"before": now - lease, "now": now})
     if not rows:
         return Check("stuck_processing", OK, "no delivery is stuck in processing")
     orphans = [r for r in rows if r["job_status"] is None]
@@ -137,13 +123,10 @@ def _stuck(db: Database, now: float, lease: float) -> Check:
 
 
 def _in_doubt(db: Database) -> Check:
-    rows = db.query(
-        "SELECT id FROM kirim_deliveries WHERE status = 'in_doubt' ORDER BY id LIMIT ?",
-        (LISTED,),
-    )
+    rows = db.named("doctor_in_doubt", {"limit": LISTED})
     if not rows:
         return Check("in_doubt", OK, "no delivery is waiting in doubt for an operator")
-    total = int(db.scalar("SELECT count(*) FROM kirim_deliveries WHERE status = 'in_doubt'"))
+    total = int(db.named_scalar("doctor_in_doubt_count"))
     return Check(
         "in_doubt",
         WARNING,
@@ -156,7 +139,7 @@ def _in_doubt(db: Database) -> Check:
 
 
 def _dead_letters(db: Database) -> Check:
-    total = int(db.scalar("SELECT count(*) FROM kirim_jobs WHERE status = 'dead'"))
+    total = int(db.named_scalar("doctor_dead_count"))
     if total == 0:
         return Check("dead_letters", OK, "the dead-letter queue is empty")
     return Check(
@@ -169,12 +152,8 @@ def _dead_letters(db: Database) -> Check:
 
 
 def _lease_vs_latency(db: Database, lease: float) -> Check:
-    rows = db.tuples(
-        "SELECT completed_at - requested_at FROM kirim_attempts WHERE completed_at IS NOT NULL "
-        "ORDER BY id DESC LIMIT ?",
-        (RECENT_ATTEMPTS,),
-    )
-    samples = sorted(max(0.0, float(r[0])) for r in rows)
+    rows = db.named("doctor_latencies", {"limit": RECENT_ATTEMPTS})
+    samples = sorted(max(0.0, float(next(iter(r.values())))) for r in rows)
     if not samples:
         return Check("lease_vs_latency", SKIPPED, "no completed attempt yet to measure latency")
     p99 = samples[max(0, math.ceil(0.99 * len(samples)) - 1)]
@@ -199,7 +178,7 @@ def _clock_skew(db: Database, lease: float) -> Check:
             "SQLite: the database and its workers read one host's clock",
         )
     before = time.time()
-    db_now = float(db.scalar("SELECT extract(epoch from clock_timestamp())"))
+    db_now = float(db.named_scalar("doctor_clock"))
     after = time.time()
     skew = db_now - (before + after) / 2
     message = f"database clock {skew:+.3f} s from this host's (±{(after - before) / 2:.3f} s)"
@@ -271,6 +250,54 @@ def _dedup_windows(config: Config) -> list[Check]:
     return checks
 
 
+def _span(seconds: float) -> str:
+    """A duration as [retention] takes one: ``30d``, ``12h``, ``90m`` or ``45s``."""
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{math.ceil(seconds):g}s"
+
+
+def _retention(config: Config) -> Check:
+    """[retention] keep against the retry horizon and each channel's dedup window: a
+    delivery's record (its attempts, the provider's message ids) should outlive both."""
+    keep = config.worker.retention_keep
+    if keep is None:
+        return Check(
+            "retention",
+            SKIPPED,
+            "no [retention] keep: every delivery is kept for ever (the ledger only grows)",
+            'set keep = "90d" in a [retention] table (the worker then prunes), or run '
+            "`kirim prune --keep 90d` now and then",
+        )
+    keys = config.worker.retention_keys
+    what = f"finished deliveries are pruned {_span(keep)} after their last change"
+    short = []
+    horizon = retry_horizon(config)
+    if keep < horizon:
+        short.append(
+            f"the retry horizon ({_span(horizon)}: {config.max_attempts} attempts, backoff up "
+            f"to {config.worker.backoff_max:g} s): a failed delivery may be gone before an "
+            "operator looks at it or retries it"
+        )
+    for name, channel in sorted(config.channels.items()):
+        window = channel.dedup_window
+        if window is not None and keep < window:
+            short.append(
+                f"channel {name}'s dedup window ({_span(window)}): its record goes while "
+                "the provider still remembers its key, and may still report on it"
+            )
+    if not short:
+        return Check("retention", OK, f"{what}, their keys kept {_span(keys)} more")
+    longest = max([horizon] + [c.dedup_window or 0.0 for c in config.channels.values()])
+    return Check(
+        "retention",
+        WARNING,
+        f"{what}, which is shorter than " + "; and than ".join(short),
+        f'set [retention] keep = "{_span(math.ceil(longest / 86_400) * 86_400.0)}" or more',
+    )
+
+
 # -- the command -----------------------------------------------------------------------
 
 _MARK = {OK: "ok", WARNING: "WARNING", PROBLEM: "PROBLEM", SKIPPED: "skipped"}
@@ -319,9 +346,10 @@ def doctor(
 
     Checks the UNIQUE index on the idempotency key, deliveries stuck in
     processing, in-doubt deliveries and dead letters, the lease against the
-    providers' p99 latency, clock skew, and each channel's dedup_window against
-    the retry horizon. With --table and --key, audits any delivery table for a
-    unique index on exactly those columns (and the duplicates already in it).
+    providers' p99 latency, clock skew, each channel's dedup_window against the
+    retry horizon, and [retention] keep against both. With --table and --key,
+    audits any delivery table for a unique index on exactly those columns (and
+    the duplicates already in it).
     Exits 1 on any problem; warnings alone exit 0. Never writes.
 
     \b

@@ -9,8 +9,9 @@ otherwise, so that they run unchanged on both.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,25 @@ class Database:
         rows = self.tuples(sql, args)
         return rows[0][0] if rows else None
 
+    def named(self, name: str, args: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Rows of the dialect's named query ``name`` (``store/<dialect>/sql/doctor.sql``)."""
+        names, rows = self._execute(_queries(self.dialect)[name], args or {})
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def named_scalar(self, name: str, args: Mapping[str, Any] | None = None) -> Any:
+        _, rows = self._execute(_queries(self.dialect)[name], args or {})
+        return rows[0][0] if rows else None
+
     def _run(self, sql: str, args: Sequence[Any]) -> tuple[list[str], list[tuple[Any, ...]]]:
         params: tuple[Any, ...] | None = tuple(args)
         if self.dialect == "postgres":
             # No parameters: psycopg then leaves the text alone (a % in a quoted name).
             sql, params = (sql.replace("?", "%s"), params) if args else (sql, None)
+        return self._execute(sql, params)
+
+    def _execute(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         try:
             cur = self._conn.execute(sql, params)
             names = [d[0] for d in cur.description or ()]
@@ -218,3 +233,10 @@ def _open_postgres(url: str) -> Any:
             f"PostgreSQL: cannot connect to {redact(url)}: {str(exc).strip()}"
         ) from exc
     return conn
+
+
+@functools.cache
+def _queries(dialect: str) -> dict[str, str]:
+    from kirim.store.sqlfiles import load_queries
+
+    return load_queries(dialect)

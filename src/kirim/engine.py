@@ -28,7 +28,7 @@ from kirim.keys import canonical_json, default_key, payload_hash
 from kirim.model import Attempt, Delivery, DeliveryStatus, Job
 from kirim.observe.logging import get_logger
 from kirim.store import open_store
-from kirim.store.base import NewDelivery, Store
+from kirim.store.base import EnqueuesIn, NewDelivery, Store
 from kirim.testing import Checkpoints
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
@@ -48,6 +48,9 @@ class Notification:
     idempotency_key: str
     created: bool
     status: DeliveryStatus
+    #: the key's delivery was pruned (retention) while its tombstone still holds the key:
+    #: nothing was written, and ``status`` is the status it had when pruned
+    pruned: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,18 +166,19 @@ class Kirim:
         if connection is None:
             results = await self.store.enqueue(items, now=now)
         else:
-            enqueue_in = getattr(self.store, "enqueue_in", None)
-            if enqueue_in is None:
+            store = self.store
+            if not isinstance(store, EnqueuesIn):
                 raise ConfigError(
                     "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
                 )
-            results = await enqueue_in(connection, items, now=now)
+            results = await store.enqueue_in(connection, items, now=now)
         out = []
         for item, result in zip(items, results, strict=True):
             d = result.delivery
             if not result.created and self.metrics is not None:
                 self.metrics.enqueue_conflict(item.channel)
-            if not result.created and (field := reused_field(d, item)) is not None:
+            # a pruned delivery's fields are gone: whether the key was reused is unknown
+            if not result.created and not result.pruned and (field := reused_field(d, item)):
                 raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
             # In the caller's transaction the delivery is only staged: it exists once
             # (and if) the caller commits, which kirim does not see.
@@ -193,6 +197,7 @@ class Kirim:
                     idempotency_key=d.idempotency_key,
                     created=result.created,
                     status=d.status,
+                    pruned=result.pruned,
                 )
             )
         return out
@@ -425,3 +430,7 @@ class _SyncCursor:
     @property
     def rowcount(self) -> int:
         return int(self._cur.rowcount)
+
+    @property
+    def description(self) -> Any:
+        return self._cur.description

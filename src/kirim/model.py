@@ -155,3 +155,7 @@ class EnqueueResult:
     delivery: Delivery
     job: Job | None
     created: bool
+    #: the key's delivery was pruned (retention) and its tombstone still holds the key:
+    #: ``delivery`` is rebuilt from the tombstone (id, key, final status, created_at;
+    #: every other field empty), ``job`` is None, and nothing was written
+    pruned: bool = False

@@ -19,7 +19,7 @@ import click
 from kirim import cli_ops, cli_types
 from kirim.cli_ops import State, pass_state
 from kirim.errors import ConfigError
-from kirim.store.base import ApiToken, Store
+from kirim.store.base import ApiToken, Tokens
 
 TOKEN_PREFIX = "kirim_"
 #: characters of a token kept in clear (``kirim_`` and four random ones)
@@ -48,7 +48,7 @@ def check_name(name: str) -> str:
     return name
 
 
-async def create_token(store: Store, name: str, *, now: float) -> tuple[ApiToken, str]:
+async def create_token(store: Tokens, name: str, *, now: float) -> tuple[ApiToken, str]:
     """Create a token named ``name``: its record and the secret (shown once)."""
     check_name(name)
     secret = new_secret()

@@ -10,6 +10,7 @@ these functions, so one bad value gets one message wherever it comes in. They ra
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
@@ -142,6 +143,34 @@ def require_number(
     if not (low_ok and number <= maximum):
         raise BadValue(name, f"must be {rule}, not {shown(value)}")
     return number
+
+
+# -- durations ---------------------------------------------------------------------------
+
+#: a duration as people write one: ``30s``, ``5m``, ``12h``, ``30d``, ``1h30m``, ``500ms``
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY}
+
+
+def parse_duration(text: str) -> float | None:
+    """The seconds of a duration such as ``30d``, ``12h`` or ``1h30m``; None if ``text``
+    is not one (the grammar of ``kirim send --send-after``)."""
+    value = text.strip()
+    if not value or DURATION.sub("", value) != "":
+        return None
+    return sum(float(n) * DURATION_UNITS[unit] for n, unit in DURATION.findall(value))
+
+
+def require_duration(name: str, value: Any, rule: Number) -> Any:
+    """A duration (``"30d"``, ``"12h"``) or a number of seconds, checked by ``rule``."""
+    if isinstance(value, str):
+        seconds = parse_duration(value)
+        if seconds is None:
+            raise BadValue(
+                name, f"must be a duration such as 30d, 12h or 90m (or seconds), not {shown(value)}"
+            )
+        value = seconds
+    return rule.check(name, value)
 
 
 def check_rules(rules: Mapping[str, Number], values: Mapping[str, Any]) -> None:

@@ -16,7 +16,7 @@ worker can take the delivery over before the lease ends, which is after the
 deadline. The request itself is cut off at the request timeout. So once
 ``settles_at`` has passed (store time) an attempt can no longer cause a request to
 land, and what assumes that — lookup "not found" then send (``_in_doubt``), an
-operator's retry or cancel (``store.logic``) — waits for it. Residual window: a
+operator's retry or cancel (``store.transitions``) — waits for it. Residual window: a
 process frozen between that check and the socket write for longer than the margin.
 """
 
@@ -53,9 +53,11 @@ from kirim.store.base import (
     FinishResult,
     Intent,
     Lease,
+    Queue,
     QueueStats,
-    Store,
+    WaitsForJobs,
 )
+from kirim.store.retention import PruneResult, Prunes
 from kirim.testing import Checkpoints
 from kirim.text import stored_text
 from kirim.worker_settings import WorkerSettings, default_worker_id
@@ -65,6 +67,10 @@ if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
 __all__ = ["Worker", "WorkerSettings", "default_worker_id"]
+
+#: the reaper prunes (``[retention] keep``) this often, at most this many batches a round
+PRUNE_EVERY = 60.0
+PRUNE_BATCHES = 4
 
 RESULT = {
     AttemptStatus.SUCCEEDED: "success",
@@ -93,7 +99,7 @@ def _outcome(result: FinishResult) -> str:
 class Worker:
     def __init__(
         self,
-        store: Store,
+        store: Queue,
         channels: Mapping[str, Channel],
         *,
         settings: WorkerSettings | None = None,
@@ -166,9 +172,9 @@ class Worker:
         background = [asyncio.create_task(self._heartbeat_loop())]
         if not burst:
             background.append(asyncio.create_task(self._reap_loop()))
-        listen = getattr(self.store, "wait_for_jobs", None)
-        if listen is not None and not burst:
-            await listen(0)  # LISTEN before the first claim, so no wake-up is missed
+        store = self.store
+        if isinstance(store, WaitsForJobs) and not burst:
+            await store.wait_for_jobs(0)  # LISTEN before the first claim, so no wake-up is missed
         try:
             while not self._stopping.is_set():
                 if burst:
@@ -216,15 +222,15 @@ class Worker:
             timeout = min(timeout, max(0.0, due_in))
         if self._tasks and len(self._tasks) < self.settings.concurrency:
             timeout = min(timeout, 0.05)
-        listen = getattr(self.store, "wait_for_jobs", None)
-        if listen is None or self._tasks:
+        store = self.store
+        if not isinstance(store, WaitsForJobs) or self._tasks:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             return
         # PostgreSQL: LISTEN/NOTIFY wakes an idle worker as soon as work is enqueued;
         # the poll interval stays the upper bound.
         waiters = {
-            asyncio.create_task(listen(timeout)),
+            asyncio.create_task(store.wait_for_jobs(timeout)),
             asyncio.create_task(self._wake.wait()),
         }
         try:
@@ -751,6 +757,34 @@ class Worker:
         while True:
             await asyncio.sleep(self.settings.reap_every)
             await self.reap()
+            await self.retain()
+
+    #: when the reaper prunes next (time.monotonic()), with ``retention_keep`` set
+    _prune_at = 0.0
+
+    async def retain(self) -> PruneResult | None:
+        """Prune the ledger (``[retention]``) once every ``PRUNE_EVERY`` seconds: a few
+        bounded batches, each its own transaction; None when it was not time, or there
+        is no ``retention_keep``."""
+        keep = self.settings.retention_keep
+        store = self.store
+        if keep is None or time.monotonic() < self._prune_at or not isinstance(store, Prunes):
+            return None
+        self._prune_at = time.monotonic() + PRUNE_EVERY
+        total = PruneResult()
+        try:
+            for _ in range(PRUNE_BATCHES):
+                done = await store.prune(
+                    now=self.clock.now(), keep=keep, keys=self.settings.retention_keys
+                )
+                total += done
+                if not done.more or not done.removed_anything:
+                    break
+        except StoreError as exc:
+            self.log.error("prune_failed", error=str(exc))
+        if total.removed_anything:
+            self.log.info("pruned", **total.as_dict())
+        return total
 
     async def _shutdown(self) -> None:
         """Finish in-flight work within the grace period; release what is left."""

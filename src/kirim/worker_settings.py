@@ -28,6 +28,10 @@ RULES: Mapping[str, Number] = {
     "send_margin": Number(minimum=0, maximum=DAY, unit=_SECONDS, optional=True),
     "settle_margin": Number(minimum=0, maximum=DAY, unit=_SECONDS, optional=True),
     "stats_interval": Number(minimum=0, above=True, maximum=DAY, unit=_SECONDS),
+    "retention_keep": Number(
+        minimum=0, above=True, maximum=100 * 365 * DAY, unit=_SECONDS, optional=True
+    ),
+    "retention_keys": Number(minimum=0, maximum=100 * 365 * DAY, unit=_SECONDS),
 }
 
 
@@ -54,6 +58,11 @@ class WorkerSettings:
     settle_margin: float | None = None
     #: how often the worker's reaper refreshes the store-wide metrics gauges
     stats_interval: float = 10.0
+    #: ``[retention] keep``: the reaper prunes deliveries finished longer ago than this
+    #: (None: never; ``kirim.store.retention``)
+    retention_keep: float | None = None
+    #: ``[retention] keys``: how long a pruned delivery's key is still refused a new one
+    retention_keys: float = 365 * DAY
 
     def __post_init__(self) -> None:
         """Raise ``BadValue`` (a ``ConfigError`` and a ``ValueError``) naming the setting."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from kirim.errors import StoreError
 from kirim.keys import canonical_json, payload_hash
@@ -27,7 +28,7 @@ from kirim.store.base import (
     NewDelivery,
 )
 from kirim.store.postgres import PostgresStore
-from kirim.store.postgres_ops import Q
+from kirim.store.postgres.driver import Q
 from kirim.store.sqlite import SQLiteStore
 from kirim.testing import ManualClock
 from pg import fresh_database
@@ -88,17 +89,23 @@ def intent_of(c: Claim, request_id: str) -> Intent:
 async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str) -> bool:
     """Write an attempt intent in an open transaction (a worker between write and commit)."""
     cur = await conn.execute(
-        Q["insert_attempts_fenced"],
+        Q["insert_intents"],
         {
-            "delivery_ids": [c.delivery.id],
-            "job_ids": [c.job.id],
-            "tokens": [c.token],
-            "numbers": [c.job.attempts],
-            "request_ids": [request_id],
-            "worker_ids": ["w1"],
-            "requested_ats": [c.job.updated_at],
-            "send_deadlines": [None],
-            "settles_ats": [None],
+            "items": Jsonb(
+                [
+                    {
+                        "delivery_id": c.delivery.id,
+                        "job_id": c.job.id,
+                        "token": c.token,
+                        "number": c.job.attempts,
+                        "request_id": request_id,
+                        "worker_id": "w1",
+                        "requested_at": c.job.updated_at,
+                        "send_deadline": None,
+                        "settles_at": None,
+                    }
+                ]
+            )
         },
     )
     return len(await cur.fetchall()) == 1

@@ -17,9 +17,11 @@ from kirim.worker import Worker
 SEEDS = sorted((Path(__file__).parent / "seeds").glob("*.json"))
 UNFENCED = (
     "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id, worker_id,"
-    " status, requested_at, send_deadline, settles_at) SELECT :delivery_id, :job_id, :number,"
-    " :request_id, :worker_id, 'requested', :now, :send_deadline, :settles_at"
-    " WHERE :token IS NOT NULL"
+    " status, requested_at, send_deadline, settles_at) SELECT u.value ->> 'delivery_id',"
+    " u.value ->> 'job_id', u.value ->> 'number', u.value ->> 'request_id',"
+    " u.value ->> 'worker_id', 'requested', u.value ->> 'requested_at',"
+    " u.value ->> 'send_deadline', u.value ->> 'settles_at' FROM json_each(:items) AS u"
+    " RETURNING provider_request_id"
 )
 
 
@@ -68,7 +70,7 @@ def test_budget_finds_no_violation(budget: object) -> None:
 def test_mutation_unfenced_intent_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the intent's claim-token fence removed, a fenced_intent (or intent_first)
     violation shows up."""
-    monkeypatch.setitem(kirim.store.sqlite.Q, "insert_attempt_fenced", UNFENCED)
+    monkeypatch.setitem(kirim.store.sqlite.Q, "insert_intents", UNFENCED)
     found = None
     for seed in range(200):
         outcome = run_schedule(settings_for(seed, "mix"))

@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from http_kit import BODY, free_port
 from kirim.cli import main
 from kirim.observe.logging import configure
+from kirim.store.base import SCHEMA_VERSION
 from kirim.tokens import hash_token
 
 CONFIG = '[channels.push]\nprovider = "webhook"\nurl = "http://127.0.0.1:9/push"\n'
@@ -174,5 +175,5 @@ def test_init_migrates_a_version_1_database(folder: Path) -> None:
     refused = kirim(folder, "token", "list")
     assert refused.exit_code == 2
     assert "kirim init" in refused.stderr
-    assert kirim(folder, "init").stdout.startswith("schema version 3 ")
+    assert kirim(folder, "init").stdout.startswith(f"schema version {SCHEMA_VERSION} ")
     assert kirim(folder, "token", "create", "--name", "after-upgrade").exit_code == 0

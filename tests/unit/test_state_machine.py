@@ -1,5 +1,6 @@
 """Random interleavings of claims, intents, outcomes, heartbeats, reaps and operator
-actions on a real SQLite file, checking the invariants of DESIGN.md after each step."""
+actions on a real SQLite file and on a real PostgreSQL database, checking the
+invariants of DESIGN.md after each step: one set of rules, so one machine for both."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ import itertools
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
-from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease, NewDelivery
+from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease, NewDelivery, Store
 from kirim.store.sqlite import SQLiteStore
+from pg import fresh_database
 
 LEASE = 10.0
 ACTIVE = ("queued", "running", "retry_scheduled")
@@ -24,15 +34,36 @@ OUTCOMES = ["succeeded", "transient", "permanent", "unknown_hold", "unknown_assu
 
 
 class DeliveryMachine(RuleBasedStateMachine):
+    #: a PostgreSQL database to run on (emptied for each example), else a SQLite file
+    pg_url: str | None = None
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.TemporaryDirectory()
-        self.path = Path(self.dir.name) / "m.db"
         self.loop = asyncio.new_event_loop()
-        self.store = SQLiteStore(f"sqlite:///{self.path}")
+        self.store: Store
+        self.db: Any
+        if self.pg_url is None:
+            path = Path(self.dir.name) / "m.db"
+            self.store = SQLiteStore(f"sqlite:///{path}")
+        else:
+            import psycopg
+            from psycopg.rows import dict_row
+
+            from kirim.store.postgres import PostgresStore
+
+            self.store = PostgresStore(self.pg_url)
         self.now = 1_000_000.0
         self.run(self.store.open())
         self.run(self.store.migrate())
+        if self.pg_url is None:
+            self.db = sqlite3.connect(path)
+            self.db.row_factory = sqlite3.Row
+        else:
+            self.db = psycopg.connect(self.pg_url, autocommit=True, row_factory=dict_row)
+            self.db.execute(
+                "TRUNCATE kirim_attempts, kirim_jobs, kirim_deliveries RESTART IDENTITY CASCADE"
+            )
         items = [
             NewDelivery(
                 idempotency_key=f"k{i}",
@@ -51,8 +82,13 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.intents: dict[str, Claim] = {}  # request id -> claim that wrote it
         self.settled: dict[str, str] = {}  # request id -> final outcome, never to change
         self.ids = itertools.count()
-        self.db = sqlite3.connect(self.path)
-        self.db.row_factory = sqlite3.Row
+        self.released: dict[int, float] = {}  # delivery id -> when an operator retried it
+
+    def sql(self, query: str, args: tuple[Any, ...] = ()) -> Any:
+        """Read the tables directly (placeholders written ``?``)."""
+        if self.pg_url is not None:
+            query = query.replace("?", "%s")
+        return self.db.execute(query, args)
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -67,13 +103,21 @@ class DeliveryMachine(RuleBasedStateMachine):
     def claim(self, worker: str, limit: int) -> None:
         got = self.run(self.store.claim(worker_id=worker, now=self.now, lease=LEASE, limit=limit))
         self.claims.extend(c for c in got if c.kind == "claimed")
+        for c in got:
+            if c.kind != "claimed":
+                continue
+            since = self.released.get(c.delivery.id, 0.0)
+            assert all(a.requested_at >= since for a in c.doubtful), (
+                "an operator's retry releases the doubt of the requests before it"
+            )
+            assert all(a.status in ("requested", "unknown") for a in c.doubtful)
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
     def write_intent(self, data: st.DataObject) -> None:
         c = data.draw(st.sampled_from(self.claims))
         request_id = f"req-{next(self.ids)}"
-        current = self.db.execute(
+        current = self.sql(
             "SELECT claim_token, status FROM kirim_deliveries WHERE id = ?", (c.delivery.id,)
         ).fetchone()
         expect = current["claim_token"] == c.token and current["status"] == "processing"
@@ -153,7 +197,8 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @rule(delivery=st.integers(1, 3))
     def operator_retry(self, delivery: int) -> None:
-        self.run(self.store.retry_dead(delivery, now=self.now))
+        if self.run(self.store.retry_dead(delivery, now=self.now)):
+            self.released[delivery] = self.now
 
     @rule(delivery=st.integers(1, 3))
     def operator_cancel(self, delivery: int) -> None:
@@ -161,15 +206,13 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @invariant()
     def records_agree(self) -> None:
-        for d in self.db.execute("SELECT * FROM kirim_deliveries"):
-            jobs = self.db.execute(
-                "SELECT * FROM kirim_jobs WHERE delivery_id = ?", (d["id"],)
-            ).fetchall()
+        for d in self.sql("SELECT * FROM kirim_deliveries"):
+            jobs = self.sql("SELECT * FROM kirim_jobs WHERE delivery_id = ?", (d["id"],)).fetchall()
             active = [j for j in jobs if j["status"] in ACTIVE]
             assert len(active) <= 1, "at most one active job per delivery"
             for j in jobs:
                 assert (j["status"] == "running") == (j["lease_token"] is not None)
-            succeeded = self.db.execute(
+            succeeded = self.sql(
                 "SELECT 1 FROM kirim_attempts WHERE delivery_id = ? AND status = 'succeeded'",
                 (d["id"],),
             ).fetchone()
@@ -192,7 +235,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             if d["status"] in ("failed", "in_doubt"):
                 assert any(j["status"] == "dead" for j in jobs), "the operator can see it"
         for request_id, outcome in self.settled.items():
-            row = self.db.execute(
+            row = self.sql(
                 "SELECT status FROM kirim_attempts WHERE provider_request_id = ?", (request_id,)
             ).fetchone()
             assert row["status"] == outcome, "a settled outcome never changes"
@@ -205,3 +248,20 @@ DeliveryMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_delivery_state_machine = DeliveryMachine.TestCase
+
+
+def test_delivery_state_machine_on_postgresql(request: pytest.FixtureRequest) -> None:
+    """The same machine on PostgreSQL: each example starts from emptied tables."""
+
+    class OnPostgres(DeliveryMachine):
+        pg_url = fresh_database(request)
+
+    run_state_machine_as_test(
+        OnPostgres,
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

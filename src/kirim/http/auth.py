@@ -15,7 +15,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from kirim.http.errors import ApiError
-from kirim.store.base import ApiToken, Store
+from kirim.store.base import ApiToken, Tokens
 from kirim.tokens import hash_token
 
 #: the dashboard's login cookie (HttpOnly, SameSite=Strict)
@@ -33,7 +33,7 @@ bearer = HTTPBearer(
 class TokenVerifier:
     """Checks secrets against the store, remembering good ones for ``ttl`` seconds."""
 
-    def __init__(self, store: Store, *, ttl: float = 1.0) -> None:
+    def __init__(self, store: Tokens, *, ttl: float = 1.0) -> None:
         self.store = store
         self.ttl = ttl
         self._cache: dict[str, tuple[ApiToken, float]] = {}

@@ -264,6 +264,9 @@ class Intake:
             return Answer(kept.status_code, kept.body, delivery_id=d.id)
         if self.kirim.metrics is not None:
             self.kirim.metrics.enqueue_conflict(d.channel)
+        if result.pruned:  # its fields went with it: the tombstone's id, key and status
+            shown = json.dumps(delivery_json((d, None, [])), ensure_ascii=False)
+            return Answer(200, shown, delivery_id=d.id)
         if (field := reused_field(d, item)) is not None:
             raise reused(item.idempotency_key, field)
         # recorded before, by kirim itself (notify, the CLI): this answer is not kept

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from kirim.clock import Clock
 from kirim.model import (
@@ -29,7 +29,7 @@ from kirim.model import (
     JobStatus,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -237,8 +237,19 @@ class StoredResponse:
 Respond = Callable[[EnqueueResult], StoredResponse | None]
 
 
-class Store(Protocol):
-    """One backend. Implementations: SQLiteStore, PostgresStore."""
+# -- the store, by role ----------------------------------------------------------------
+#
+# Each caller names the role it needs (the worker a ``Queue``, the token commands
+# ``Tokens``…); ``Store`` is all of them, which each backend implements. The roles are
+# ``runtime_checkable`` so that a test can ask a backend which it plays; the optional
+# capabilities (``WaitsForJobs``, ``EnqueuesIn``) are asked for with ``isinstance``.
+# Such a check looks for the members' names only (``hasattr`` up to Python 3.11,
+# ``inspect.getattr_static`` from 3.12 on), never at their signatures.
+
+
+@runtime_checkable
+class Lifecycle(Protocol):
+    """Opening, closing and the schema of one backend."""
 
     url: str
 
@@ -254,9 +265,10 @@ class Store(Protocol):
         """Raise SchemaError when the schema is missing or newer than the code."""
         ...
 
-    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        """Insert deliveries and their jobs; an existing key returns the existing row."""
-        ...
+
+@runtime_checkable
+class Queue(Protocol):
+    """What a worker needs: claim due jobs, record their attempts, finish them."""
 
     async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
         """Lease up to ``limit`` due jobs and claim their deliveries."""
@@ -293,6 +305,15 @@ class Store(Protocol):
     async def in_flight(self) -> int:
         """Unfinished work of earlier claims: jobs running or scheduled for a retry."""
         ...
+
+    async def queue_stats(self, *, now: float) -> QueueStats:
+        """Deliveries per status, in-doubt count, due jobs and the oldest one's age."""
+        ...
+
+
+@runtime_checkable
+class Operator(Protocol):
+    """What an operator reads and does: look deliveries up, retry, cancel, count."""
 
     async def get_delivery(
         self, key_or_id: str, *, by: Literal["auto", "id", "key"] = "auto"
@@ -334,15 +355,14 @@ class Store(Protocol):
         """{"deliveries": {status: n}, "jobs": {status: n}}."""
         ...
 
-    async def queue_stats(self, *, now: float) -> QueueStats:
-        """Deliveries per status, in-doubt count, due jobs and the oldest one's age."""
-        ...
-
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
         """Deliveries whose id, idempotency key or event id is ``text``, newest first."""
         ...
 
-    # -- the HTTP service: API tokens and idempotent requests (schema version 2) -----
+
+@runtime_checkable
+class Tokens(Protocol):
+    """The HTTP service's API tokens (schema version 2)."""
 
     async def create_token(
         self, name: str, token_hash: str, *, prefix: str, now: float
@@ -359,6 +379,15 @@ class Store(Protocol):
         ...
 
     async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]: ...
+
+
+@runtime_checkable
+class Ledger(Protocol):
+    """The intake: record deliveries, and the HTTP service's idempotent requests."""
+
+    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
+        """Insert deliveries and their jobs; an existing key returns the existing row."""
+        ...
 
     async def handle_requests(
         self,
@@ -379,4 +408,34 @@ class Store(Protocol):
         answering). A request begins in one step and enqueues in a later one, so that
         its key is seen in progress in between, by every server.
         """
+        ...
+
+
+@runtime_checkable
+class Store(Lifecycle, Queue, Operator, Ledger, Tokens, Protocol):
+    """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
+
+
+# -- optional capabilities (PostgreSQL's) ----------------------------------------------
+
+
+@runtime_checkable
+class WaitsForJobs(Protocol):
+    """A store that can wake an idle worker when work arrives (LISTEN/NOTIFY)."""
+
+    async def wait_for_jobs(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until a job may have become claimable: True when notified, False on
+        timeout (then the caller polls, as it does when a wake-up may have been lost)."""
+        ...
+
+
+@runtime_checkable
+class EnqueuesIn(Protocol):
+    """A store that can enqueue inside the caller's own open transaction."""
+
+    async def enqueue_in(
+        self, conn: Any, items: Sequence[NewDelivery], *, now: float
+    ) -> list[EnqueueResult]:
+        """Enqueue on ``conn`` (a database connection in a transaction the caller
+        commits or rolls back); nothing is committed here."""
         ...

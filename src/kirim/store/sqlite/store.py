@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time as _time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
 from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
-from kirim.store import logic
+from kirim.store import retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ApiToken,
@@ -36,25 +36,20 @@ from kirim.store.base import (
     RequestBegin,
     RequestedDelivery,
     RequestSlot,
-    RequestState,
     Respond,
     StoredResponse,
     StoreTime,
 )
-from kirim.store.logic import (
-    Row,
-    attempt_from,
-    delivery_from,
-    job_from,
-    request_slot_from,
-    token_from,
-)
+from kirim.store.rows import Row, attempt_from, delivery_from, job_from, job_of, must, token_from
+from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
-from kirim.store.sqlfiles import load_queries, migrations
+from kirim.store.sequence import At, Operation
+from kirim.store.sqlfiles import migrations
+from kirim.store.sqlite import intake
+from kirim.store.sqlite.driver import Q, drive
 from kirim.validation import as_id
 
 T = TypeVar("T")
-Q = load_queries("sqlite")
 _SYNC = {"off", "normal", "full", "extra"}
 
 
@@ -95,25 +90,6 @@ def connect_read_only(path: str, *, timeout: float) -> sqlite3.Connection:
     return conn
 
 
-class _SQLiteOps:
-    """Named queries on one connection, for the shared claim logic."""
-
-    __slots__ = ("conn",)
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def one(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> Row | None:
-        row: Row | None = self.conn.execute(Q[name], args).fetchone()
-        return row
-
-    def all(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> list[Row]:
-        return list(self.conn.execute(Q[name], args).fetchall())
-
-    def run(self, name: str, args: Sequence[Any] | Mapping[str, Any]) -> int:
-        return self.conn.execute(Q[name], args).rowcount
-
-
 class SQLiteStore:
     """The embedded backend (``sqlite:///kirim.db``)."""
 
@@ -149,6 +125,30 @@ class SQLiteStore:
         if self.time == "database":
             return _time.time()  # every process on the file shares this host's clock
         return self.time.now()
+
+    def _at(self) -> At:
+        """The time of record of one transaction: the callers' own times, or one clock
+        read once (inside the transaction, after its lock)."""
+        if self.time is None:
+            return _given
+        t = self._t(0.0)
+        return lambda _now: t
+
+    async def _op(self, op: Operation[T]) -> T:
+        """Run a transition (``kirim.store.transitions``) in one write transaction."""
+        return await self._tx(lambda conn: drive(op, conn, self._at()))
+
+    async def _one(self, name: str, args: dict[str, Any] | None = None) -> Row | None:
+        row: Row | None = await self._tx(
+            lambda c: c.execute(Q[name], args or {}).fetchone(), write=False
+        )
+        return row
+
+    async def _all(self, name: str, args: dict[str, Any] | None = None) -> list[Row]:
+        rows: list[Row] = await self._tx(
+            lambda c: c.execute(Q[name], args or {}).fetchall(), write=False
+        )
+        return rows
 
     async def open(self) -> None:
         if self._conn is not None:
@@ -219,9 +219,7 @@ class SQLiteStore:
 
     async def migrate(self) -> int:
         def run(conn: sqlite3.Connection) -> int:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS kirim_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-            )
+            conn.execute(Q["create_meta"])
             current = _version(conn)
             if current > SCHEMA_VERSION:
                 raise SchemaError(too_new(current))
@@ -229,11 +227,7 @@ class SQLiteStore:
                 if version > current:
                     for statement in _statements(sql):
                         conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO kirim_meta (key, value) VALUES ('schema_version', ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (str(version),),
-                    )
+                    conn.execute(Q["set_schema_version"], {"version": str(version)})
                     current = version
             return current
 
@@ -241,9 +235,7 @@ class SQLiteStore:
 
     async def check_schema(self) -> None:
         def run(conn: sqlite3.Connection) -> int:
-            exists = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kirim_meta'"
-            ).fetchone()
+            exists = conn.execute(Q["meta_exists"]).fetchone()
             return _version(conn) if exists else 0
 
         version = await self._tx(run, write=False)
@@ -252,86 +244,40 @@ class SQLiteStore:
     # -- write path ---------------------------------------------------------------
 
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        return await self._tx(lambda conn: _enqueue(conn, items, self._t(now)))
+        return await self._tx(lambda conn: intake.enqueue(conn, items, self._t(now)))
 
     async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
-        return await self._tx(
-            lambda conn: logic.claim(_SQLiteOps(conn), worker_id, self._t(now), lease, limit)
-        )
+        return await self._op(transitions.claim(worker_id, now, lease, limit))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
-        def run(conn: sqlite3.Connection) -> list[bool]:
-            t = self._t(now)
-            until = t + lease
-            held = []
-            for it in leases:
-                ok = conn.execute(Q["heartbeat_job"], (until, t, it.job_id, it.token)).rowcount
-                conn.execute(Q["heartbeat_delivery"], (until, it.delivery_id, it.token))
-                held.append(ok == 1)
-            return held
-
-        return await self._tx(run)
+        return await self._op(transitions.heartbeat(leases, now, lease))
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
-        def run(conn: sqlite3.Connection) -> list[bool]:
-            # In delivery id order, the lock order of every backend; results in input order.
-            order = sorted(range(len(intents)), key=lambda i: intents[i].delivery_id)
-            written = dict(zip(order, write([intents[i] for i in order], conn), strict=True))
-            return [written[i] for i in range(len(intents))]
-
-        def write(items: Sequence[Intent], conn: sqlite3.Connection) -> list[bool]:
-            return [
-                conn.execute(
-                    Q["insert_attempt_fenced"],
-                    {
-                        "delivery_id": it.delivery_id,
-                        "job_id": it.job_id,
-                        "number": it.number,
-                        "request_id": it.provider_request_id,
-                        "worker_id": it.worker_id,
-                        "now": self._t(it.requested_at),
-                        "send_deadline": it.send_deadline,
-                        "settles_at": it.settles_at,
-                        "token": it.token,
-                    },
-                ).rowcount
-                == 1
-                for it in items
-            ]
-
-        return await self._tx(run)
+        return await self._op(transitions.record_intents(intents))
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
-        return await self._tx(
-            lambda conn: [logic.finish(_SQLiteOps(conn), it, self._t(it.now)) for it in items]
-        )
+        return await self._op(transitions.finish(items))
 
     async def reap(self, *, now: float) -> list[Reaped]:
-        return await self._tx(lambda conn: logic.reap(_SQLiteOps(conn), self._t(now)))
+        return await self._op(transitions.reap(now))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
-        def run(conn: sqlite3.Connection) -> None:
-            t = self._t(now)
-            for it in leases:
-                conn.execute(Q["release_job"], (t, t, it.job_id, it.token))
-                conn.execute(Q["release_delivery"], (t, it.delivery_id, it.token))
-
-        await self._tx(run)
+        await self._op(transitions.release(leases, now))
 
     async def next_run_at(self) -> float | None:
-        row = await self._tx(lambda c: c.execute(Q["next_run_at"]).fetchone(), write=False)
-        return None if row is None or row[0] is None else float(row[0])
+        row = await self._one("next_run_at")
+        return None if row is None or row["run_at"] is None else float(row["run_at"])
 
     async def next_due_in(self, *, now: float) -> float | None:
         def run(conn: sqlite3.Connection) -> float | None:
             row = conn.execute(Q["next_run_at"]).fetchone()
-            return None if row is None or row[0] is None else float(row[0]) - self._t(now)
+            due = None if row is None else row["run_at"]
+            return None if due is None else float(due) - self._t(now)
 
         return await self._tx(run, write=False)
 
     async def in_flight(self) -> int:
-        row = await self._tx(lambda c: c.execute(Q["count_running"]).fetchone(), write=False)
-        return int(row[0])
+        return int(must(await self._one("count_running"))["n"])
 
     # -- read path and operator actions -------------------------------------------
 
@@ -348,28 +294,21 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> Delivery | None:
             row = None
             if as_key:
-                row = conn.execute(
-                    "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?", (key_or_id,)
-                ).fetchone()
+                row = conn.execute(Q["delivery_by_key"], {"key": key_or_id}).fetchone()
             if row is None and number is not None:
-                row = conn.execute(
-                    "SELECT * FROM kirim_deliveries WHERE id = ?", (number,)
-                ).fetchone()
+                row = conn.execute(Q["delivery_by_id"], {"id": number}).fetchone()
             return None if row is None else delivery_from(row)
 
         return await self._tx(run, write=False)
 
     async def get_job(self, delivery_id: int) -> Job | None:
-        return await self._tx(lambda c: _latest_job(c, delivery_id), write=False)
+        row = await self._one("latest_job", {"delivery_id": delivery_id})
+        return None if row is None else job_from(row)
 
     async def get_attempts(self, delivery_id: int) -> list[Attempt]:
-        rows = await self._tx(
-            lambda c: c.execute(
-                "SELECT * FROM kirim_attempts WHERE delivery_id = ? ORDER BY id", (delivery_id,)
-            ).fetchall(),
-            write=False,
-        )
-        return [attempt_from(r) for r in rows]
+        return [
+            attempt_from(r) for r in await self._all("attempts_of", {"delivery_id": delivery_id})
+        ]
 
     async def list_deliveries(
         self,
@@ -381,48 +320,34 @@ class SQLiteStore:
         before_id: int | None = None,
     ) -> list[Delivery]:
         # before_id: the page below it, newest first (kirim list); else oldest first
-        newest = before_id is not None
-        sql = f"SELECT * FROM kirim_deliveries WHERE id {'<' if newest else '>'} ?"
-        args: list[Any] = [before_id if newest else after_id]
-        if status is not None:
-            sql += " AND status = ?"
-            args.append(str(status))
-        if channel is not None:
-            sql += " AND channel = ?"
-            args.append(channel)
-        sql += " ORDER BY id DESC LIMIT ?" if newest else " ORDER BY id LIMIT ?"
-        args.append(limit)
-        rows = await self._tx(lambda c: c.execute(sql, args).fetchall(), write=False)
-        return [delivery_from(r) for r in rows]
+        args = {
+            "status": None if status is None else str(status),
+            "channel": channel,
+            "limit": limit,
+            "after_id": after_id,
+            "before_id": before_id,
+        }
+        name = "deliveries_after" if before_id is None else "deliveries_before"
+        return [delivery_from(r) for r in await self._all(name, args)]
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
-        def run(conn: sqlite3.Connection) -> list[DeadLetter]:
-            rows = conn.execute(
-                "SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT ?", (limit,)
-            ).fetchall()
-            out = []
-            for job in rows:
-                d = conn.execute(
-                    "SELECT * FROM kirim_deliveries WHERE id = ?", (job["delivery_id"],)
-                ).fetchone()
-                out.append(DeadLetter(delivery=delivery_from(d), job=job_from(job)))
-            return out
-
-        return await self._tx(run, write=False)
+        rows = await self._all("dead_letters", {"limit": limit})
+        return [DeadLetter(delivery=delivery_from(r), job=must_job(r)) for r in rows]
 
     async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
-        return await self._tx(lambda c: logic.retry_dead(_SQLiteOps(c), delivery_id, self._t(now)))
+        return await self._op(transitions.retry_dead(delivery_id, now))
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
-        return await self._tx(lambda c: logic.cancel(_SQLiteOps(c), delivery_id, self._t(now)))
+        return await self._op(transitions.cancel(delivery_id, now))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-            d = conn.execute(
-                "SELECT status, COUNT(*) FROM kirim_deliveries GROUP BY status"
-            ).fetchall()
-            j = conn.execute("SELECT status, COUNT(*) FROM kirim_jobs GROUP BY status").fetchall()
-            return {"deliveries": {r[0]: r[1] for r in d}, "jobs": {r[0]: r[1] for r in j}}
+            d = conn.execute(Q["count_deliveries"]).fetchall()
+            j = conn.execute(Q["count_jobs"]).fetchall()
+            return {
+                "deliveries": {r["status"]: r["n"] for r in d},
+                "jobs": {r["status"]: r["n"] for r in j},
+            }
 
         return await self._tx(run, write=False)
 
@@ -430,51 +355,42 @@ class SQLiteStore:
         def run(conn: sqlite3.Connection) -> QueueStats:
             rows = conn.execute(Q["deliveries_by_status_doubt"]).fetchall()
             t = self._t(now)
-            due = conn.execute(Q["due_jobs_summary"], (t,)).fetchone()
-            return logic.queue_stats(rows, due["n"], due["oldest"], t)
+            due = conn.execute(Q["due_jobs_summary"], {"now": t}).fetchone()
+            return queue_stats(rows, due["n"], due["oldest"], t)
 
         return await self._tx(run, write=False)
 
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
         number = as_id(text) or -1
-        rows = await self._tx(
-            lambda c: c.execute(Q["search_deliveries"], (number, text, text, limit)).fetchall(),
-            write=False,
-        )
-        return [delivery_from(r) for r in rows]
+        args = {"id": number, "text": text, "limit": limit}
+        return [delivery_from(r) for r in await self._all("search_deliveries", args)]
 
     # -- the HTTP service: API tokens and idempotent requests ---------------------
 
     async def create_token(
         self, name: str, token_hash: str, *, prefix: str, now: float
     ) -> ApiToken | None:
-        row = await self._tx(
-            lambda c: c.execute(Q["insert_token"], (name, token_hash, prefix, now)).fetchone()
-        )
+        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": now}
+        row = await self._tx(lambda c: c.execute(Q["insert_token"], args).fetchone())
         return None if row is None else token_from(row)
 
     async def verify_token(self, token_hash: str) -> ApiToken | None:
-        row = await self._tx(
-            lambda c: c.execute(Q["token_by_hash"], (token_hash,)).fetchone(), write=False
-        )
+        row = await self._one("token_by_hash", {"hash": token_hash})
         return None if row is None else token_from(row)
 
     async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
         def run(conn: sqlite3.Connection) -> Row | None:
-            row: Row | None = conn.execute(Q["revoke_token_by_name"], (now, name_or_id)).fetchone()
+            args = {"name": name_or_id, "now": now}
+            row: Row | None = conn.execute(Q["revoke_token_by_name"], args).fetchone()
             if row is None and (number := as_id(name_or_id)) is not None:
-                row = conn.execute(Q["revoke_token_by_id"], (now, number)).fetchone()
+                row = conn.execute(Q["revoke_token_by_id"], {"id": number, "now": now}).fetchone()
             return row
 
         row = await self._tx(run)
         return None if row is None else token_from(row)
 
     async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
-        sql = "SELECT * FROM kirim_tokens"
-        if not include_revoked:
-            sql += " WHERE revoked_at IS NULL"
-        rows = await self._tx(lambda c: c.execute(sql + " ORDER BY id").fetchall(), write=False)
-        return [token_from(r) for r in rows]
+        return [token_from(r) for r in await self._all("tokens", {"all": include_revoked})]
 
     async def handle_requests(
         self,
@@ -489,106 +405,38 @@ class SQLiteStore:
             conn: sqlite3.Connection,
         ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
             t = self._t(now)
-            done = _enqueue_requests(conn, enqueue, t, respond) if enqueue else []
-            return _begin_requests(conn, begin, t, hold), done
+            done = intake.enqueue_requests(conn, enqueue, t, respond) if enqueue else []
+            return intake.begin_requests(conn, begin, t, hold), done
 
         return await self._tx(run)
 
+    # -- retention ----------------------------------------------------------------
 
-def _begin_requests(
-    conn: sqlite3.Connection, items: Sequence[RequestBegin], now: float, hold: float
-) -> list[RequestSlot]:
-    out = []
-    for it in items:
-        key, fp, token = it.idempotency_key, it.fingerprint, it.lock_token
-        row = conn.execute(Q["insert_request"], (key, fp, token, now + hold, now, now)).fetchone()
-        if row is None:
-            row = conn.execute(
-                Q["take_over_request"], (fp, token, now + hold, now, key, now)
-            ).fetchone()
-        if row is not None:
-            out.append(RequestSlot(state=RequestState.ACQUIRED, fingerprint=fp))
-            continue
-        held = conn.execute(Q["request_by_key"], (key,)).fetchone()
-        out.append(request_slot_from(held))
-    return out
-
-
-def _enqueue_requests(
-    conn: sqlite3.Connection, items: Sequence[RequestedDelivery], now: float, respond: Respond
-) -> list[tuple[EnqueueResult, StoredResponse | None]]:
-    results = _enqueue(conn, [it.delivery for it in items], now)
-    out = []
-    for it, result in zip(items, results, strict=True):
-        key = it.delivery.idempotency_key
-        kept = respond(result)
-        if kept is None:
-            conn.execute(Q["release_request"], (key, it.lock_token))
-        else:
-            conn.execute(
-                Q["complete_request"],
-                (kept.status_code, kept.body, result.delivery.id, now, key, it.lock_token),
-            )
-        out.append((result, kept))
-    return out
-
-
-def _enqueue(
-    conn: sqlite3.Connection, items: Sequence[NewDelivery], now: float
-) -> list[EnqueueResult]:
-    out = []
-    for it in items:
-        row = conn.execute(
-            Q["insert_delivery"],
-            (
-                it.idempotency_key,
-                it.event_id,
-                it.recipient,
-                it.channel,
-                it.payload_json,
-                it.payload_hash,
-                now,
-                now,
-            ),
-        ).fetchone()
-        if row is None:
-            existing = conn.execute(
-                "SELECT * FROM kirim_deliveries WHERE idempotency_key = ?",
-                (it.idempotency_key,),
-            ).fetchone()
-            out.append(
-                EnqueueResult(
-                    delivery=delivery_from(existing),
-                    job=_latest_job(conn, existing["id"]),
-                    created=False,
-                )
-            )
-            continue
-        run_at = now if it.run_at is None else it.run_at
-        conn.execute(Q["insert_job"], (row["id"], run_at, it.max_attempts, now, now)).fetchone()
-        delivery = conn.execute(
-            "SELECT * FROM kirim_deliveries WHERE id = ?", (row["id"],)
-        ).fetchone()
-        out.append(
-            EnqueueResult(
-                delivery=delivery_from(delivery),
-                job=_latest_job(conn, row["id"]),
-                created=True,
-            )
-        )
-    return out
-
-
-def _latest_job(conn: sqlite3.Connection, delivery_id: int) -> Job | None:
-    row = conn.execute(
-        "SELECT * FROM kirim_jobs WHERE delivery_id = ? ORDER BY id DESC LIMIT 1", (delivery_id,)
-    ).fetchone()
-    return None if row is None else job_from(row)
+    async def prune(
+        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+    ) -> retention.PruneResult:
+        """One batch of ``kirim.store.retention.prune``: one transaction (a dry run only
+        reads, without the write lock)."""
+        op = retention.prune(now, keep, keys, limit, dry_run)
+        if dry_run:
+            return await self._tx(lambda conn: drive(op, conn, self._at()), write=False)
+        return await self._op(op)
 
 
 def _version(conn: sqlite3.Connection) -> int:
-    row = conn.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'").fetchone()
-    return parse_version(row[0]) if row else 0
+    row = conn.execute(Q["schema_version"]).fetchone()
+    return parse_version(row["value"]) if row else 0
+
+
+def _given(now: float) -> float:
+    return now
+
+
+def must_job(row: Row) -> Job:
+    job = job_of(row)
+    if job is None:
+        raise LookupError("a dead letter without its job")
+    return job
 
 
 def _statements(sql: str) -> list[str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Literal, LiteralString
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -26,7 +26,7 @@ from psycopg_pool import AsyncConnectionPool
 from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
 from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
-from kirim.store import postgres_ops as ops
+from kirim.store import retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ApiToken,
@@ -46,20 +46,17 @@ from kirim.store.base import (
     StoredResponse,
     StoreTime,
 )
-from kirim.store.logic import (
-    _must,
-    attempt_from,
-    delivery_from,
-    job_from,
-    queue_stats,
-    token_from,
-)
-from kirim.store.postgres_listen import Listener
+from kirim.store.postgres import intake
+from kirim.store.postgres.driver import Cursor, drive
+from kirim.store.postgres.intake import one, rows
+from kirim.store.postgres.listen import Listener
+from kirim.store.rows import attempt_from, delivery_from, job_from, job_of, must, token_from
+from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
+from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
 
-#: pg_advisory_xact_lock key of ``migrate`` (the bytes of "kirimmig").
-MIGRATE_LOCK = 0x6B6972696D6D6967
+T = TypeVar("T")
 _POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
 _MAX_ID = 2**63 - 1
 
@@ -173,7 +170,7 @@ class PostgresStore:
         return StoreError(f"PostgreSQL: {exc}".strip())
 
     @contextlib.asynccontextmanager
-    async def _cursor(self, *, transaction: bool) -> AsyncIterator[ops.Cursor]:
+    async def _cursor(self, *, transaction: bool) -> AsyncIterator[Cursor]:
         """A cursor on a pool connection, in one transaction or in autocommit."""
         if self._pool is None:
             raise StoreError("store is not open")
@@ -188,42 +185,40 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise await self._failed(exc) from exc
 
-    def _tx(self) -> contextlib.AbstractAsyncContextManager[ops.Cursor]:
+    def _tx(self) -> contextlib.AbstractAsyncContextManager[Cursor]:
         return self._cursor(transaction=True)
 
-    def _auto(self) -> contextlib.AbstractAsyncContextManager[ops.Cursor]:
+    def _auto(self) -> contextlib.AbstractAsyncContextManager[Cursor]:
         return self._cursor(transaction=False)
 
     async def _rows(self, name: str, args: dict[str, Any] | None = None) -> list[DictRow]:
         async with self._auto() as cur:
-            return await ops.rows(cur, name, args)
+            return await rows(cur, name, args)
+
+    async def _op(self, op: Operation[T]) -> T:
+        """Run a transition (``kirim.store.transitions``) in one transaction."""
+        async with self._tx() as cur:
+            return await drive(op, cur, self.time)
 
     # -- schema -------------------------------------------------------------------
 
     async def migrate(self) -> int:
         async with self._tx() as cur:
-            await cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
-            await cur.execute(
-                "CREATE TABLE IF NOT EXISTS kirim_meta (key text PRIMARY KEY, value text NOT NULL)"
-            )
+            await rows(cur, "migrate_lock")
+            await rows(cur, "create_meta")
             current = await _version(cur)
             if current > SCHEMA_VERSION:
                 raise SchemaError(too_new(current))
             for version, sql in migrations("postgres"):
                 if version > current:
                     await cur.execute(sql)
-                    await cur.execute(
-                        "INSERT INTO kirim_meta (key, value) VALUES ('schema_version', %s) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (str(version),),
-                    )
+                    await rows(cur, "set_schema_version", {"version": str(version)})
                     current = version
             return current
 
     async def check_schema(self) -> None:
         async with self._auto() as cur:
-            await cur.execute("SELECT to_regclass('kirim_meta') IS NOT NULL AS present")
-            found = await cur.fetchone()
+            found = await one(cur, "meta_exists")
             version = await _version(cur) if found and found["present"] else 0
         url = redact(self.url)
         check_version(url, version)
@@ -232,7 +227,7 @@ class PostgresStore:
 
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
         async with self._tx() as cur:
-            return await ops.enqueue(cur, items, self._t(now))
+            return await intake.enqueue(cur, items, self._t(now))
 
     async def enqueue_in(
         self, conn: psycopg.AsyncConnection[Any], items: Sequence[NewDelivery], *, now: float
@@ -244,75 +239,36 @@ class PostgresStore:
         """
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
-                return await ops.enqueue(cur, items, self._t(now))
+                return await intake.enqueue(cur, items, self._t(now))
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
     async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
         if limit == 0:
             return []
-        async with self._tx() as cur:
-            return await ops.claim(cur, worker_id, self._t(now), lease, _limit(limit))
+        return await self._op(transitions.claim(worker_id, now, lease, _limit(limit)))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
         if not leases:
             return []
-        found = await self._rows(
-            "heartbeat",
-            {
-                "job_ids": [it.job_id for it in leases],
-                "delivery_ids": [it.delivery_id for it in leases],
-                "tokens": [it.token for it in leases],
-                "now": self._t(now),
-                "lease": float(lease),
-            },
-        )
-        return [bool(r["held"]) for r in found]
+        return await self._op(transitions.heartbeat(leases, now, lease))
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         if not intents:
             return []
-        written = await self._rows(
-            "insert_attempts_fenced",
-            {
-                "delivery_ids": [it.delivery_id for it in intents],
-                "job_ids": [it.job_id for it in intents],
-                "tokens": [it.token for it in intents],
-                "numbers": [it.number for it in intents],
-                "request_ids": [it.provider_request_id for it in intents],
-                "worker_ids": [it.worker_id for it in intents],
-                "requested_ats": [self._t(it.requested_at) for it in intents],
-                "send_deadlines": [it.send_deadline for it in intents],
-                "settles_ats": [it.settles_at for it in intents],
-            },
-        )
-        ok = {r["provider_request_id"] for r in written}
-        return [it.provider_request_id in ok for it in intents]
+        return await self._op(transitions.record_intents(intents))
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
         if not items:
             return []
-        if ops.needs_items(items):
-            async with self._tx() as cur:
-                return [await ops.finish_one(cur, it, self._t(it.now)) for it in items]
-        async with self._auto() as cur:
-            return await ops.finish_batch(cur, items, [self._t(it.now) for it in items])
+        return await self._op(transitions.finish(items))
 
     async def reap(self, *, now: float) -> list[Reaped]:
-        async with self._tx() as cur:
-            return await ops.reap(cur, self._t(now))
+        return await self._op(transitions.reap(now))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
-        if not leases:
-            return
-        tokens = [it.token for it in leases]
-        async with self._tx() as cur:
-            t = self._t(now)
-            jobs = {"job_ids": [it.job_id for it in leases], "tokens": tokens, "now": t}
-            if await ops.run(cur, "release_jobs", jobs):
-                await ops.rows(cur, "notify")
-            deliveries = {"delivery_ids": [it.delivery_id for it in leases], "tokens": tokens}
-            await ops.run(cur, "release_deliveries", {**deliveries, "now": t})
+        if leases:
+            await self._op(transitions.release(leases, now))
 
     async def next_run_at(self) -> float | None:
         found = await self._rows("next_run_at")
@@ -354,9 +310,9 @@ class PostgresStore:
         row = None
         async with self._auto() as cur:
             if as_key:
-                row = await ops.one(cur, "delivery_by_key", {"key": key_or_id})
+                row = await one(cur, "delivery_by_key", {"key": key_or_id})
             if row is None and number is not None:
-                row = await ops.one(cur, "delivery_by_id", {"id": number})
+                row = await one(cur, "delivery_by_id", {"id": number})
         return None if row is None else delivery_from(row)
 
     async def get_job(self, delivery_id: int) -> Job | None:
@@ -378,46 +334,30 @@ class PostgresStore:
         before_id: int | None = None,
     ) -> list[Delivery]:
         # before_id: the page below it, newest first (kirim list); else oldest first
-        newest = before_id is not None
-        sql: LiteralString = "SELECT * FROM kirim_deliveries WHERE id " + (
-            "< %s" if newest else "> %s"
-        )
-        args: list[Any] = [min(before_id, _MAX_ID) if before_id is not None else after_id]
-        if status is not None:
-            sql += " AND status = %s"
-            args.append(str(status))
-        if channel is not None:
-            sql += " AND channel = %s"
-            args.append(channel)
-        sql += " ORDER BY id DESC LIMIT %s" if newest else " ORDER BY id LIMIT %s"
-        args.append(_limit(limit))
-        async with self._auto() as cur:
-            await cur.execute(sql, args)
-            return [delivery_from(r) for r in await cur.fetchall()]
+        args = {
+            "status": None if status is None else str(status),
+            "channel": channel,
+            "limit": _limit(limit),
+            "after_id": after_id,
+            "before_id": None if before_id is None else min(before_id, _MAX_ID),
+        }
+        name = "deliveries_after" if before_id is None else "deliveries_before"
+        return [delivery_from(r) for r in await self._rows(name, args)]
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
-        async with self._tx() as cur:
-            jobs = await ops.rows(cur, "dead_jobs", {"limit": _limit(limit)})
-            ids = sorted({j["delivery_id"] for j in jobs})
-            found = await ops.rows(cur, "deliveries_by_ids", {"ids": ids}) if ids else []
-        by_id = {d["id"]: d for d in found}
-        return [
-            DeadLetter(delivery=delivery_from(by_id[j["delivery_id"]]), job=job_from(j))
-            for j in jobs
-        ]
+        found = await self._rows("dead_letters", {"limit": _limit(limit)})
+        return [DeadLetter(delivery=delivery_from(r), job=must_job(r)) for r in found]
 
     async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
-        async with self._tx() as cur:
-            return await ops.retry_dead(cur, delivery_id, self._t(now))
+        return await self._op(transitions.retry_dead(delivery_id, now))
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
-        async with self._tx() as cur:
-            return await ops.cancel(cur, delivery_id, self._t(now))
+        return await self._op(transitions.cancel(delivery_id, now))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         async with self._tx() as cur:
-            d = await ops.rows(cur, "count_deliveries")
-            j = await ops.rows(cur, "count_jobs")
+            d = await rows(cur, "count_deliveries")
+            j = await rows(cur, "count_jobs")
         return {
             "deliveries": {r["status"]: int(r["n"]) for r in d},
             "jobs": {r["status"]: int(r["n"]) for r in j},
@@ -425,9 +365,9 @@ class PostgresStore:
 
     async def queue_stats(self, *, now: float) -> QueueStats:
         async with self._auto() as cur:
-            by_status = await ops.rows(cur, "deliveries_by_status_doubt")
-            t = _must(await ops.one(cur, "store_now", {"now": self._t(now)}))["now"]
-            due = await ops.one(cur, "due_jobs_summary", {"now": t})
+            by_status = await rows(cur, "deliveries_by_status_doubt")
+            t = must(await one(cur, "store_now", {"now": self._t(now)}))["now"]
+            due = await one(cur, "due_jobs_summary", {"now": t})
         assert due is not None
         return queue_stats(by_status, int(due["n"]), due["oldest"], float(t))
 
@@ -456,19 +396,14 @@ class PostgresStore:
             return None
         async with self._tx() as cur:
             t = self._t(now)
-            row = await ops.one(cur, "revoke_token_by_name", {"name": name_or_id, "now": t})
+            row = await one(cur, "revoke_token_by_name", {"name": name_or_id, "now": t})
             number = _as_id(name_or_id) if row is None else None
             if number is not None:
-                row = await ops.one(cur, "revoke_token_by_id", {"id": number, "now": t})
+                row = await one(cur, "revoke_token_by_id", {"id": number, "now": t})
         return None if row is None else token_from(row)
 
     async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
-        sql: LiteralString = "SELECT * FROM kirim_tokens"
-        if not include_revoked:
-            sql += " WHERE revoked_at IS NULL"
-        async with self._auto() as cur:
-            await cur.execute(sql + " ORDER BY id")
-            return [token_from(r) for r in await cur.fetchall()]
+        return [token_from(r) for r in await self._rows("tokens", {"all": include_revoked})]
 
     async def handle_requests(
         self,
@@ -483,9 +418,17 @@ class PostgresStore:
             return [], []
         async with self._tx() as cur:
             t = self._t(now)
-            done = await ops.enqueue_requests(cur, enqueue, t, respond) if enqueue else []
-            slots = await ops.begin_requests(cur, begin, t, hold) if begin else []
+            done = await intake.enqueue_requests(cur, enqueue, t, respond) if enqueue else []
+            slots = await intake.begin_requests(cur, begin, t, hold) if begin else []
         return slots, done
+
+    # -- retention ----------------------------------------------------------------
+
+    async def prune(
+        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+    ) -> retention.PruneResult:
+        """One batch of ``kirim.store.retention.prune``, in one transaction."""
+        return await self._op(retention.prune(now, keep, keys, limit, dry_run))
 
 
 async def _configure(conn: Conn) -> None:
@@ -512,7 +455,13 @@ def _limit(limit: int) -> int | None:
     return None if limit < 0 else limit
 
 
-async def _version(cur: ops.Cursor) -> int:
-    await cur.execute("SELECT value FROM kirim_meta WHERE key = 'schema_version'")
-    row = await cur.fetchone()
+async def _version(cur: Cursor) -> int:
+    row = await one(cur, "schema_version")
     return parse_version(row["value"]) if row else 0
+
+
+def must_job(row: DictRow) -> Job:
+    job = job_of(row)
+    if job is None:
+        raise LookupError("a dead letter without its job")
+    return job

@@ -1,0 +1,111 @@
+"""``kirim prune``: delete finished deliveries older than the retention, in batches,
+keeping their keys a while longer as tombstones (``kirim.store.retention``)."""
+
+from __future__ import annotations
+
+import click
+
+from kirim import cli_ops, cli_types
+from kirim.errors import ConfigError
+from kirim.store.retention import BATCH, PruneResult, Prunes
+from kirim.worker_settings import RULES as WORKER_RULES
+
+
+def _line(result: PruneResult) -> str:
+    return (
+        f"{result.deliveries:,} deliveries ({result.jobs:,} jobs, {result.attempts:,} attempts, "
+        f"{result.requests:,} HTTP request rows), {result.tombstones_expired:,} expired keys"
+    )
+
+
+def summary(result: PruneResult) -> str:
+    if result.dry_run:
+        return (
+            f"would prune {_line(result)}; {result.tombstones_written:,} keys would be kept "
+            "as tombstones (nothing was deleted: --dry-run)"
+        )
+    return f"pruned {_line(result)}; {result.tombstones_written:,} keys kept as tombstones"
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Count what would go; delete nothing.")
+@click.option(
+    "--keep",
+    metavar="DURATION",
+    type=cli_types.DurationParam(WORKER_RULES["retention_keep"]),
+    help="Prune deliveries finished longer ago than this (30d, 12h, 90m, or seconds).  "
+    "[default: the config's [retention] keep]",
+)
+@click.option(
+    "--keys",
+    metavar="DURATION",
+    type=cli_types.DurationParam(WORKER_RULES["retention_keys"]),
+    help="How long after the prune a pruned delivery's key still creates nothing.  "
+    "[default: the config's [retention] keys, else 365d]",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 100_000),
+    default=BATCH,
+    show_default=True,
+    help="Deliveries deleted per transaction.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@cli_ops.pass_state
+def prune(
+    state: cli_ops.State,
+    dry_run: bool,
+    keep: float | None,
+    keys: float | None,
+    batch: int,
+    as_json: bool,
+) -> None:
+    """Delete finished deliveries older than the retention; keep their keys a while.
+
+    A delivery goes with its jobs, attempts and HTTP request rows when it is
+    sent, failed or canceled (never in_doubt), has no active job, no attempt that
+    may still land, and was last changed more than --keep ago. Its idempotency
+    key stays (as its sha256, a tombstone) for --keys more: a notification with
+    that key still creates nothing. Deletes in batches of --batch, one
+    transaction each, with a line per batch on stderr. Without --keep and
+    without [retention] keep in the config, exits 2. The worker prunes by itself
+    every minute when [retention] keep is set.
+
+    \b
+    Examples:
+      kirim prune --dry-run --keep 30d
+      kirim prune --keep 90d --keys 365d
+      kirim prune --json
+    """
+    state.setup_logging()
+    with cli_ops.reported():
+        worker = state.config().worker
+    keep = worker.retention_keep if keep is None else keep
+    keys = worker.retention_keys if keys is None else keys
+    if keep is None:
+        cli_ops.fail(
+            "no retention to prune by: give --keep (such as --keep 30d) or set keep in "
+            'the config\'s [retention] table (keep = "30d")',
+            cli_ops.EXIT_USAGE,
+        )
+
+    async def go() -> PruneResult:
+        async with state.app(read_only=dry_run) as app:
+            store = app.store
+            if not isinstance(store, Prunes):
+                raise ConfigError(f"the store {type(store).__name__} cannot prune")
+            if dry_run:
+                return await store.prune(now=app.clock.now(), keep=keep, keys=keys, dry_run=True)
+            total, n = PruneResult(), 0
+            while True:
+                done = await store.prune(now=app.clock.now(), keep=keep, keys=keys, limit=batch)
+                total, n = total + done, n + 1
+                click.echo(f"prune: batch {n}: {_line(done)}", err=True)
+                if not done.more or not done.removed_anything:
+                    return total
+
+    result = cli_ops.run(go)
+    if as_json:
+        cli_ops.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
+    else:
+        click.echo(summary(result))

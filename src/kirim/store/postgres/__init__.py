@@ -1,0 +1,7 @@
+"""The PostgreSQL backend: psycopg 3 async on a connection pool, for many worker hosts."""
+
+from __future__ import annotations
+
+from kirim.store.postgres.store import PostgresStore, postgres_conninfo, redact
+
+__all__ = ["PostgresStore", "postgres_conninfo", "redact"]

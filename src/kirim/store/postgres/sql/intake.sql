@@ -1,0 +1,113 @@
+-- What comes in (kirim.store.postgres.intake): deliveries and their jobs, and the HTTP
+-- service's idempotent requests (psycopg placeholders: %(name)s; batches as arrays).
+
+-- name: enqueue
+-- Insert deliveries and their jobs; a key that exists is left alone (returned later),
+-- and so is a key whose delivery was pruned while its tombstone is kept (%(key_hashes)s:
+-- each key's sha256).
+WITH u AS (
+    SELECT * FROM unnest(
+        %(keys)s::text[], %(event_ids)s::text[], %(recipients)s::text[], %(channels)s::text[],
+        %(payloads)s::text[], %(hashes)s::text[], %(run_ats)s::float8[],
+        %(max_attempts)s::int[], %(key_hashes)s::text[]
+    ) WITH ORDINALITY AS u (idempotency_key, event_id, recipient, channel, payload,
+                            payload_hash, run_at, max_attempts, key_hash, idx)
+),
+firsts AS (
+    SELECT DISTINCT ON (idempotency_key) * FROM u ORDER BY idempotency_key, idx
+),
+ins AS (
+    -- Known keys are filtered out first so that they use up no ids (as in SQLite);
+    -- ON CONFLICT covers a key inserted concurrently by another transaction.
+    INSERT INTO kirim_deliveries
+        (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
+         created_at, updated_at)
+    SELECT f.idempotency_key, f.event_id, f.recipient, f.channel, f.payload, f.payload_hash,
+           'pending', kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
+    FROM firsts f
+    WHERE NOT EXISTS (
+        SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = f.idempotency_key)
+      AND NOT EXISTS (
+        SELECT 1 FROM kirim_key_tombstones t WHERE t.key_hash = f.key_hash)
+    ORDER BY f.idx
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+),
+jobs AS (
+    INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+    SELECT ins.id, 'queued', COALESCE(f.run_at, kirim_now(%(now)s::float8)), f.max_attempts,
+           kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
+    FROM ins JOIN firsts f ON f.idempotency_key = ins.idempotency_key
+    ORDER BY ins.id
+    RETURNING *
+),
+woke AS (
+    SELECT pg_notify('kirim_jobs', '') FROM (SELECT 1 FROM jobs LIMIT 1) AS any_job
+)
+-- The new deliveries in id order; their jobs' ids in the same order (one each), on the
+-- first row only.
+SELECT ins.*,
+       CASE WHEN ins.id = (SELECT min(id) FROM ins)
+            THEN (SELECT array_agg(id ORDER BY delivery_id) FROM jobs) END AS job_ids,
+       (SELECT count(*) FROM woke) AS woke
+FROM ins
+ORDER BY ins.id;
+
+-- name: deliveries_by_keys
+-- Deliveries with their most recent job.
+SELECT d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+FROM kirim_deliveries d
+LEFT JOIN LATERAL (
+    SELECT * FROM kirim_jobs WHERE delivery_id = d.id ORDER BY id DESC LIMIT 1
+) j ON true
+WHERE d.idempotency_key = ANY (%(keys)s::text[]);
+
+-- name: tombstones_by_hashes
+-- The tombstones of pruned deliveries, by their keys' sha256.
+SELECT * FROM kirim_key_tombstones WHERE key_hash = ANY (%(key_hashes)s::text[]);
+
+-- name: insert_request
+-- Take an idempotency key for one HTTP request (nothing when a row exists; a row being
+-- inserted by another transaction is waited for).
+INSERT INTO kirim_requests
+    (idempotency_key, fingerprint, state, lock_token, locked_until, created_at, updated_at)
+VALUES (%(key)s, %(fingerprint)s, 'in_progress', %(token)s, (kirim_now(%(now)s::float8) + %(hold)s::float8),
+        kirim_now(%(now)s::float8), kirim_now(%(now)s::float8))
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING idempotency_key;
+
+-- name: take_over_request
+-- Take over a key whose holder stopped before answering (its hold expired).
+UPDATE kirim_requests
+SET fingerprint = %(fingerprint)s, lock_token = %(token)s, locked_until = (kirim_now(%(now)s::float8) + %(hold)s::float8),
+    updated_at = kirim_now(%(now)s::float8)
+WHERE idempotency_key = %(key)s AND state = 'in_progress' AND locked_until < kirim_now(%(now)s::float8)
+RETURNING idempotency_key;
+
+-- name: request_by_key
+-- Who holds, or held, an idempotency key.
+SELECT * FROM kirim_requests WHERE idempotency_key = %(key)s;
+
+-- name: complete_requests
+-- Keep the responses to replay, where each request still holds its key.
+UPDATE kirim_requests r
+SET state = 'completed', status_code = u.status_code, response = u.response,
+    delivery_id = u.delivery_id, lock_token = NULL, locked_until = NULL,
+    updated_at = kirim_now(%(now)s::float8)
+FROM unnest(%(keys)s::text[], %(tokens)s::text[], %(codes)s::int[], %(responses)s::text[],
+            %(delivery_ids)s::bigint[])
+     AS u (idempotency_key, lock_token, status_code, response, delivery_id)
+WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
+  AND r.state = 'in_progress';
+
+-- name: release_requests
+-- Give the keys back (the requests failed; an error is not replayed).
+DELETE FROM kirim_requests r
+USING unnest(%(keys)s::text[], %(tokens)s::text[]) AS u (idempotency_key, lock_token)
+WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
+  AND r.state = 'in_progress';

@@ -1,0 +1,161 @@
+-- The data access of the ledger's transitions (kirim.store.transitions), PostgreSQL.
+--
+-- These statements only read and write rows: every decision is made in Python, once
+-- for both backends. A set is one parameter: %(ids)s an array of ids, %(items)s a JSON
+-- array of records (jsonb_to_recordset). Times are the transaction's time of record,
+-- given (%(now)s).
+--
+-- Lock order, everywhere: jobs before deliveries, each table in id order, so that
+-- claims, intents, finishes, reaps and the operator's verbs never wait in a circle. A
+-- statement that must see rows committed by a transaction it waited for (an intent, a
+-- late success) reads them in a later statement of the same transaction, after the
+-- lock: one statement sees one snapshot.
+
+-- name: due_jobs
+-- Lock up to %(limit)s due jobs (skipping those another claim holds), oldest first,
+-- then their deliveries in id order; one row per job with its delivery.
+WITH due AS (
+    SELECT * FROM kirim_jobs
+    WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+SELECT d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+FROM due j JOIN kirim_deliveries d ON d.id = j.delivery_id
+ORDER BY d.id
+FOR NO KEY UPDATE OF d;
+
+-- name: claim_history
+-- After the claim's locks (a new snapshot): per delivery about to be claimed, how many
+-- attempt rows it already had, with its attempts that succeeded or may have reached
+-- the provider (one row with NULL attempt columns when it has none of those).
+SELECT c.claimed_id, c.prior_requests, a.*
+FROM (
+    SELECT d.id AS claimed_id,
+           (SELECT count(*) FROM kirim_attempts x WHERE x.delivery_id = d.id)
+               AS prior_requests
+    FROM kirim_deliveries d
+    WHERE d.id = ANY (%(ids)s::bigint[])
+) c
+LEFT JOIN kirim_attempts a
+  ON a.delivery_id = c.claimed_id AND a.status IN ('succeeded', 'requested', 'unknown')
+ORDER BY c.claimed_id, a.id;
+
+-- name: lock_jobs
+-- Lock the jobs of these deliveries, and these jobs.
+SELECT * FROM kirim_jobs
+WHERE delivery_id = ANY (%(delivery_ids)s::bigint[]) OR id = ANY (%(job_ids)s::bigint[])
+ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: lock_deliveries
+-- Lock these deliveries (waits for intents in flight on them).
+SELECT * FROM kirim_deliveries WHERE id = ANY (%(ids)s::bigint[])
+ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: attempts_of_deliveries
+-- Every attempt of these deliveries.
+SELECT * FROM kirim_attempts WHERE delivery_id = ANY (%(ids)s::bigint[])
+ORDER BY delivery_id, id;
+
+-- name: expired_jobs
+-- Lock running jobs whose lease expired (skipping those locked), with their channel.
+SELECT j.*, (SELECT d.channel FROM kirim_deliveries d WHERE d.id = j.delivery_id) AS channel
+FROM kirim_jobs j
+WHERE j.status = 'running' AND j.lease_expires_at < %(now)s::float8
+ORDER BY j.lease_expires_at, j.id
+LIMIT 1000
+FOR NO KEY UPDATE OF j SKIP LOCKED;
+
+-- name: write_attempts
+-- Outcomes of requests; one already settled never changes.
+UPDATE kirim_attempts a
+SET status = u.status, provider_message_id = u.message_id, error = u.error,
+    completed_at = u.completed_at
+FROM jsonb_to_recordset(%(items)s::jsonb)
+     AS u (request_id text, status text, message_id text, error text, completed_at float8)
+WHERE a.provider_request_id = u.request_id AND a.status IN ('requested', 'unknown');
+
+-- name: write_deliveries
+-- Deliveries as the transition left them.
+UPDATE kirim_deliveries d
+SET status = u.status, doubt = u.doubt, claim_token = u.claim_token,
+    claimed_by = u.claimed_by, claim_expires_at = u.claim_expires_at,
+    provider_message_id = u.provider_message_id, last_error = u.last_error,
+    sent_at = u.sent_at, released_at = u.released_at, updated_at = u.updated_at
+FROM jsonb_to_recordset(%(items)s::jsonb)
+     AS u (id bigint, status text, doubt text, claim_token text, claimed_by text,
+           claim_expires_at float8, provider_message_id text, last_error text,
+           sent_at float8, released_at float8, updated_at float8)
+WHERE d.id = u.id;
+
+-- name: write_jobs
+-- Jobs as the transition left them.
+UPDATE kirim_jobs j
+SET status = u.status, run_at = u.run_at, attempts = u.attempts,
+    lease_owner = u.lease_owner, lease_token = u.lease_token,
+    lease_expires_at = u.lease_expires_at, last_error = u.last_error,
+    updated_at = u.updated_at
+FROM jsonb_to_recordset(%(items)s::jsonb)
+     AS u (id bigint, status text, run_at float8, attempts int, lease_owner text,
+           lease_token text, lease_expires_at float8, last_error text, updated_at float8)
+WHERE j.id = u.id;
+
+-- name: insert_jobs
+-- New jobs (an operator's retry).
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+SELECT u.delivery_id, 'queued', u.run_at, u.max_attempts, %(now)s::float8, %(now)s::float8
+FROM jsonb_to_recordset(%(items)s::jsonb)
+     AS u (delivery_id bigint, run_at float8, max_attempts int);
+
+-- name: insert_intents
+-- Write-ahead attempt intents, each only while its claim token holds (the fence),
+-- bounded in time (no request after send_deadline; none can land after settles_at).
+-- FOR SHARE makes a concurrent claim wait for this commit, so that it sees the intent;
+-- deliveries are locked in id order, as everywhere.
+INSERT INTO kirim_attempts
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
+     send_deadline, settles_at)
+SELECT l.delivery_id, l.job_id, l.number, l.request_id, l.worker_id, 'requested',
+       l.requested_at, l.send_deadline, l.settles_at
+FROM (
+    SELECT u.*
+    FROM jsonb_to_recordset(%(items)s::jsonb)
+         AS u (delivery_id bigint, job_id bigint, token text, number int, request_id text,
+               worker_id text, requested_at float8, send_deadline float8, settles_at float8)
+    JOIN kirim_deliveries d
+      ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+    ORDER BY d.id
+    FOR SHARE OF d
+) l
+RETURNING provider_request_id;
+
+-- name: intents_written
+-- Which of these requests have an attempt row (after insert_intents wrote fewer rows
+-- than it was given: some claims were lost).
+SELECT provider_request_id FROM kirim_attempts
+WHERE provider_request_id = ANY (%(request_ids)s::text[]);
+
+-- name: extend_leases
+-- Heartbeat: extend job leases where the lease token holds.
+UPDATE kirim_jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
+FROM jsonb_to_recordset(%(items)s::jsonb) AS u (job_id bigint, delivery_id bigint, token text)
+WHERE j.id = u.job_id AND j.lease_token = u.token AND j.status = 'running'
+RETURNING j.id, j.lease_token;
+
+-- name: extend_claims
+-- ... then delivery claims where the claim token holds.
+UPDATE kirim_deliveries d SET claim_expires_at = %(until)s::float8
+FROM jsonb_to_recordset(%(items)s::jsonb) AS u (job_id bigint, delivery_id bigint, token text)
+WHERE d.id = u.delivery_id AND d.claim_token = u.token;
+
+-- name: notify
+-- Wake the workers that listen (delivered at commit).
+SELECT pg_notify('kirim_jobs', '');

@@ -1,0 +1,234 @@
+"""The rules of the delivery state machine, written once for both backends (no I/O).
+
+What status follows what, when a success outranks a failure, when a doubt decision
+loses its premise, when a late refusal withdraws an assumption: pure functions of the
+rows a transition read under its locks (``transitions`` does the reading and writing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.store.base import AttemptOutcome, ClaimKind, Finish, QueueStats
+from kirim.store.rows import Row, evolve
+
+
+def unsettled_until(attempts: Sequence[Attempt], now: float) -> float | None:
+    """The latest time an earlier request may still land, if that is after ``now``."""
+    later = [a.settles_at for a in attempts if not a.settled(now) and a.settles_at is not None]
+    return max(later) if later else None
+
+
+def run_at_of(it: Finish, now: float) -> float | None:
+    """When a finished job runs again, in store time (``Finish.run_at`` or ``delay``)."""
+    if it.run_at is not None:
+        return it.run_at
+    return None if it.delay is None else now + it.delay
+
+
+#: Outcomes that say for certain the request was not acted on.
+DEFINITE_FAILURE = (AttemptStatus.FAILED_PERMANENT, AttemptStatus.FAILED_TRANSIENT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Written:
+    """What ``finish`` writes for one item, as the rules below leave it."""
+
+    status: DeliveryStatus
+    doubt: Doubt | None
+    message_id: str | None
+    job_status: JobStatus
+    run_at: float | None
+    error: str | None
+    refund: bool
+
+    @staticmethod
+    def of(it: Finish, now: float) -> Written:
+        """What the worker decided, with the next run in the store's time."""
+        return Written(
+            status=it.delivery_status,
+            doubt=it.doubt,
+            message_id=it.provider_message_id,
+            job_status=it.job_status,
+            run_at=run_at_of(it, now),
+            error=it.error,
+            refund=it.refund_attempt,
+        )
+
+    def outranked_by(self, success_message_id: str | None) -> Written:
+        """A success recorded by any attempt (even a stale one) outranks a failure."""
+        return evolve(
+            self,
+            status=DeliveryStatus.SENT,
+            job_status=JobStatus.COMPLETED,
+            message_id=success_message_id,
+            doubt=Doubt.RESOLVED if self.doubt is not None else None,
+        )
+
+    def may_have_lost_its_doubt(self, it: Finish) -> bool:
+        """A doubt decision (assume sent, hold) made on earlier requests that may all
+        have been refused since: the store checks that none is doubtful any more."""
+        return self.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD) and (
+            it.attempt is None or it.attempt.status in DEFINITE_FAILURE
+        )
+
+    def without_doubt(self, it: Finish, now: float) -> Written:
+        """Every earlier request was refused: without a request of its own, send again
+        (the claim does not count); after a refusal of its own, the attempts are over."""
+        if it.attempt is None:
+            return evolve(
+                self,
+                status=DeliveryStatus.PENDING,
+                doubt=None,
+                job_status=JobStatus.RETRY_SCHEDULED,
+                run_at=now,
+                refund=True,
+                error="the earlier requests were refused meanwhile: sending again",
+            )
+        return evolve(self, status=DeliveryStatus.FAILED, doubt=None, job_status=JobStatus.DEAD)
+
+
+def plain(it: Finish) -> bool:
+    """A finish that no other row can change: sent by its own success (or with no
+    request), with no doubt decision and no refund. Its claim's token decides alone."""
+    return (
+        it.delivery_status is DeliveryStatus.SENT
+        and it.doubt is None
+        and not it.refund_attempt
+        and (it.attempt is None or it.attempt.status is AttemptStatus.SUCCEEDED)
+    )
+
+
+def withdrawable(d: Delivery) -> bool:
+    """Whether a delivery rests on an assumption a late refusal can withdraw."""
+    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
+    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
+    return assumed or held
+
+
+def withdrawn(refusal: AttemptOutcome, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
+    """Where a withdrawn assumption goes: transient, sent again (within the job's
+    attempts); permanent, failed."""
+    transient = refusal.status is AttemptStatus.FAILED_TRANSIENT
+    if transient and job is not None and job.attempts < job.max_attempts:
+        return DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
+    return DeliveryStatus.FAILED, JobStatus.DEAD
+
+
+def queue_stats(
+    by_status_doubt: Sequence[Row], due: int, oldest_run_at: float | None, now: float
+) -> QueueStats:
+    """``QueueStats`` from (status, doubt, n) rows and the due jobs' count and oldest run_at."""
+    deliveries = {str(s): 0 for s in DeliveryStatus}
+    in_doubt = 0
+    for row in by_status_doubt:
+        n = int(row["n"])
+        deliveries[row["status"]] = deliveries.get(row["status"], 0) + n
+        if row["status"] == DeliveryStatus.IN_DOUBT or row["doubt"] == Doubt.ASSUMED_SENT:
+            in_doubt += n
+    age = 0.0 if oldest_run_at is None else max(0.0, now - float(oldest_run_at))
+    return QueueStats(
+        deliveries=deliveries, in_doubt=in_doubt, queue_depth=int(due), oldest_due_age_s=age
+    )
+
+
+# -- the claim, late results, reaping and the operator's verbs ---------------------------
+
+#: Job statuses that still carry a delivery (a dead letter may be retried).
+CARRYING = (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.RETRY_SCHEDULED, JobStatus.DEAD)
+V = TypeVar("V")
+_MAYBE_SENT = (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)
+
+
+def first_of(value: V | None, other: V | None) -> V | None:
+    """``value`` unless it is None (SQL's COALESCE)."""
+    return other if value is None else value
+
+
+def doubtful(attempts: Iterable[Attempt], released_at: float | None) -> list[Attempt]:
+    """The attempts that may have reached the provider, since the operator's last release
+    (a retry by the operator releases the doubt of the requests before it)."""
+    since = released_at or 0.0
+    return [a for a in attempts if a.status in _MAYBE_SENT and a.requested_at >= since]
+
+
+def first_success(attempts: Iterable[Attempt]) -> Attempt | None:
+    """The earliest attempt that succeeded, if any."""
+    found = [a for a in attempts if a.status is AttemptStatus.SUCCEEDED]
+    return min(found, key=lambda a: a.id) if found else None
+
+
+def claim_kind(d: Delivery, now: float) -> ClaimKind:
+    """What a due job may do with its delivery: claim it (pending, or processing whose
+    claim expired or was revoked), leave it to the worker that holds it (busy), or
+    nothing (the delivery is already final)."""
+    if d.status is DeliveryStatus.PENDING:
+        return ClaimKind.CLAIMED
+    if d.status is DeliveryStatus.PROCESSING:
+        expired = d.claim_expires_at is None or d.claim_expires_at < now
+        return ClaimKind.CLAIMED if expired else ClaimKind.BUSY
+    return ClaimKind.NOOP
+
+
+def unclaimed(d: Delivery, **changes: Any) -> Delivery:
+    """The delivery with its claim given up (and ``changes``)."""
+    return evolve(d, claim_token=None, claimed_by=None, claim_expires_at=None, **changes)
+
+
+def unleased(j: Job, **changes: Any) -> Job:
+    """The job with its lease given up (and ``changes``)."""
+    return evolve(j, lease_owner=None, lease_token=None, lease_expires_at=None, **changes)
+
+
+def sent_late(d: Delivery, message_id: str | None, now: float) -> Delivery:
+    """A success reported after the claim was lost still makes the delivery sent."""
+    return unclaimed(
+        d,
+        status=DeliveryStatus.SENT,
+        provider_message_id=first_of(d.provider_message_id, message_id),
+        doubt=None if d.doubt is None else Doubt.RESOLVED,
+        sent_at=d.sent_at if d.sent_at is not None else now,
+        updated_at=now,
+    )
+
+
+def committed(d: Delivery, w: Written, now: float) -> Delivery:
+    """The delivery as a claim's own finish writes it (the claim ends)."""
+    return unclaimed(
+        d,
+        status=w.status,
+        doubt=w.doubt,
+        provider_message_id=first_of(w.message_id, d.provider_message_id),
+        last_error=w.error,
+        sent_at=now if w.status is DeliveryStatus.SENT else d.sent_at,
+        updated_at=now,
+    )
+
+
+def parked(d: Delivery, maybe_sent: bool, now: float) -> Delivery:
+    """The delivery of a job that died with its lease: in doubt (held) if a request may
+    have left, else failed."""
+    return unclaimed(
+        d,
+        status=DeliveryStatus.IN_DOUBT if maybe_sent else DeliveryStatus.FAILED,
+        doubt=Doubt.HELD if maybe_sent else d.doubt,
+        last_error="lease expired on the final attempt",
+        updated_at=now,
+    )
+
+
+def revivable(d: Delivery, jobs: Iterable[Job]) -> bool:
+    """Whether an operator may send the delivery again (a dead letter)."""
+    final = d.status in (DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT, DeliveryStatus.CANCELED)
+    return final and any(j.status is JobStatus.DEAD for j in jobs)
+
+
+def cancelable(d: Delivery) -> bool:
+    """Neither in flight nor sent (a processing delivery whose claim was revoked by the
+    reaper or at shutdown is not in flight)."""
+    if d.status in (DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT):
+        return True
+    return d.status is DeliveryStatus.PROCESSING and d.claim_token is None

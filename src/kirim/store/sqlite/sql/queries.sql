@@ -1,0 +1,119 @@
+-- Named queries of the SQLite backend that are not transitions nor intake: the schema's
+-- version, reads for the worker's idle loop, operators, gauges and the HTTP service's
+-- tokens. Named parameters (:name).
+
+-- name: create_meta
+-- The table that records the schema's version (before the first migration).
+CREATE TABLE IF NOT EXISTS kirim_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+-- name: meta_exists
+-- Whether the schema's version table exists.
+SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kirim_meta';
+
+-- name: schema_version
+-- The schema's version.
+SELECT value FROM kirim_meta WHERE key = 'schema_version';
+
+-- name: set_schema_version
+-- Record the version a migration reached.
+INSERT INTO kirim_meta (key, value) VALUES ('schema_version', :version)
+ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+
+-- name: next_run_at
+-- When the earliest claimable job is due.
+SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
+
+-- name: count_running
+-- Unfinished work of earlier claims: jobs running or waiting for a retry.
+SELECT COUNT(*) AS n FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
+
+-- name: deliveries_by_status_doubt
+-- Gauges: deliveries per status and doubt (one scan, every few seconds).
+SELECT status, doubt, COUNT(*) AS n FROM kirim_deliveries GROUP BY status, doubt;
+
+-- name: due_jobs_summary
+-- Gauges: claimable jobs due now, and the run_at of the oldest (the due index).
+SELECT COUNT(*) AS n, MIN(run_at) AS oldest FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled') AND run_at <= :now;
+
+-- name: count_deliveries
+-- Deliveries per status.
+SELECT status, COUNT(*) AS n FROM kirim_deliveries GROUP BY status ORDER BY status;
+
+-- name: count_jobs
+-- Jobs per status.
+SELECT status, COUNT(*) AS n FROM kirim_jobs GROUP BY status ORDER BY status;
+
+-- name: delivery_by_id
+-- One delivery.
+SELECT * FROM kirim_deliveries WHERE id = :id;
+
+-- name: delivery_by_key
+-- One delivery by its idempotency key.
+SELECT * FROM kirim_deliveries WHERE idempotency_key = :key;
+
+-- name: latest_job
+-- The delivery's most recent job.
+SELECT * FROM kirim_jobs WHERE delivery_id = :delivery_id ORDER BY id DESC LIMIT 1;
+
+-- name: attempts_of
+-- Every attempt of a delivery.
+SELECT * FROM kirim_attempts WHERE delivery_id = :delivery_id ORDER BY id;
+
+-- name: deliveries_after
+-- A page of deliveries above an id, oldest first (filters: NULL for any).
+SELECT * FROM kirim_deliveries
+WHERE id > :after_id AND (:status IS NULL OR status = :status)
+  AND (:channel IS NULL OR channel = :channel)
+ORDER BY id LIMIT :limit;
+
+-- name: deliveries_before
+-- A page of deliveries below an id, newest first (filters: NULL for any).
+SELECT * FROM kirim_deliveries
+WHERE id < :before_id AND (:status IS NULL OR status = :status)
+  AND (:channel IS NULL OR channel = :channel)
+ORDER BY id DESC LIMIT :limit;
+
+-- name: dead_letters
+-- Dead jobs, oldest first, each with its delivery.
+SELECT d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+FROM (SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT :limit) AS j
+JOIN kirim_deliveries d ON d.id = j.delivery_id
+ORDER BY j.id;
+
+-- name: search_deliveries
+-- The dashboard's search: a delivery id, an idempotency key or an event id (indexed).
+SELECT * FROM kirim_deliveries
+WHERE id = :id OR idempotency_key = :text OR event_id = :text
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: insert_token
+-- A new API token (its hash); nothing when an active token has the name.
+INSERT INTO kirim_tokens (name, token_hash, prefix, created_at)
+VALUES (:name, :hash, :prefix, :now)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- name: token_by_hash
+-- The active token with this hash.
+SELECT * FROM kirim_tokens WHERE token_hash = :hash AND revoked_at IS NULL;
+
+-- name: revoke_token_by_name
+-- Revoke the active token with this name.
+UPDATE kirim_tokens SET revoked_at = :now WHERE name = :name AND revoked_at IS NULL
+RETURNING *;
+
+-- name: revoke_token_by_id
+-- Revoke the token with this id, if active.
+UPDATE kirim_tokens SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL
+RETURNING *;
+
+-- name: tokens
+-- API tokens, oldest first; the revoked ones only when :all.
+SELECT * FROM kirim_tokens WHERE :all OR revoked_at IS NULL ORDER BY id;

@@ -1,0 +1,128 @@
+-- The data access of the ledger's transitions (kirim.store.transitions), SQLite.
+--
+-- These statements only read and write rows: every decision is made in Python, once
+-- for both backends. A set of ids is one JSON parameter (:ids, read with json_each). A
+-- set of records (:items) is either one JSON parameter too (a query that names
+-- :items, `value ->> 'column'`), or, for a query that does not, one run of the
+-- statement per record (executemany: each record's columns are its parameters), which
+-- is faster in SQLite than taking a JSON text apart column by column. Every write runs inside BEGIN
+-- IMMEDIATE: the database's write lock is held from the first read, so the rows read
+-- cannot change before the commit (the "lock_" queries only read, here).
+
+-- name: due_jobs
+-- Up to :limit claimable jobs that are due, oldest first, each with its delivery.
+SELECT d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+FROM (SELECT * FROM kirim_jobs
+      WHERE status IN ('queued', 'retry_scheduled') AND run_at <= :now
+      ORDER BY run_at, id
+      LIMIT :limit) AS j
+JOIN kirim_deliveries d ON d.id = j.delivery_id
+ORDER BY j.run_at, j.id;
+
+-- name: claim_history
+-- Per delivery about to be claimed: how many attempt rows it already had, with its
+-- attempts that succeeded or may have reached the provider (one row with NULL attempt
+-- columns when it has none of those).
+SELECT c.claimed_id, c.prior_requests, a.*
+FROM (
+    SELECT d.id AS claimed_id,
+           (SELECT COUNT(*) FROM kirim_attempts x WHERE x.delivery_id = d.id)
+               AS prior_requests
+    FROM kirim_deliveries d
+    WHERE d.id IN (SELECT value FROM json_each(:ids))
+) c
+LEFT JOIN kirim_attempts a
+  ON a.delivery_id = c.claimed_id AND a.status IN ('succeeded', 'requested', 'unknown')
+ORDER BY c.claimed_id, a.id;
+
+-- name: lock_jobs
+-- The jobs of these deliveries, and these jobs.
+SELECT * FROM kirim_jobs
+WHERE delivery_id IN (SELECT value FROM json_each(:delivery_ids))
+   OR id IN (SELECT value FROM json_each(:job_ids))
+ORDER BY id;
+
+-- name: lock_deliveries
+-- These deliveries.
+SELECT * FROM kirim_deliveries WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id;
+
+-- name: attempts_of_deliveries
+-- Every attempt of these deliveries.
+SELECT * FROM kirim_attempts
+WHERE delivery_id IN (SELECT value FROM json_each(:ids))
+ORDER BY delivery_id, id;
+
+-- name: expired_jobs
+-- Running jobs whose lease expired (with their delivery's channel, for metrics).
+SELECT j.*, (SELECT d.channel FROM kirim_deliveries d WHERE d.id = j.delivery_id) AS channel
+FROM kirim_jobs j
+WHERE j.status = 'running' AND j.lease_expires_at < :now
+ORDER BY j.lease_expires_at, j.id
+LIMIT 1000;
+
+-- name: write_attempts
+-- Outcomes of requests (one statement run for each item: executemany); one already
+-- settled never changes.
+UPDATE kirim_attempts
+SET status = :status, provider_message_id = :message_id, error = :error,
+    completed_at = :completed_at
+WHERE provider_request_id = :request_id AND status IN ('requested', 'unknown');
+
+-- name: write_deliveries
+-- Deliveries as the transition left them (executemany).
+UPDATE kirim_deliveries
+SET status = :status, doubt = :doubt, claim_token = :claim_token, claimed_by = :claimed_by,
+    claim_expires_at = :claim_expires_at, provider_message_id = :provider_message_id,
+    last_error = :last_error, sent_at = :sent_at, released_at = :released_at,
+    updated_at = :updated_at
+WHERE id = :id;
+
+-- name: write_jobs
+-- Jobs as the transition left them (executemany).
+UPDATE kirim_jobs
+SET status = :status, run_at = :run_at, attempts = :attempts, lease_owner = :lease_owner,
+    lease_token = :lease_token, lease_expires_at = :lease_expires_at,
+    last_error = :last_error, updated_at = :updated_at
+WHERE id = :id;
+
+-- name: insert_jobs
+-- New jobs (an operator's retry; executemany).
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+VALUES (:delivery_id, 'queued', :run_at, :max_attempts, :now, :now);
+
+-- name: insert_intents
+-- Write-ahead attempt intents (executemany), each only while its claim token holds (the
+-- fence), bounded in time: no request after send_deadline, none can land after
+-- settles_at.
+INSERT INTO kirim_attempts
+    (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
+     send_deadline, settles_at)
+SELECT :delivery_id, :job_id, :number, :request_id, :worker_id, 'requested', :requested_at,
+       :send_deadline, :settles_at
+WHERE EXISTS (SELECT 1 FROM kirim_deliveries
+              WHERE id = :delivery_id AND claim_token = :token AND status = 'processing');
+
+-- name: intents_written
+-- Which of these requests have an attempt row (after insert_intents wrote fewer rows
+-- than it was given: some claims were lost).
+SELECT provider_request_id FROM kirim_attempts
+WHERE provider_request_id IN (SELECT value FROM json_each(:request_ids));
+
+-- name: extend_leases
+-- Heartbeat: extend job leases where the lease token holds.
+UPDATE kirim_jobs AS j SET lease_expires_at = :until, updated_at = :now
+FROM json_each(:items) AS u
+WHERE j.id = u.value ->> 'job_id' AND j.lease_token = u.value ->> 'token'
+  AND j.status = 'running'
+RETURNING id, lease_token;
+
+-- name: extend_claims
+-- ... and delivery claims where the claim token holds.
+UPDATE kirim_deliveries AS d SET claim_expires_at = :until
+FROM json_each(:items) AS u
+WHERE d.id = u.value ->> 'delivery_id' AND d.claim_token = u.value ->> 'token';

@@ -1,0 +1,782 @@
+"""The ledger's transitions, written once for both backends, set-based.
+
+Each is an ``Operation`` (see ``sequence``): one transaction that reads the rows it
+will change (PostgreSQL locks them as it reads: jobs before deliveries, each table
+in id order, as everywhere), decides with the rules of ``rules``, and writes back
+whole batches: one statement per table per batch, whatever the batch's size.
+
+Rows read under the transaction's locks cannot change before it commits (SQLite
+holds the database's write lock; PostgreSQL the rows' locks), so the fences of
+DESIGN's protocol are checked here, on the rows read: a claim token that no longer
+holds rejects a finish, a lease token a heartbeat. The two hot single-statement
+steps (intents, heartbeats) fence in their SQL, where one statement both checks and
+writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from kirim.errors import NotSettled
+from kirim.keys import new_token
+from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.store import rules
+from kirim.store.base import (
+    AttemptOutcome,
+    Claim,
+    ClaimKind,
+    Finish,
+    FinishResult,
+    Intent,
+    Lease,
+    Reaped,
+)
+from kirim.store.rows import Row, attempt_from, delivery_from, evolve, job_from, job_of
+from kirim.store.sequence import TIME, Group, Operation, Query
+
+LATE = FinishResult(
+    committed=False,
+    delivery_status=DeliveryStatus.SENT,
+    job_status=JobStatus.COMPLETED,
+    late_success=True,
+)
+STALE = FinishResult(committed=False, delivery_status=None, job_status=None)
+
+
+# -- the rows an operation read, and what it writes back -----------------------------
+
+
+class Ledger:
+    """The rows of one batch's deliveries, as read under the transaction's locks, with
+    the changes the operation made to them (written back by ``write``).
+
+    Rows become model values only when a rule looks at them (``delivery``, ``job``,
+    ``jobs_of``, ``doubtful``): the common finish needs none (``_finish_plain``).
+    """
+
+    def __init__(
+        self,
+        deliveries: Iterable[Row],
+        jobs: Iterable[Row] = (),
+        attempts: Iterable[Row] = (),
+        *,
+        payload: bool = False,
+    ) -> None:
+        """``payload``: parse the deliveries' payloads (a claim hands them to the worker;
+        the other transitions only write state back)."""
+        self.payload = payload
+        self.rows: dict[int, Row] = {row["id"]: row for row in deliveries}
+        self.job_rows: dict[int, Row] = {row["id"]: row for row in jobs}
+        self.attempt_rows: dict[int, list[Row]] = {}
+        for row in attempts:
+            self.attempt_rows.setdefault(row["delivery_id"], []).append(row)
+        self.released_at: dict[int, float | None] = {
+            i: row["released_at"] for i, row in self.rows.items()
+        }
+        self._deliveries: dict[int, Delivery] = {}
+        self._jobs: dict[int, Job] = {}
+        self._attempts: dict[int, list[Attempt]] = {}
+        self._changed_deliveries: dict[int, dict[str, Any]] = {}
+        self._changed_jobs: dict[int, dict[str, Any]] = {}
+        self._changed_attempts: dict[str, dict[str, Any]] = {}
+
+    # -- reading, as model values ----------------------------------------------------
+
+    def delivery(self, delivery_id: int) -> Delivery | None:
+        d = self._deliveries.get(delivery_id)
+        if d is None and delivery_id in self.rows:
+            d = delivery_from(self.rows[delivery_id], payload=self.payload)
+            self._deliveries[delivery_id] = d
+        return d
+
+    def job(self, job_id: int) -> Job | None:
+        j = self._jobs.get(job_id)
+        if j is None and job_id in self.job_rows:
+            j = self._jobs[job_id] = job_from(self.job_rows[job_id])
+        return j
+
+    def jobs_of(self, delivery_id: int) -> list[Job]:
+        ids = sorted(i for i, r in self.job_rows.items() if r["delivery_id"] == delivery_id)
+        return [j for j in map(self.job, ids) if j is not None]
+
+    def attempts(self, delivery_id: int) -> list[Attempt]:
+        found = self._attempts.get(delivery_id)
+        if found is None:
+            rows = self.attempt_rows.get(delivery_id, ())
+            found = self._attempts[delivery_id] = [attempt_from(r) for r in rows]
+        return found
+
+    def doubtful(self, delivery_id: int) -> list[Attempt]:
+        return rules.doubtful(self.attempts(delivery_id), self.released_at.get(delivery_id))
+
+    def success(self, delivery_id: int) -> Attempt | None:
+        return rules.first_success(self.attempts(delivery_id))
+
+    # -- changing ----------------------------------------------------------------------
+
+    def set_delivery(self, d: Delivery) -> None:
+        self._deliveries[d.id] = d
+        self._changed_deliveries[d.id] = _delivery_values(d, self.released_at[d.id])
+
+    def set_job(self, j: Job) -> None:
+        self._jobs[j.id] = j
+        self._changed_jobs[j.id] = _job_values(j)
+
+    def set_rows(self, delivery: dict[str, Any], job: dict[str, Any] | None) -> None:
+        """Write column values straight from the rows (``_finish_plain``)."""
+        self.rows[delivery["id"]] = delivery
+        self._deliveries.pop(delivery["id"], None)
+        self._changed_deliveries[delivery["id"]] = {k: delivery[k] for k in _DELIVERY_COLUMNS}
+        if job is not None:
+            self.job_rows[job["id"]] = job
+            self._jobs.pop(job["id"], None)
+            self._changed_jobs[job["id"]] = {k: job[k] for k in _JOB_COLUMNS}
+
+    def complete(self, delivery_id: int, outcome: AttemptOutcome) -> None:
+        """Record a request's outcome: a fact, whatever the claim's fate; an outcome
+        already settled (not requested, not unknown) never changes."""
+        attempts = self.attempts(delivery_id)
+        for i, a in enumerate(attempts):
+            if a.provider_request_id != outcome.provider_request_id:
+                continue
+            if a.status not in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN):
+                return
+            attempts[i] = evolve(
+                a,
+                status=outcome.status,
+                provider_message_id=rules.first_of(
+                    outcome.provider_message_id, a.provider_message_id
+                ),
+                error=outcome.error,
+                completed_at=outcome.completed_at,
+            )
+            self._changed_attempts[a.provider_request_id] = _attempt_values(attempts[i])
+            return
+
+    def complete_plain(self, outcome: AttemptOutcome) -> None:
+        """``complete`` for a delivery no later item of the batch reads: the write's own
+        fence keeps a settled outcome (``write_attempts``)."""
+        self._changed_attempts[outcome.provider_request_id] = {
+            "request_id": outcome.provider_request_id,
+            "status": str(outcome.status),
+            "message_id": outcome.provider_message_id,
+            "error": outcome.error,
+            "completed_at": outcome.completed_at,
+        }
+
+    def write(self) -> Operation[None]:
+        """Write back every changed row: one statement per table."""
+        yield self.writes()
+
+    def writes(self, *more: Query) -> Group:
+        """The statements that write back every changed row (one per table), and
+        ``more`` after them, sent together."""
+        steps = []
+        if self._changed_attempts:
+            items = list(self._changed_attempts.values())
+            steps.append(Query("write_attempts", {"items": items}, count=True))
+        if self._changed_deliveries:
+            changed = self._changed_deliveries
+            items = [changed[i] for i in sorted(changed)]
+            steps.append(Query("write_deliveries", {"items": items}, count=True))
+        if self._changed_jobs:
+            items = [self._changed_jobs[i] for i in sorted(self._changed_jobs)]
+            steps.append(Query("write_jobs", {"items": items}, count=True))
+        return (*steps, *more)
+
+
+_DELIVERY_COLUMNS = (
+    "id",
+    "status",
+    "doubt",
+    "claim_token",
+    "claimed_by",
+    "claim_expires_at",
+    "provider_message_id",
+    "last_error",
+    "sent_at",
+    "released_at",
+    "updated_at",
+)
+_JOB_COLUMNS = (
+    "id",
+    "status",
+    "run_at",
+    "attempts",
+    "lease_owner",
+    "lease_token",
+    "lease_expires_at",
+    "last_error",
+    "updated_at",
+)
+
+
+V = TypeVar("V")
+
+
+def _present(value: V | None) -> V:
+    """A row the transaction locked cannot vanish before it ends."""
+    if value is None:
+        raise LookupError("a row vanished inside its transaction")
+    return value
+
+
+def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "status": str(d.status),
+        "doubt": None if d.doubt is None else str(d.doubt),
+        "claim_token": d.claim_token,
+        "claimed_by": d.claimed_by,
+        "claim_expires_at": d.claim_expires_at,
+        "provider_message_id": d.provider_message_id,
+        "last_error": d.last_error,
+        "sent_at": d.sent_at,
+        "released_at": released_at,
+        "updated_at": d.updated_at,
+    }
+
+
+def _job_values(j: Job) -> dict[str, Any]:
+    return {
+        "id": j.id,
+        "status": str(j.status),
+        "run_at": j.run_at,
+        "attempts": j.attempts,
+        "lease_owner": j.lease_owner,
+        "lease_token": j.lease_token,
+        "lease_expires_at": j.lease_expires_at,
+        "last_error": j.last_error,
+        "updated_at": j.updated_at,
+    }
+
+
+def _attempt_values(a: Attempt) -> dict[str, Any]:
+    return {
+        "request_id": a.provider_request_id,
+        "status": str(a.status),
+        "message_id": a.provider_message_id,
+        "error": a.error,
+        "completed_at": a.completed_at,
+    }
+
+
+def _read(ids: Sequence[int], job_ids: Sequence[int] = ()) -> Operation[Ledger]:
+    """Lock and read the jobs and deliveries of ``ids`` (and the jobs ``job_ids``), then
+    read their attempts (a later statement: it sees the intents committed by the
+    transactions the locks waited for)."""
+    jobs, deliveries, attempts = yield (
+        Query("lock_jobs", {"delivery_ids": list(ids), "job_ids": list(job_ids)}),
+        Query("lock_deliveries", {"ids": list(ids)}),
+        Query("attempts_of_deliveries", {"ids": list(ids)}),
+    )
+    return Ledger(deliveries, jobs, attempts)
+
+
+# -- claim (DESIGN steps 1–3) --------------------------------------------------------
+
+
+def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Operation[list[Claim]]:
+    """Lease up to ``limit`` due jobs (None: every one) and claim their deliveries.
+
+    A delivery already final completes its job (noop); one that another worker holds
+    puts the job back without counting it (busy); one whose earlier attempt succeeded
+    is marked sent (noop). A claim reports the earlier attempts that may have reached
+    the provider, and until when one may still land.
+    """
+    at = yield TIME
+    now = at(given)
+    until = now + lease
+    due = yield Query("due_jobs", {"now": now, "limit": limit})
+    if not due:
+        return []
+    # PostgreSQL returns the rows in delivery order (its lock order): claim in due order.
+    rows = sorted(due, key=lambda r: (r["job_run_at"], r["job_id"]))
+    ledger = Ledger(rows, payload=True)
+    current_of = {r["id"]: ledger.delivery(r["id"]) for r in rows}
+    kinds = {r["job_id"]: rules.claim_kind(_present(current_of[r["id"]]), now) for r in rows}
+    ours = sorted({r["id"] for r in rows if kinds[r["job_id"]] is ClaimKind.CLAIMED})
+    prior: dict[int, int] = {}
+    if ours:
+        for a in (yield Query("claim_history", {"ids": ours})):
+            prior[a["claimed_id"]] = int(a["prior_requests"])
+            if a["id"] is not None:
+                ledger.attempt_rows.setdefault(a["delivery_id"], []).append(a)
+    claims = []
+    for row in rows:
+        job = job_of(row)
+        assert job is not None
+        token = new_token()
+        current = _present(current_of[row["id"]])
+        kind = kinds[job.id]
+        leased = evolve(
+            job,
+            status=JobStatus.RUNNING,
+            attempts=job.attempts + 1,
+            lease_owner=worker_id,
+            lease_token=token,
+            lease_expires_at=until,
+            updated_at=now,
+        )
+        if kind is ClaimKind.BUSY:
+            retry_at = current.claim_expires_at if current.claim_expires_at is not None else now
+            ledger.set_job(
+                rules.unleased(
+                    job, status=JobStatus.RETRY_SCHEDULED, run_at=retry_at, updated_at=now
+                )
+            )
+            reason = f"delivery claimed by {current.claimed_by}"
+            claims.append(_claim(ClaimKind.BUSY, leased, current, token, now, reason=reason))
+            continue
+        if kind is ClaimKind.NOOP:
+            reason = f"delivery already {current.status}"
+            ledger.set_job(rules.unleased(leased, status=JobStatus.COMPLETED, last_error=reason))
+            claims.append(_claim(ClaimKind.NOOP, leased, current, token, now, reason=reason))
+            continue
+        success = ledger.success(current.id)
+        if success is not None:
+            reason = "an earlier attempt succeeded"
+            done = rules.sent_late(current, success.provider_message_id, now)
+            ledger.set_delivery(done)
+            ledger.set_job(rules.unleased(leased, status=JobStatus.COMPLETED, last_error=reason))
+            claims.append(_claim(ClaimKind.NOOP, leased, done, token, now, reason=reason))
+            continue
+        delivery = evolve(
+            current,
+            status=DeliveryStatus.PROCESSING,
+            claim_token=token,
+            claimed_by=worker_id,
+            claim_expires_at=until,
+            updated_at=now,
+        )
+        ledger.set_delivery(delivery)
+        ledger.set_job(leased)
+        found = tuple(ledger.doubtful(delivery.id))
+        claims.append(
+            Claim(
+                kind=ClaimKind.CLAIMED,
+                job=leased,
+                delivery=delivery,
+                token=token,
+                doubtful=found,
+                prior_requests=prior.get(delivery.id, 0),
+                now=now,
+                unsettled_until=rules.unsettled_until(found, now),
+            )
+        )
+    yield from ledger.write()
+    return claims
+
+
+def _claim(
+    kind: ClaimKind, job: Job, delivery: Delivery, token: str, now: float, *, reason: str
+) -> Claim:
+    return Claim(kind=kind, job=job, delivery=delivery, token=token, reason=reason, now=now)
+
+
+# -- intents and heartbeats (DESIGN steps 4 and 5): fenced in one statement ----------
+
+
+def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
+    """Insert attempt rows where the claim token still holds (in delivery id order, the
+    lock order of every backend); one answer per intent, in the given order."""
+    if not intents:
+        return []
+    at = yield TIME
+    items = [
+        {
+            "delivery_id": it.delivery_id,
+            "job_id": it.job_id,
+            "token": it.token,
+            "number": it.number,
+            "request_id": it.provider_request_id,
+            "worker_id": it.worker_id,
+            "requested_at": at(it.requested_at),
+            "send_deadline": it.send_deadline,
+            "settles_at": it.settles_at,
+        }
+        for it in sorted(intents, key=lambda it: it.delivery_id)
+    ]
+    count = yield Query("insert_intents", {"items": items}, count=True)
+    if count == len(items):  # every claim held: the common case
+        return [True] * len(intents)
+    request_ids = [it["request_id"] for it in items]
+    written = yield Query("intents_written", {"request_ids": request_ids})
+    ids = {r["provider_request_id"] for r in written}
+    return [it.provider_request_id in ids for it in intents]
+
+
+def heartbeat(leases: Sequence[Lease], given: float, lease: float) -> Operation[list[bool]]:
+    """Extend job leases and delivery claims; False where the lease token was lost."""
+    if not leases:
+        return []
+    at = yield TIME
+    now = at(given)
+    items = [
+        {"job_id": it.job_id, "delivery_id": it.delivery_id, "token": it.token} for it in leases
+    ]
+    args = {"items": items, "until": now + lease, "now": now}
+    held, _ = yield (Query("extend_leases", args), Query("extend_claims", args, count=True))
+    kept = {(r["id"], r["lease_token"]) for r in held}
+    return [(it.job_id, it.token) in kept for it in leases]
+
+
+# -- finish (DESIGN step 6) ------------------------------------------------------------
+
+
+def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
+    """Outcomes, delivery statuses and job states of many claims, fenced by their tokens.
+
+    Items are decided in order, each on the rows as the ones before it left them (a
+    delivery may appear twice). Two rules keep a status from claiming more than kirim
+    knows: a success recorded by any attempt outranks a failure, and a doubt decision
+    (assume sent, hold) whose doubt vanished before its commit (every earlier request
+    was answered with a definite failure meanwhile) is replaced by a retry. A stale
+    token rejects the transition, but a late answer is still a fact: a success marks
+    the delivery sent, a definite failure of the only doubtful request withdraws an
+    assumption (``reopen``).
+    """
+    if not items:
+        return []
+    ids = sorted({it.delivery_id for it in items})
+    ledger = yield from _read(ids, sorted({it.job_id for it in items}))
+    at = yield TIME  # after the locks: the time at which the decisions are taken
+    once = _once(items)
+    out = []
+    for it in items:
+        now = at(it.now)
+        plain = it.delivery_id in once and rules.plain(it)
+        result = _finish_plain(ledger, it, now) if plain else None
+        out.append(result or _finish_one(ledger, it, now))
+    yield from ledger.write()
+    return out
+
+
+def _once(items: Sequence[Finish]) -> set[int]:
+    """The deliveries that appear once in the batch."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for it in items:
+        (twice if it.delivery_id in seen else seen).add(it.delivery_id)
+    return seen - twice
+
+
+def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None:
+    """``_finish_one`` for a plain finish (``rules.plain``) whose claim holds, on the
+    rows as read: no other row can change its outcome, so no model value is needed.
+    None: not that case (the claim was lost: ``_finish_one`` decides)."""
+    row = ledger.rows.get(it.delivery_id)
+    if row is None or row["claim_token"] is None or row["claim_token"] != it.token:
+        return None
+    w = rules.Written.of(it, now)
+    if it.attempt is not None:
+        ledger.complete_plain(it.attempt)
+    delivery = {
+        **dict(row),
+        "status": str(w.status),
+        "doubt": None,
+        "claim_token": None,
+        "claimed_by": None,
+        "claim_expires_at": None,
+        "provider_message_id": rules.first_of(w.message_id, row["provider_message_id"]),
+        "last_error": w.error,
+        "sent_at": now,
+        "updated_at": now,
+    }
+    job_row = ledger.job_rows.get(it.job_id)
+    job = None
+    if job_row is not None and job_row["lease_token"] == it.token:
+        job = {
+            **dict(job_row),
+            "status": str(w.job_status),
+            "run_at": job_row["run_at"] if w.run_at is None else w.run_at,
+            "last_error": w.error,
+            "lease_owner": None,
+            "lease_token": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+        }
+    ledger.set_rows(delivery, job)
+    return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
+
+
+def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
+    if it.attempt is not None:
+        ledger.complete(it.delivery_id, it.attempt)
+    d = ledger.delivery(it.delivery_id)
+    if d is None:
+        return STALE
+    w = rules.Written.of(it, now)
+    if w.status is not DeliveryStatus.SENT:
+        success = ledger.success(d.id)
+        if success is not None:
+            w = w.outranked_by(success.provider_message_id)
+    if w.may_have_lost_its_doubt(it) and not ledger.doubtful(d.id) and ledger.success(d.id) is None:
+        w = w.without_doubt(it, now)
+    if d.claim_token is not None and d.claim_token == it.token:
+        ledger.set_delivery(rules.committed(d, w, now))
+        job = ledger.job(it.job_id)
+        if job is not None and job.lease_token == it.token:
+            ledger.set_job(
+                rules.unleased(
+                    job,
+                    status=w.job_status,
+                    run_at=job.run_at if w.run_at is None else w.run_at,
+                    last_error=w.error,
+                    attempts=job.attempts - int(w.refund),
+                    updated_at=now,
+                )
+            )
+        return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
+    # Stale token: the transition is rejected, but a success is a fact worth keeping.
+    if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
+        ledger.set_delivery(rules.sent_late(d, it.attempt.provider_message_id, now))
+        for job in ledger.jobs_of(d.id):
+            if job.status in rules.CARRYING:
+                ledger.set_job(
+                    rules.unleased(
+                        job,
+                        status=JobStatus.COMPLETED,
+                        last_error="completed by a late success",
+                        updated_at=now,
+                    )
+                )
+        return LATE
+    if it.attempt is not None and it.attempt.status in rules.DEFINITE_FAILURE:
+        reopened = _reopen(ledger, it, d, now)
+        if reopened is not None:
+            return reopened
+    return STALE
+
+
+def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult | None:
+    """A late definite failure of the only doubtful request withdraws an assumption.
+
+    The delivery was marked sent (assumed) or held because that request might have
+    arrived; it was refused, so the user has nothing. Transient: the delivery is sent
+    again (its latest job is scheduled, within its attempts); permanent: it failed.
+    """
+    if not rules.withdrawable(d) or ledger.doubtful(d.id) or ledger.success(d.id):
+        return None
+    assert it.attempt is not None
+    jobs = ledger.jobs_of(d.id)
+    job = jobs[-1] if jobs else None
+    status, job_status = rules.withdrawn(it.attempt, job)
+    error = f"late answer: {it.attempt.error}"
+    ledger.set_delivery(
+        rules.unclaimed(
+            d,
+            status=status,
+            doubt=Doubt.RESOLVED,
+            last_error=error,
+            sent_at=None,
+            provider_message_id=None,
+            updated_at=now,
+        )
+    )
+    if job is not None and job.status in (JobStatus.COMPLETED, JobStatus.DEAD):
+        ledger.set_job(
+            rules.unleased(
+                job,
+                status=job_status,
+                run_at=now + (it.delay or 0.0),
+                last_error=error,
+                updated_at=now,
+            )
+        )
+    return FinishResult(
+        committed=False, delivery_status=status, job_status=job_status, reopened=True
+    )
+
+
+# -- reap and release ------------------------------------------------------------------
+
+
+def reap(given: float) -> Operation[list[Reaped]]:
+    """Jobs whose lease expired go back to the queue (their claims revoked: the holder's
+    token stops working), or die on their final attempt (their deliveries parked in
+    doubt if a request may have left, else failed)."""
+    at = yield TIME
+    now = at(given)
+    expired = yield Query("expired_jobs", {"now": now})
+    if not expired:
+        return []
+    ids = sorted({r["delivery_id"] for r in expired})
+    # Locking the deliveries waits for intents in flight; their attempts are read after.
+    deliveries, attempts = yield (
+        Query("lock_deliveries", {"ids": ids}),
+        Query("attempts_of_deliveries", {"ids": ids}),
+    )
+    ledger = Ledger(deliveries, expired, attempts)
+    out = []
+    requeued = False
+    for row in expired:
+        job = _present(ledger.job(row["id"]))
+        dead = job.attempts >= job.max_attempts
+        d = ledger.delivery(job.delivery_id)
+        holds = (
+            d is not None
+            and d.status is DeliveryStatus.PROCESSING
+            and d.claim_token == job.lease_token
+        )
+        if dead:
+            error = "lease expired on the final attempt"
+            ledger.set_job(
+                rules.unleased(job, status=JobStatus.DEAD, last_error=error, updated_at=now)
+            )
+            if d is not None and holds:
+                ledger.set_delivery(rules.parked(d, bool(ledger.doubtful(d.id)), now))
+        else:
+            requeued = True
+            ledger.set_job(
+                rules.unleased(
+                    job,
+                    status=JobStatus.QUEUED,
+                    run_at=now,
+                    last_error="lease expired",
+                    updated_at=now,
+                )
+            )
+            if d is not None and holds:
+                ledger.set_delivery(
+                    evolve(d, claim_token=None, claim_expires_at=None, updated_at=now)
+                )
+        out.append(
+            Reaped(
+                job_id=job.id,
+                delivery_id=job.delivery_id,
+                attempt=job.attempts,
+                owner=job.lease_owner,
+                dead=dead,
+                channel=row["channel"] or "",
+            )
+        )
+    wake = (Query("notify", optional=True),) if requeued else ()
+    yield ledger.writes(*wake)
+    return out
+
+
+def release(leases: Sequence[Lease], given: float) -> Operation[None]:
+    """Give back leases at shutdown: jobs return to the queue now (the claim still
+    counts as an attempt), and claims are revoked so the next claimer takes over."""
+    if not leases:
+        return None
+    at = yield TIME
+    now = at(given)
+    ids = sorted({it.delivery_id for it in leases})
+    jobs, deliveries = yield (
+        Query("lock_jobs", {"delivery_ids": ids, "job_ids": [it.job_id for it in leases]}),
+        Query("lock_deliveries", {"ids": ids}),
+    )
+    ledger = Ledger(deliveries, jobs)
+    requeued = False
+    for it in leases:
+        job = ledger.job(it.job_id)
+        if job is not None and job.status is JobStatus.RUNNING and job.lease_token == it.token:
+            requeued = True
+            ledger.set_job(
+                rules.unleased(
+                    job,
+                    status=JobStatus.QUEUED,
+                    run_at=now,
+                    last_error="released at shutdown",
+                    updated_at=now,
+                )
+            )
+        d = ledger.delivery(it.delivery_id)
+        if d is not None and d.status is DeliveryStatus.PROCESSING and d.claim_token == it.token:
+            ledger.set_delivery(evolve(d, claim_token=None, claim_expires_at=None, updated_at=now))
+    wake = (Query("notify", optional=True),) if requeued else ()
+    yield ledger.writes(*wake)
+    return None
+
+
+# -- the operator's verbs ----------------------------------------------------------------
+
+
+def _settled(ledger: Ledger, delivery_id: int, now: float, action: str) -> None:
+    """Raise ``NotSettled`` while an earlier request of the delivery may still land."""
+    until = rules.unsettled_until(ledger.doubtful(delivery_id), now)
+    if until is not None:
+        raise NotSettled(delivery_id, until, action)
+
+
+def retry_dead(delivery_id: int, given: float) -> Operation[bool]:
+    """An operator sends a dead-lettered delivery again, releasing any earlier doubt.
+
+    Not while an earlier request may still land (``NotSettled``): the operator's
+    judgement that the user has nothing holds only once nothing more can arrive.
+    """
+    ledger = yield from _read([delivery_id])
+    at = yield TIME  # after the locks
+    now = at(given)
+    _settled(ledger, delivery_id, now, "retry")
+    d = ledger.delivery(delivery_id)
+    jobs = ledger.jobs_of(delivery_id)
+    if d is None or not rules.revivable(d, jobs):
+        return False
+    ledger.released_at[delivery_id] = now  # the doubt of the requests before is released
+    ledger.set_delivery(
+        rules.unclaimed(
+            d, status=DeliveryStatus.PENDING, doubt=None, last_error=None, updated_at=now
+        )
+    )
+    for job in jobs:
+        if job.status is JobStatus.DEAD:
+            ledger.set_job(
+                evolve(
+                    job,
+                    status=JobStatus.COMPLETED,
+                    last_error="retried by operator",
+                    updated_at=now,
+                )
+            )
+    fresh = {"delivery_id": delivery_id, "run_at": now, "max_attempts": jobs[-1].max_attempts}
+    yield ledger.writes(
+        Query("insert_jobs", {"items": [fresh], "now": now}, count=True),
+        Query("notify", optional=True),
+    )
+    return True
+
+
+def cancel(delivery_id: int, given: float) -> Operation[bool]:
+    """Cancel a delivery that is neither in flight nor sent.
+
+    Not while an earlier request may still land (``NotSettled``): "canceled" must
+    mean that nothing reaches the user. A request that may have arrived before keeps
+    the delivery in doubt: canceled, but perhaps received (``canceled (held)``).
+    """
+    ledger = yield from _read([delivery_id])
+    at = yield TIME  # after the locks
+    now = at(given)
+    _settled(ledger, delivery_id, now, "cancel")
+    d = ledger.delivery(delivery_id)
+    if d is None or not rules.cancelable(d):
+        return False
+    doubt = rules.first_of(d.doubt, Doubt.HELD) if ledger.doubtful(delivery_id) else d.doubt
+    ledger.set_delivery(evolve(d, status=DeliveryStatus.CANCELED, doubt=doubt, updated_at=now))
+    for job in ledger.jobs_of(delivery_id):
+        if job.status in (JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED, JobStatus.DEAD):
+            ledger.set_job(
+                rules.unleased(
+                    job, status=JobStatus.COMPLETED, last_error="canceled", updated_at=now
+                )
+            )
+    yield from ledger.write()
+    return True
+
+
+__all__ = [
+    "LATE",
+    "STALE",
+    "Ledger",
+    "cancel",
+    "claim",
+    "finish",
+    "heartbeat",
+    "reap",
+    "record_intents",
+    "release",
+    "retry_dead",
+]

@@ -1,0 +1,98 @@
+"""``kirim bench --sync`` and the raw SQLite baseline of ``make bench`` (bench/raw.py).
+
+Real runs on small numbers (worker processes, temporary SQLite files); no timing is
+asserted, only what was delivered or completed and what the durability says.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from click.testing import CliRunner
+
+from kirim.cli import main
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _raw() -> ModuleType:
+    """bench/raw.py, loaded from its file (bench/ is scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location("kirim_bench_raw", BENCH / "raw.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_bench_sync_normal_runs_at_normal() -> None:
+    """--sync normal delivers everything and the durability field says synchronous=normal."""
+    result = CliRunner().invoke(
+        main,
+        ["bench", "--sync", "normal", "--notifications", "50", "--workers", "1", "--json"],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["delivered"] == 50
+    assert "synchronous=normal" in out["durability"]
+    assert out["durability"].startswith("WAL")
+    assert out["deliveries_per_s"] > 0
+    assert out["enqueues_per_s"] > 0
+
+
+@pytest.mark.parametrize("where", ["command", "group"])
+def test_bench_sync_refuses_postgresql(where: str) -> None:
+    """--sync with a PostgreSQL URL (on the command or the group) is a usage error, exit 2,
+    before anything connects (no server is needed)."""
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    args = ["bench", "--sync", "normal", "--notifications", "5"]
+    argv = [*args, "--database", url] if where == "command" else ["--database", url, *args]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert "--sync" in result.stderr
+    assert "PostgreSQL" in result.stderr
+
+
+def test_run_bench_refuses_sync_on_postgresql() -> None:
+    """run_bench itself refuses sync for PostgreSQL, and a setting it does not know."""
+    from kirim.bench import run_bench
+    from kirim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="PostgreSQL"):
+        run_bench("postgresql://nobody@127.0.0.1:1/none", 5, 1, sync="normal")
+    with pytest.raises(ConfigError, match="sync must be one of"):
+        run_bench(None, 5, 1, sync="off")
+
+
+def test_with_sync_sets_the_query() -> None:
+    """The URL keeps its path (absolute or relative) and other parameters; a synchronous
+    it had is replaced."""
+    from kirim.bench import with_sync
+
+    assert with_sync("sqlite:////tmp/a.db", "normal") == "sqlite:////tmp/a.db?synchronous=normal"
+    assert with_sync("sqlite:///a.db?synchronous=full", "normal") == (
+        "sqlite:///a.db?synchronous=normal"
+    )
+    assert with_sync("sqlite:///a.db?x=1&synchronous=off", "full") == (
+        "sqlite:///a.db?x=1&synchronous=full"
+    )
+
+
+def test_sqlite_raw_completes_every_job() -> None:
+    """The raw one-by-one loop claims and completes all 200 jobs, and inserts 200
+    delivery + job rows."""
+    out = _raw().sqlite_raw(200, "normal")
+    assert out["completed"] == 200
+    assert out["claimed"] == 200
+    assert out["claims_per_s"] > 0
+    assert out["inserted"] == 200
+    assert out["executemany_inserts_per_s"] > 0
+    assert out["durability"] == "WAL, synchronous=normal"
