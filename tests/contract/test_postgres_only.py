@@ -13,7 +13,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
 from kirim.errors import StoreError
 from kirim.keys import canonical_json, payload_hash
@@ -28,7 +27,7 @@ from kirim.store.base import (
     NewDelivery,
 )
 from kirim.store.postgres import PostgresStore
-from kirim.store.postgres.driver import Q
+from kirim.store.postgres.driver import Q, bind
 from kirim.store.sqlite import SQLiteStore
 from kirim.testing import ManualClock
 from pg import fresh_database
@@ -90,9 +89,9 @@ async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str)
     """Write an attempt intent in an open transaction (a worker between write and commit)."""
     cur = await conn.execute(
         Q["insert_intents"],
-        {
-            "items": Jsonb(
-                [
+        bind(
+            {
+                "items": [
                     {
                         "delivery_id": c.delivery.id,
                         "job_id": c.job.id,
@@ -105,8 +104,8 @@ async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str)
                         "settles_at": None,
                     }
                 ]
-            )
-        },
+            }
+        ),
     )
     return len(await cur.fetchall()) == 1
 

@@ -1,5 +1,5 @@
 -- Retention (kirim.store.retention.prune), PostgreSQL (psycopg placeholders: %(name)s;
--- %(ids)s an array of ids, %(items)s a JSON array of records, jsonb_to_recordset).
+-- %(ids)s an array of ids; a step's items as one array per column, %(i_<column>)s).
 --
 -- These statements only find, lock, count and delete rows: which delivery may go is
 -- decided in Python (retention.prunable) on the rows read under the locks. Lock order,
@@ -71,8 +71,10 @@ SELECT * FROM kirim_jobs WHERE delivery_id = ANY (%(ids)s::bigint[]) ORDER BY id
 -- One tombstone per pruned delivery (a key pruned again keeps the newest).
 INSERT INTO kirim_key_tombstones (key_hash, delivery_id, status, seen_at, pruned_at)
 SELECT u.key_hash, u.delivery_id, u.status, u.seen_at, u.pruned_at
-FROM jsonb_to_recordset(%(items)s::jsonb)
-     AS u (key_hash text, delivery_id bigint, status text, seen_at float8, pruned_at float8)
+FROM unnest(
+    %(i_key_hash)s::text[], %(i_delivery_id)s::bigint[], %(i_status)s::text[],
+    %(i_seen_at)s::float8[], %(i_pruned_at)s::float8[]
+) AS u (key_hash, delivery_id, status, seen_at, pruned_at)
 ON CONFLICT (key_hash) DO UPDATE
 SET delivery_id = excluded.delivery_id, status = excluded.status,
     seen_at = excluded.seen_at, pruned_at = excluded.pruned_at;

@@ -1,9 +1,9 @@
 -- The data access of the ledger's transitions (kirim.store.transitions), PostgreSQL.
 --
 -- These statements only read and write rows: every decision is made in Python, once
--- for both backends. A set is one parameter: %(ids)s an array of ids, %(items)s a JSON
--- array of records (jsonb_to_recordset). Times are the transaction's time of record,
--- given (%(now)s).
+-- for both backends. A set is one parameter per column: %(ids)s an array of ids; the
+-- records of a step's items arrive as one array per column, %(i_<column>)s (unnest).
+-- Times are the transaction's time of record, given (%(now)s).
 --
 -- Lock order, everywhere: jobs before deliveries, each table in id order, so that
 -- claims, intents, finishes, reaps and the operator's verbs never wait in a circle. A
@@ -79,8 +79,10 @@ FOR NO KEY UPDATE OF j SKIP LOCKED;
 UPDATE kirim_attempts a
 SET status = u.status, provider_message_id = u.message_id, error = u.error,
     completed_at = u.completed_at
-FROM jsonb_to_recordset(%(items)s::jsonb)
-     AS u (request_id text, status text, message_id text, error text, completed_at float8)
+FROM unnest(
+    %(i_request_id)s::text[], %(i_status)s::text[], %(i_message_id)s::text[],
+    %(i_error)s::text[], %(i_completed_at)s::float8[]
+) AS u (request_id, status, message_id, error, completed_at)
 WHERE a.provider_request_id = u.request_id AND a.status IN ('requested', 'unknown');
 
 -- name: write_deliveries
@@ -90,10 +92,14 @@ SET status = u.status, doubt = u.doubt, claim_token = u.claim_token,
     claimed_by = u.claimed_by, claim_expires_at = u.claim_expires_at,
     provider_message_id = u.provider_message_id, last_error = u.last_error,
     sent_at = u.sent_at, released_at = u.released_at, updated_at = u.updated_at
-FROM jsonb_to_recordset(%(items)s::jsonb)
-     AS u (id bigint, status text, doubt text, claim_token text, claimed_by text,
-           claim_expires_at float8, provider_message_id text, last_error text,
-           sent_at float8, released_at float8, updated_at float8)
+FROM unnest(
+    %(i_id)s::bigint[], %(i_status)s::text[], %(i_doubt)s::text[],
+    %(i_claim_token)s::text[], %(i_claimed_by)s::text[],
+    %(i_claim_expires_at)s::float8[], %(i_provider_message_id)s::text[],
+    %(i_last_error)s::text[], %(i_sent_at)s::float8[], %(i_released_at)s::float8[],
+    %(i_updated_at)s::float8[]
+) AS u (id, status, doubt, claim_token, claimed_by, claim_expires_at,
+    provider_message_id, last_error, sent_at, released_at, updated_at)
 WHERE d.id = u.id;
 
 -- name: write_jobs
@@ -103,17 +109,22 @@ SET status = u.status, run_at = u.run_at, attempts = u.attempts,
     lease_owner = u.lease_owner, lease_token = u.lease_token,
     lease_expires_at = u.lease_expires_at, last_error = u.last_error,
     updated_at = u.updated_at
-FROM jsonb_to_recordset(%(items)s::jsonb)
-     AS u (id bigint, status text, run_at float8, attempts int, lease_owner text,
-           lease_token text, lease_expires_at float8, last_error text, updated_at float8)
+FROM unnest(
+    %(i_id)s::bigint[], %(i_status)s::text[], %(i_run_at)s::float8[],
+    %(i_attempts)s::int[], %(i_lease_owner)s::text[], %(i_lease_token)s::text[],
+    %(i_lease_expires_at)s::float8[], %(i_last_error)s::text[],
+    %(i_updated_at)s::float8[]
+) AS u (id, status, run_at, attempts, lease_owner, lease_token, lease_expires_at,
+    last_error, updated_at)
 WHERE j.id = u.id;
 
 -- name: insert_jobs
 -- New jobs (an operator's retry).
 INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
 SELECT u.delivery_id, 'queued', u.run_at, u.max_attempts, %(now)s::float8, %(now)s::float8
-FROM jsonb_to_recordset(%(items)s::jsonb)
-     AS u (delivery_id bigint, run_at float8, max_attempts int);
+FROM unnest(
+    %(i_delivery_id)s::bigint[], %(i_run_at)s::float8[], %(i_max_attempts)s::int[]
+) AS u (delivery_id, run_at, max_attempts);
 
 -- name: insert_intents
 -- Write-ahead attempt intents, each only while its claim token holds (the fence),
@@ -127,9 +138,13 @@ SELECT l.delivery_id, l.job_id, l.number, l.request_id, l.worker_id, 'requested'
        l.requested_at, l.send_deadline, l.settles_at
 FROM (
     SELECT u.*
-    FROM jsonb_to_recordset(%(items)s::jsonb)
-         AS u (delivery_id bigint, job_id bigint, token text, number int, request_id text,
-               worker_id text, requested_at float8, send_deadline float8, settles_at float8)
+    FROM unnest(
+        %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
+        %(i_number)s::int[], %(i_request_id)s::text[], %(i_worker_id)s::text[],
+        %(i_requested_at)s::float8[], %(i_send_deadline)s::float8[],
+        %(i_settles_at)s::float8[]
+    ) AS u (delivery_id, job_id, token, number, request_id, worker_id, requested_at,
+        send_deadline, settles_at)
     JOIN kirim_deliveries d
       ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
     ORDER BY d.id
@@ -146,14 +161,16 @@ WHERE provider_request_id = ANY (%(request_ids)s::text[]);
 -- name: extend_leases
 -- Heartbeat: extend job leases where the lease token holds.
 UPDATE kirim_jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now)s::float8
-FROM jsonb_to_recordset(%(items)s::jsonb) AS u (job_id bigint, delivery_id bigint, token text)
+FROM unnest(%(i_job_id)s::bigint[], %(i_delivery_id)s::bigint[], %(i_token)s::text[])
+     AS u (job_id, delivery_id, token)
 WHERE j.id = u.job_id AND j.lease_token = u.token AND j.status = 'running'
 RETURNING j.id, j.lease_token;
 
 -- name: extend_claims
 -- ... then delivery claims where the claim token holds.
 UPDATE kirim_deliveries d SET claim_expires_at = %(until)s::float8
-FROM jsonb_to_recordset(%(items)s::jsonb) AS u (job_id bigint, delivery_id bigint, token text)
+FROM unnest(%(i_job_id)s::bigint[], %(i_delivery_id)s::bigint[], %(i_token)s::text[])
+     AS u (job_id, delivery_id, token)
 WHERE d.id = u.delivery_id AND d.claim_token = u.token;
 
 -- name: notify
