@@ -64,20 +64,21 @@ def delivery_from(row: Row, *, payload: bool = True) -> Delivery:
     )
 
 
-def job_from(row: Row) -> Job:
+def job_from(row: Row, prefix: str = "") -> Job:
+    """A job from its row (``prefix``: its columns' prefix in a joined row)."""
     return Job(
-        id=row["id"],
-        delivery_id=row["delivery_id"],
-        status=JobStatus(row["status"]),
-        run_at=row["run_at"],
-        attempts=row["attempts"],
-        max_attempts=row["max_attempts"],
-        lease_owner=row["lease_owner"],
-        lease_token=row["lease_token"],
-        lease_expires_at=row["lease_expires_at"],
-        last_error=row["last_error"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        id=row[prefix + "id"],
+        delivery_id=row[prefix + "delivery_id"],
+        status=JobStatus(row[prefix + "status"]),
+        run_at=row[prefix + "run_at"],
+        attempts=row[prefix + "attempts"],
+        max_attempts=row[prefix + "max_attempts"],
+        lease_owner=row[prefix + "lease_owner"],
+        lease_token=row[prefix + "lease_token"],
+        lease_expires_at=row[prefix + "lease_expires_at"],
+        last_error=row[prefix + "last_error"],
+        created_at=row[prefix + "created_at"],
+        updated_at=row[prefix + "updated_at"],
     )
 
 
@@ -127,19 +128,4 @@ def must(row: Row | None) -> Row:
 
 def job_of(row: Row) -> Job | None:
     """The ``job_*`` columns of a joined row (None when it has no job)."""
-    if row["job_id"] is None:
-        return None
-    return Job(
-        id=row["job_id"],
-        delivery_id=row["job_delivery_id"],
-        status=JobStatus(row["job_status"]),
-        run_at=row["job_run_at"],
-        attempts=row["job_attempts"],
-        max_attempts=row["job_max_attempts"],
-        lease_owner=row["job_lease_owner"],
-        lease_token=row["job_lease_token"],
-        lease_expires_at=row["job_lease_expires_at"],
-        last_error=row["job_last_error"],
-        created_at=row["job_created_at"],
-        updated_at=row["job_updated_at"],
-    )
+    return None if row["job_id"] is None else job_from(row, "job_")

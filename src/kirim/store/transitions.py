@@ -223,33 +223,17 @@ def _present(value: V | None) -> V:
 
 
 def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
-    return {
-        "id": d.id,
-        "status": str(d.status),
-        "doubt": None if d.doubt is None else str(d.doubt),
-        "claim_token": d.claim_token,
-        "claimed_by": d.claimed_by,
-        "claim_expires_at": d.claim_expires_at,
-        "provider_message_id": d.provider_message_id,
-        "last_error": d.last_error,
-        "sent_at": d.sent_at,
-        "released_at": released_at,
-        "updated_at": d.updated_at,
-    }
+    values = {c: getattr(d, c) for c in _DELIVERY_COLUMNS if c != "released_at"}
+    values["status"] = str(d.status)
+    values["doubt"] = None if d.doubt is None else str(d.doubt)
+    values["released_at"] = released_at
+    return values
 
 
 def _job_values(j: Job) -> dict[str, Any]:
-    return {
-        "id": j.id,
-        "status": str(j.status),
-        "run_at": j.run_at,
-        "attempts": j.attempts,
-        "lease_owner": j.lease_owner,
-        "lease_token": j.lease_token,
-        "lease_expires_at": j.lease_expires_at,
-        "last_error": j.last_error,
-        "updated_at": j.updated_at,
-    }
+    values = {c: getattr(j, c) for c in _JOB_COLUMNS}
+    values["status"] = str(j.status)
+    return values
 
 
 def _attempt_values(a: Attempt) -> dict[str, Any]:

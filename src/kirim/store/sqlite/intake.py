@@ -95,7 +95,7 @@ def enqueue(
             out.append(_known(conn, it.idempotency_key, digest))
             continue
         run_at = now if it.run_at is None else it.run_at
-        conn.execute(
+        job = conn.execute(
             Q["insert_job"],
             {
                 "delivery_id": row["id"],
@@ -103,14 +103,10 @@ def enqueue(
                 "max_attempts": it.max_attempts,
                 "now": now,
             },
-        )
-        delivery = must(conn.execute(Q["delivery_by_id"], {"id": row["id"]}).fetchone())
+        ).fetchone()
+        # both rows as inserted (RETURNING *): nothing to read again
         out.append(
-            EnqueueResult(
-                delivery=delivery_from(delivery),
-                job=latest_job(conn, row["id"]),
-                created=True,
-            )
+            EnqueueResult(delivery=delivery_from(row), job=job_from(must(job)), created=True)
         )
     return out
 

@@ -10,7 +10,7 @@ INSERT INTO kirim_deliveries
 SELECT :key, :event_id, :recipient, :channel, :payload, :payload_hash, 'pending', :now, :now
 WHERE NOT EXISTS (SELECT 1 FROM kirim_key_tombstones WHERE key_hash = :key_hash)
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
+RETURNING *;
 
 -- name: tombstone_by_hash
 -- The tombstone of a pruned delivery, by its key's sha256.
@@ -20,7 +20,7 @@ SELECT * FROM kirim_key_tombstones WHERE key_hash = :key_hash;
 -- Insert the job that carries a delivery.
 INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
 VALUES (:delivery_id, 'queued', :run_at, :max_attempts, :now, :now)
-RETURNING id;
+RETURNING *;
 
 -- name: insert_request
 -- Take an idempotency key for one HTTP request (nothing when a row exists).
