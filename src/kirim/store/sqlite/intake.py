@@ -3,6 +3,7 @@ and the HTTP service's idempotent requests, inside the caller's transaction."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 
@@ -17,7 +18,7 @@ from kirim.store.base import (
     StoredResponse,
 )
 from kirim.store.retention import delivery_from_tombstone, key_hash
-from kirim.store.rows import delivery_from, job_from, must, request_slot_from
+from kirim.store.rows import Row, delivery_from, job_from, must, request_slot_from
 from kirim.store.sqlite.driver import Q
 
 
@@ -73,41 +74,49 @@ def enqueue_requests(
 def enqueue(
     conn: sqlite3.Connection, items: Sequence[NewDelivery], now: float
 ) -> list[EnqueueResult]:
-    """Insert deliveries and their jobs; an existing key returns the existing row, a
-    pruned one (its tombstone kept) the delivery rebuilt from the tombstone."""
-    out = []
+    """Insert deliveries and their jobs, two statements for the batch; an existing key
+    returns the existing row, a pruned one (its tombstone kept) the delivery rebuilt
+    from the tombstone."""
+    if not items:
+        return []
+    first: dict[str, NewDelivery] = {}
     for it in items:
-        digest = key_hash(it.idempotency_key)
-        row = conn.execute(
-            Q["insert_delivery"],
-            {
-                "key": it.idempotency_key,
-                "key_hash": digest,
-                "event_id": it.event_id,
-                "recipient": it.recipient,
-                "channel": it.channel,
-                "payload": it.payload_json,
-                "payload_hash": it.payload_hash,
-                "now": now,
-            },
-        ).fetchone()
-        if row is None:
-            out.append(_known(conn, it.idempotency_key, digest))
-            continue
-        run_at = now if it.run_at is None else it.run_at
-        job = conn.execute(
-            Q["insert_job"],
+        first.setdefault(it.idempotency_key, it)
+    given = [
+        {
+            "key": it.idempotency_key,
+            "key_hash": key_hash(it.idempotency_key),
+            "event_id": it.event_id,
+            "recipient": it.recipient,
+            "channel": it.channel,
+            "payload": it.payload_json,
+            "payload_hash": it.payload_hash,
+        }
+        for it in first.values()
+    ]
+    args = {"items": json.dumps(given), "now": now}
+    created = {r["idempotency_key"]: r for r in conn.execute(Q["insert_deliveries"], args)}
+    jobs: dict[int, Row] = {}
+    if created:
+        wanted = [
             {
                 "delivery_id": row["id"],
-                "run_at": run_at,
-                "max_attempts": it.max_attempts,
-                "now": now,
-            },
-        ).fetchone()
-        # both rows as inserted (RETURNING *): nothing to read again
-        out.append(
-            EnqueueResult(delivery=delivery_from(row), job=job_from(must(job)), created=True)
-        )
+                "run_at": now if first[key].run_at is None else first[key].run_at,
+                "max_attempts": first[key].max_attempts,
+            }
+            for key, row in sorted(created.items(), key=lambda kv: kv[1]["id"])
+        ]
+        args = {"items": json.dumps(wanted), "now": now}
+        jobs = {j["delivery_id"]: j for j in conn.execute(Q["insert_jobs_of"], args)}
+    out = []
+    for it in items:
+        key = it.idempotency_key
+        row = created.get(key)
+        if row is not None and it is first[key]:  # both rows as inserted: nothing to read
+            job = job_from(jobs[row["id"]])
+            out.append(EnqueueResult(delivery=delivery_from(row), job=job, created=True))
+        else:  # known before, or the same key again in this batch
+            out.append(_known(conn, key, key_hash(key)))
     return out
 
 

@@ -12,6 +12,31 @@ WHERE NOT EXISTS (SELECT 1 FROM kirim_key_tombstones WHERE key_hash = :key_hash)
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING *;
 
+-- name: insert_deliveries
+-- The same for a batch (:items, in order: ids follow it), each key unless it exists or
+-- its tombstone is kept; a key twice in the batch is inserted once.
+INSERT INTO kirim_deliveries
+    (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
+     created_at, updated_at)
+SELECT u.value ->> 'key', u.value ->> 'event_id', u.value ->> 'recipient',
+       u.value ->> 'channel', u.value ->> 'payload', u.value ->> 'payload_hash', 'pending',
+       :now, :now
+FROM json_each(:items) AS u
+WHERE NOT EXISTS (
+    SELECT 1 FROM kirim_key_tombstones t WHERE t.key_hash = u.value ->> 'key_hash')
+ORDER BY u.key
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: insert_jobs_of
+-- The jobs of deliveries just inserted (:items, in order).
+INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
+SELECT u.value ->> 'delivery_id', 'queued', u.value ->> 'run_at',
+       u.value ->> 'max_attempts', :now, :now
+FROM json_each(:items) AS u
+ORDER BY u.key
+RETURNING *;
+
 -- name: tombstone_by_hash
 -- The tombstone of a pruned delivery, by its key's sha256.
 SELECT * FROM kirim_key_tombstones WHERE key_hash = :key_hash;
