@@ -30,6 +30,9 @@ test: lint loop-versions
 	@# saying why, and fail under CI.
 	test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
 	  || echo "make test: chromium could not be installed here: the browser tests will skip"
+	command -v promtool >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y --no-install-recommends prometheus) \
+	  || echo "make test: promtool could not be installed here: its check of the alert rules will skip"
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
 
