@@ -234,6 +234,38 @@ async def test_late_success_resolves_a_held_delivery(make_app, clock) -> None:
     assert await app.store.dead_letters() == []
 
 
+async def test_an_outcome_without_message_id_keeps_the_one_recorded(make_app, clock) -> None:
+    """A request first answered `unknown` with a provider message id, then resolved as
+    succeeded without one (by a later claim, as a lookup would), keeps that id."""
+    app = await make_app()
+    await enqueue(app)
+    (first,) = await claim(app)
+    await app.store.record_intents([intent(first, "req-1")])
+    unknown = Finish(
+        delivery_id=first.delivery.id,
+        job_id=first.job.id,
+        token=first.token,
+        now=clock.now(),
+        attempt=AttemptOutcome(
+            provider_request_id="req-1",
+            status=AttemptStatus.UNKNOWN,
+            provider_message_id="p-1",
+            error="timeout",
+            completed_at=clock.now(),
+        ),
+        delivery_status=DeliveryStatus.PENDING,
+        job_status=JobStatus.RETRY_SCHEDULED,
+        run_at=clock.now(),
+    )
+    assert (await app.store.finish([unknown]))[0].committed
+    (second,) = await claim(app, "w2")
+    resolved = finish(second, request_id="req-1", message_id=None)
+    assert (await app.store.finish([resolved]))[0].committed
+    (attempt,) = await app.store.get_attempts(first.delivery.id)
+    assert attempt.status is AttemptStatus.SUCCEEDED
+    assert attempt.provider_message_id == "p-1"
+
+
 async def test_failure_never_overrides_a_recorded_success(make_app, clock) -> None:
     """If any attempt succeeded, a later failure still leaves the delivery sent."""
     app = await make_app()

@@ -129,3 +129,11 @@ def must(row: Row | None) -> Row:
 def job_of(row: Row) -> Job | None:
     """The ``job_*`` columns of a joined row (None when it has no job)."""
     return None if row["job_id"] is None else job_from(row, "job_")
+
+
+def must_job(row: Row) -> Job:
+    """The job of a joined row that must have one (a dead letter's)."""
+    job = job_of(row)
+    if job is None:
+        raise LookupError("a joined row without its job")
+    return job

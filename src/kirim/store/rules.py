@@ -183,6 +183,12 @@ def unleased(j: Job, **changes: Any) -> Job:
     return evolve(j, lease_owner=None, lease_token=None, lease_expires_at=None, **changes)
 
 
+def revoked(d: Delivery, now: float) -> Delivery:
+    """The delivery's claim revoked (reaped, or given back at shutdown): its holder's
+    token stops working, and the next claimer takes over at once."""
+    return evolve(d, claim_token=None, claim_expires_at=None, updated_at=now)
+
+
 def sent_late(d: Delivery, message_id: str | None, now: float) -> Delivery:
     """A success reported after the claim was lost still makes the delivery sent."""
     return unclaimed(

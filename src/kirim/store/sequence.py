@@ -39,6 +39,16 @@ T = TypeVar("T")
 At = Callable[[float], float]
 
 
+def callers_time(now: float) -> float:
+    """``at`` of a store whose time of record is each caller's own ``now``."""
+    return float(now)
+
+
+def fixed_time(t: float) -> At:
+    """``at`` of a transaction that read one clock once: ``t``, whatever the caller's."""
+    return lambda _now: t
+
+
 @dataclass(frozen=True, slots=True)
 class Query:
     """Run one named query of the dialect's ``sql/`` files."""

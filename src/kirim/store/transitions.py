@@ -154,21 +154,6 @@ class Ledger:
             self._changed_attempts[a.provider_request_id] = _attempt_values(attempts[i])
             return
 
-    def complete_plain(self, outcome: AttemptOutcome) -> None:
-        """``complete`` for a delivery no later item of the batch reads: the write's own
-        fence keeps a settled outcome (``write_attempts``)."""
-        self._changed_attempts[outcome.provider_request_id] = {
-            "request_id": outcome.provider_request_id,
-            "status": str(outcome.status),
-            "message_id": outcome.provider_message_id,
-            "error": outcome.error,
-            "completed_at": outcome.completed_at,
-        }
-
-    def write(self) -> Operation[None]:
-        """Write back every changed row: one statement per table."""
-        yield self.writes()
-
     def writes(self, *more: Query) -> Group:
         """The statements that write back every changed row (one per table), and
         ``more`` after them, sent together."""
@@ -349,7 +334,7 @@ def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Oper
                 unsettled_until=rules.unsettled_until(found, now),
             )
         )
-    yield from ledger.write()
+    yield ledger.writes()
     return claims
 
 
@@ -433,7 +418,7 @@ def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
         plain = it.delivery_id in once and rules.plain(it)
         result = _finish_plain(ledger, it, now) if plain else None
         out.append(result or _finish_one(ledger, it, now))
-    yield from ledger.write()
+    yield ledger.writes()
     return out
 
 
@@ -455,7 +440,7 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
         return None
     w = rules.Written.of(it, now)
     if it.attempt is not None:
-        ledger.complete_plain(it.attempt)
+        ledger.complete(it.delivery_id, it.attempt)
     delivery = {
         **dict(row),
         "status": str(w.status),
@@ -623,9 +608,7 @@ def reap(given: float) -> Operation[list[Reaped]]:
                 )
             )
             if d is not None and holds:
-                ledger.set_delivery(
-                    evolve(d, claim_token=None, claim_expires_at=None, updated_at=now)
-                )
+                ledger.set_delivery(rules.revoked(d, now))
         out.append(
             Reaped(
                 job_id=job.id,
@@ -670,7 +653,7 @@ def release(leases: Sequence[Lease], given: float) -> Operation[None]:
             )
         d = ledger.delivery(it.delivery_id)
         if d is not None and d.status is DeliveryStatus.PROCESSING and d.claim_token == it.token:
-            ledger.set_delivery(evolve(d, claim_token=None, claim_expires_at=None, updated_at=now))
+            ledger.set_delivery(rules.revoked(d, now))
     wake = (Query("notify", optional=True),) if requeued else ()
     yield ledger.writes(*wake)
     return None
@@ -747,7 +730,7 @@ def cancel(delivery_id: int, given: float) -> Operation[bool]:
                     job, status=JobStatus.COMPLETED, last_error="canceled", updated_at=now
                 )
             )
-    yield from ledger.write()
+    yield ledger.writes()
     return True
 
 

@@ -10,7 +10,7 @@ from psycopg import AsyncCursor
 from psycopg.rows import DictRow
 
 from kirim.clock import Clock
-from kirim.store.sequence import At, Group, Operation, Query
+from kirim.store.sequence import At, Group, Operation, Query, callers_time, fixed_time
 from kirim.store.sqlfiles import load_queries
 
 T = TypeVar("T")
@@ -29,6 +29,29 @@ def bind(args: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+# -- one named query on a cursor (the stores' reads and the intake) ---------------
+
+
+async def rows(
+    cur: Cursor, name: str, args: Mapping[str, Any] | None = None, *, prepare: bool | None = None
+) -> list[DictRow]:
+    await cur.execute(Q[name], args, prepare=prepare)
+    return await cur.fetchall() if cur.description is not None else []
+
+
+async def one(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) -> DictRow | None:
+    await cur.execute(Q[name], args)
+    return await cur.fetchone()
+
+
+async def run(cur: Cursor, name: str, args: Mapping[str, Any]) -> int:
+    await cur.execute(Q[name], args)
+    return cur.rowcount
+
+
+# -- operations -------------------------------------------------------------------
 
 
 async def execute(cur: Cursor, step: Query) -> Any:
@@ -76,7 +99,7 @@ async def time_of_record(cur: Cursor, time: Clock | str | None) -> At:
     """``at`` for one transaction: the callers' own times, the given clock read once, or
     the database's clock (``kirim_now()``, with the simulated offset) read once."""
     if time is None:
-        return _given
+        return callers_time
     if time == "database":
         await cur.execute(Q["store_now"], {"now": None})
         row = await cur.fetchone()
@@ -85,11 +108,7 @@ async def time_of_record(cur: Cursor, time: Clock | str | None) -> At:
     else:
         assert not isinstance(time, str)
         t = float(time.now())
-    return _fixed(t)
-
-
-def _fixed(t: float) -> At:
-    return lambda _now: t
+    return fixed_time(t)
 
 
 _NOW = Query("store_now", {"now": None})
@@ -113,13 +132,9 @@ async def drive(op: Operation[T], cur: Cursor, time: Clock | str | None) -> T:
                 else:
                     answer = await together(cur, step)
             elif read is not None:
-                answer = _fixed(read)
+                answer = fixed_time(read)
             else:
                 answer = await time_of_record(cur, time)
                 read = answer(0.0) if time == "database" else None
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-
-
-def _given(now: float) -> float:
-    return float(now)

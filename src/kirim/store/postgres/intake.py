@@ -4,11 +4,8 @@ cursor that the caller opened."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from psycopg import AsyncCursor
-from psycopg.rows import DictRow
 
 from kirim.errors import StoreError
 from kirim.model import Delivery, EnqueueResult, Job, JobStatus
@@ -21,29 +18,9 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
 )
-from kirim.store.postgres.driver import Q
+from kirim.store.postgres.driver import Cursor, one, rows, run
 from kirim.store.retention import delivery_from_tombstone, key_hash
 from kirim.store.rows import delivery_from, job_of, request_slot_from
-
-Cursor = AsyncCursor[DictRow]
-
-
-async def rows(
-    cur: Cursor, name: str, args: Mapping[str, Any] | None = None, *, prepare: bool | None = None
-) -> list[DictRow]:
-    await cur.execute(Q[name], args, prepare=prepare)
-    return await cur.fetchall() if cur.description is not None else []
-
-
-async def one(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) -> DictRow | None:
-    await cur.execute(Q[name], args)
-    return await cur.fetchone()
-
-
-async def run(cur: Cursor, name: str, args: Mapping[str, Any]) -> int:
-    await cur.execute(Q[name], args)
-    return cur.rowcount
-
 
 # -- enqueue ------------------------------------------------------------------------
 

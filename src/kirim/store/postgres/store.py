@@ -47,10 +47,16 @@ from kirim.store.base import (
     StoreTime,
 )
 from kirim.store.postgres import intake
-from kirim.store.postgres.driver import Cursor, drive
-from kirim.store.postgres.intake import one, rows
+from kirim.store.postgres.driver import Cursor, drive, one, rows
 from kirim.store.postgres.listen import Listener
-from kirim.store.rows import attempt_from, delivery_from, job_from, job_of, must, token_from
+from kirim.store.rows import (
+    attempt_from,
+    delivery_from,
+    job_from,
+    must,
+    must_job,
+    token_from,
+)
 from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import Operation
@@ -458,10 +464,3 @@ def _limit(limit: int) -> int | None:
 async def _version(cur: Cursor) -> int:
     row = await one(cur, "schema_version")
     return parse_version(row["value"]) if row else 0
-
-
-def must_job(row: DictRow) -> Job:
-    job = job_of(row)
-    if job is None:
-        raise LookupError("a dead letter without its job")
-    return job

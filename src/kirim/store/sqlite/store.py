@@ -40,10 +40,18 @@ from kirim.store.base import (
     StoredResponse,
     StoreTime,
 )
-from kirim.store.rows import Row, attempt_from, delivery_from, job_from, job_of, must, token_from
+from kirim.store.rows import (
+    Row,
+    attempt_from,
+    delivery_from,
+    job_from,
+    must,
+    must_job,
+    token_from,
+)
 from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
-from kirim.store.sequence import At, Operation
+from kirim.store.sequence import At, Operation, callers_time, fixed_time
 from kirim.store.sqlfiles import migrations
 from kirim.store.sqlite import intake
 from kirim.store.sqlite.driver import Q, drive
@@ -130,9 +138,8 @@ class SQLiteStore:
         """The time of record of one transaction: the callers' own times, or one clock
         read once (inside the transaction, after its lock)."""
         if self.time is None:
-            return _given
-        t = self._t(0.0)
-        return lambda _now: t
+            return callers_time
+        return fixed_time(self._t(0.0))
 
     async def _op(self, op: Operation[T]) -> T:
         """Run a transition (``kirim.store.transitions``) in one write transaction."""
@@ -426,17 +433,6 @@ class SQLiteStore:
 def _version(conn: sqlite3.Connection) -> int:
     row = conn.execute(Q["schema_version"]).fetchone()
     return parse_version(row["value"]) if row else 0
-
-
-def _given(now: float) -> float:
-    return now
-
-
-def must_job(row: Row) -> Job:
-    job = job_of(row)
-    if job is None:
-        raise LookupError("a dead letter without its job")
-    return job
 
 
 def _statements(sql: str) -> list[str]:
