@@ -1,6 +1,6 @@
 """kirim on PostgreSQL: deliveries per second, and notify() → provider request latency.
 
-Throughput is ``kirim.bench.run_bench`` on a throw-away database of the given server
+Throughput is ``kirim.devtools.bench.run_bench`` on a throw-away database of the given server
 (created, then dropped). Latency: one worker process idles on LISTEN (no burst, the
 default poll interval of a second); the benchmark calls ``notify()`` one at a time,
 lets the worker go idle again between samples, and times each notification from the
@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kirim.bench import run_bench, scratch
 from kirim.channels import Channel
 from kirim.config import Config
+from kirim.devtools.bench import run_bench, scratch
 from kirim.engine import Kirim
 from kirim.observe.logging import configure
 from kirim.providers.base import Message, Sent

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kirim.bench import run_together, scratch
+from kirim.devtools.bench import run_together, scratch
 
 BATCH = 1000
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kirim.bench import durability, scratch
+from kirim.devtools.bench import durability, scratch
 
 BATCH = 1000  # rows per transaction for the executemany inserts
 BUSY_TIMEOUT_MS = 30_000  # kirim's default busy_timeout (30 s)

@@ -7,9 +7,9 @@ empty (a fresh one per run) or filled, once, with ``--ledger`` finished deliveri
 (sent, each with its completed job and its succeeded attempt, 100 days old) by bulk
 SQL in one transaction (SQLite: ``INSERT … SELECT`` from a recursive CTE;
 PostgreSQL: ``generate_series``), never through ``notify()``. Then
-``--notifications`` fresh notifications are enqueued (``kirim.bench._enqueue``) and
+``--notifications`` fresh notifications are enqueued (``kirim.devtools.bench._enqueue``) and
 delivered by ``--workers`` worker processes to a zero-latency provider
-(``kirim.bench._worker``, as ``kirim bench`` runs them, without its progress lines:
+(``kirim.devtools.bench._worker``, as ``kirim bench`` runs them, without its progress lines:
 they count every delivery, a scan of the whole ledger), in ``--rounds`` runs that
 alternate empty and filled, so that a busy machine's noise falls on both alike.
 Last, on the filled ledger, prune batches (``Store.prune``) are timed.
@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kirim.bench import _app, _enqueue, _worker, run_together, say, with_sync
+from kirim.devtools.bench import _app, _enqueue, _worker, run_together, say, with_sync
 from kirim.observe.logging import configure
 from kirim.simulate.harness import scratch_database
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from raw import postgres_raw, sqlite_raw
 
-from kirim.bench import run_bench
+from kirim.devtools.bench import run_bench
 
 HERE = Path(__file__).parent
 

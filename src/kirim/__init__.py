@@ -31,9 +31,8 @@ from kirim.model import (
 )
 from kirim.providers import Message, Provider, Reconcilable, Sent
 from kirim.providers.webhook import WebhookProvider
+from kirim.version import __version__
 from kirim.worker import Worker, WorkerSettings
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousFailure",

@@ -33,8 +33,8 @@ from kirim.model import OnUnknown
 from kirim.providers.base import Provider
 from kirim.providers.dedup import window_of
 from kirim.validation import DAY, BadValue, Number, check_rules, check_text, require_duration
-from kirim.worker import WorkerSettings
-from kirim.worker_settings import RULES as WORKER_RULES
+from kirim.worker.settings import RULES as WORKER_RULES
+from kirim.worker.settings import WorkerSettings
 
 DEFAULT_DATABASE = "sqlite:///kirim.db"
 DEFAULT_MAX_PAYLOAD = 256 * 1024

@@ -29,9 +29,9 @@ from kirim.model import Attempt, Delivery, DeliveryStatus, Job
 from kirim.observe.logging import get_logger
 from kirim.store import open_store
 from kirim.store.base import EnqueuesIn, NewDelivery, Store
-from kirim.testing import Checkpoints
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
+from kirim.worker.checkpoint import Checkpoint
 
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
@@ -261,7 +261,7 @@ class Kirim:
         *,
         settings: WorkerSettings | None = None,
         worker_id: str | None = None,
-        checkpoints: Checkpoints | None = None,
+        checkpoints: Checkpoint | None = None,
         metrics: Metrics | None = None,
     ) -> Worker:
         """A worker on this store and these channels (with this app's metrics, if any)."""

@@ -5,7 +5,9 @@
   accept-then-time-out, and a count of requests per idempotency key.
 - ``Checkpoints``: pause a worker at a named point (``after_claim``,
   ``before_provider_request``, ``after_provider_response``, ``before_commit``) so a
-  test can interleave two workers exactly, or make it die there.
+  test can interleave two workers exactly, or make it die there (it implements
+  ``kirim.worker.checkpoint.Checkpoint``).
+- ``NullProvider``: accepts everything at once, for benchmarks.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from typing import Any
 
 from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
 from kirim.providers.base import Message, Sent
-
-CHECKPOINTS = ("after_claim", "before_provider_request", "after_provider_response", "before_commit")
+from kirim.providers.null import NullProvider
+from kirim.worker.checkpoint import CHECKPOINTS
 
 
 class ManualClock:
@@ -247,18 +249,3 @@ __all__ = [
     "Pause",
     "WorkerCrashed",
 ]
-
-
-class NullProvider:
-    """Accepts everything at once: for benchmarks of kirim itself."""
-
-    def __init__(self, *, idempotent: bool = True, **_: Any) -> None:
-        self.idempotent = idempotent
-        self.count = 0
-
-    async def send(self, message: Message) -> Sent:
-        self.count += 1
-        return Sent(provider_message_id=f"p-{message.delivery_id}")
-
-    async def aclose(self) -> None:
-        return None

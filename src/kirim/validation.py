@@ -1,6 +1,6 @@
 """The rules every door applies to what it is given: numbers, text, payloads.
 
-kirim.toml (``kirim.config``), the CLI's flags (``kirim.cli_types``), ``WorkerSettings``,
+kirim.toml (``kirim.config``), the CLI's flags (``kirim.cli.params``), ``WorkerSettings``,
 ``Config``, ``notify()`` and the HTTP API (through ``Kirim.prepare``) all call
 these functions, so one bad value gets one message wherever it comes in. They raise
 ``BadValue``: a ``ConfigError`` (and a ``ValueError``) whose ``name`` is the setting and

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_processes import enqueue, statuses, worker, write_config
 
-from kirim.receiver import Receiver
+from kirim.devtools.receiver import Receiver
 from pg import fresh_database
 
 pytestmark = pytest.mark.slow

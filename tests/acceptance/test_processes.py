@@ -15,9 +15,9 @@ import pytest
 from rich.console import Console
 
 from kirim.config import load_config
-from kirim.demo import run_demo
+from kirim.devtools.demo import run_demo
+from kirim.devtools.receiver import Receiver
 from kirim.engine import Kirim, NotifyRequest
-from kirim.receiver import Receiver
 
 pytestmark = pytest.mark.slow
 

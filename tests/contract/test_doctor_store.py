@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from kirim.cli import main
 from kirim.config import Config, parse_config
-from kirim.doctor import diagnose
-from kirim.doctor_audit import audit_table
-from kirim.doctor_db import Database
+from kirim.doctor.audit import audit_table
+from kirim.doctor.checks import diagnose
+from kirim.doctor.probes import Database
 from kirim.errors import NotFound
 from kirim.model import OnUnknown
 from kirim.store import open_store

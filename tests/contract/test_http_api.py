@@ -8,13 +8,13 @@ import json
 import pytest
 
 from http_kit import BODY, Api, api_on
-from kirim.cli_ops import delivery_json
 from kirim.config import ServeSettings
 from kirim.http.idempotency import HOLD, fingerprint
 from kirim.keys import default_key
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.store.base import RequestBegin, RequestState
 from kirim.testing import FlakyProvider
+from kirim.views import delivery_json
 from kirim.worker import WorkerSettings
 
 

@@ -63,7 +63,7 @@ def test_bench_sync_refuses_postgresql(where: str) -> None:
 
 def test_run_bench_refuses_sync_on_postgresql() -> None:
     """run_bench itself refuses sync for PostgreSQL, and a setting it does not know."""
-    from kirim.bench import run_bench
+    from kirim.devtools.bench import run_bench
     from kirim.errors import ConfigError
 
     with pytest.raises(ConfigError, match="PostgreSQL"):
@@ -75,7 +75,7 @@ def test_run_bench_refuses_sync_on_postgresql() -> None:
 def test_with_sync_sets_the_query() -> None:
     """The URL keeps its path (absolute or relative) and other parameters; a synchronous
     it had is replaced."""
-    from kirim.bench import with_sync
+    from kirim.devtools.bench import with_sync
 
     assert with_sync("sqlite:////tmp/a.db", "normal") == "sqlite:////tmp/a.db?synchronous=normal"
     assert with_sync("sqlite:///a.db?synchronous=full", "normal") == (

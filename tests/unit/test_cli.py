@@ -353,12 +353,12 @@ def test_demo_and_bench_call_their_modules(ready: Cli, monkeypatch: pytest.Monke
         calls.append((database, notifications, workers))
         return {"deliveries_per_s": 10.5, "enqueues_per_s": notifications * workers}
 
-    demo = types.ModuleType("kirim.demo")
+    demo = types.ModuleType("kirim.devtools.demo")
     demo.run_demo = run_demo
-    bench = types.ModuleType("kirim.bench")
+    bench = types.ModuleType("kirim.devtools.bench")
     bench.run_bench = run_bench
-    monkeypatch.setitem(sys.modules, "kirim.demo", demo)
-    monkeypatch.setitem(sys.modules, "kirim.bench", bench)
+    monkeypatch.setitem(sys.modules, "kirim.devtools.demo", demo)
+    monkeypatch.setitem(sys.modules, "kirim.devtools.bench", bench)
     result = CliRunner().invoke(main, ["demo", "--notifications", "5", "--seed", "7"])
     assert result.exit_code == 3
     assert calls == [(5, 3, 7)]

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from kirim.channels import Channel
 from kirim.cli import main
 from kirim.config import parse_config
-from kirim.doctor import _dedup_windows, retry_horizon
+from kirim.doctor.checks import _dedup_windows, retry_horizon
 from kirim.engine import Kirim
 from kirim.errors import ConfigError
 from kirim.testing import FlakyProvider, ManualClock

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from kirim.channels import Channel
 from kirim.cli import main
 from kirim.config import Config, parse_config
-from kirim.doctor import _retention
+from kirim.doctor.checks import _retention
 from kirim.engine import Kirim
 from kirim.errors import ConfigError
 from kirim.observe.logging import configure

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from kirim.cli import main
 from kirim.config import load_config
+from kirim.devtools.receiver import Receiver
 from kirim.engine import Kirim
 from kirim.observe.logging import configure
-from kirim.receiver import Receiver
 from kirim.simulate import naive, report
 from kirim.simulate.harness import _KirimSide, _NaiveSide, fault_plan
 from kirim.simulate.options import (

@@ -18,7 +18,7 @@ from kirim.validation import (
     require_number,
     shown,
 )
-from kirim.worker_settings import RULES, WorkerSettings
+from kirim.worker.settings import RULES, WorkerSettings
 
 
 @pytest.mark.parametrize(

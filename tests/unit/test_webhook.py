@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
 from kirim.providers.base import Message
 from kirim.providers.webhook import WebhookProvider, retry_after
-from kirim.receiver import Behaviour, Receiver
 
 
 class Script:

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from kirim.decisions import Decisions
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
+from kirim.worker.decisions import Decisions
 
 SETTINGS = WorkerSettings(lease=10, backoff_base=1.0, backoff_max=8.0)
 

@@ -22,7 +22,7 @@ from kirim.analyze import ProgressCallback, analyze_paths
 from kirim.analyze.detect import AnalyzeOptions
 from kirim.analyze.parse import FIELDS, parse_field_map
 from kirim.analyze.report import write_report
-from kirim.cli_types import PathParam
+from kirim.cli.params import PathParam
 
 _BIG_INPUT = 16 * 1024 * 1024
 

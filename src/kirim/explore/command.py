@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kirim.cli_types import PathParam
+from kirim.cli.params import PathParam
 from kirim.explore.scenario import Outcome, Settings, run_schedule
 from kirim.explore.shrink import relevant, replay, save, shrink
 

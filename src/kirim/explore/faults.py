@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from kirim.errors import StoreError
+from kirim.worker.checkpoint import CHECKPOINTS
 
 KINDS = ("skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry")
-CHECKPOINTS = ("after_claim", "before_provider_request", "after_provider_response", "before_commit")
 STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "release")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")

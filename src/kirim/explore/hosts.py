@@ -25,7 +25,6 @@ from kirim.explore.invariants import Ledger
 from kirim.explore.loop import Host
 from kirim.store.base import Store
 from kirim.store.sqlite import SQLiteStore
-from kirim.testing import Checkpoints
 from kirim.worker import Worker, WorkerSettings
 
 #: epoch seconds at virtual time 0
@@ -163,12 +162,11 @@ class WorkerHost:
     down: bool = False  # crashed or shut down, waiting for the heal
 
 
-class PausePoints(Checkpoints):
+class PausePoints:
     """The worker's checkpoints as SIGSTOP points: a ``pause`` fault stalls the host
     when its worker reaches the checkpoint for the ``nth`` time."""
 
     def __init__(self, loop: Any, host: Host, faults: list[Fault], note: Any) -> None:
-        super().__init__()
         self.loop = loop
         self.host = host
         self.faults = faults

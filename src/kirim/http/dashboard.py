@@ -24,7 +24,6 @@ import jinja2
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from kirim.cli_ops import Record, iso
 from kirim.errors import NotSettled
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
@@ -33,6 +32,7 @@ from kirim.http.routes_notifications import MAX_ID, read_body, record_of
 from kirim.http.service import Service, service
 from kirim.http.timeline import events
 from kirim.model import Delivery, DeliveryStatus, Job, JobStatus
+from kirim.views import Record, iso
 
 router = APIRouter(include_in_schema=False)
 

@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kirim.batching import Batcher
-from kirim.cli_ops import Record, delivery_json
 from kirim.engine import Kirim, NotifyRequest, reused_field
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.http.errors import ApiError, detail
@@ -50,6 +48,8 @@ from kirim.store.base import (
     RequestState,
     StoredResponse,
 )
+from kirim.views import Record, delivery_json
+from kirim.worker.batching import Batcher
 
 #: seconds a request holds its key before another server may take it over
 HOLD = 10.0

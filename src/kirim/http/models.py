@@ -1,6 +1,6 @@
 """The API's request and response shapes (pydantic, for validation and the OpenAPI).
 
-Responses reuse the JSON of ``kirim status --json`` (``kirim.cli_ops.delivery_json``)
+Responses reuse the JSON of ``kirim status --json`` (``kirim.views.delivery_json``)
 so that the CLI and the API agree; the models here only describe it. Times are
 ISO-8601 UTC strings with milliseconds (``2026-07-21T10:00:01.125Z``).
 """

@@ -9,7 +9,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from kirim.cli_ops import Record, delivery_json
 from kirim.http.auth import authenticate, bearer_secret, require_token
 from kirim.http.errors import (
     JSON,
@@ -24,6 +23,7 @@ from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timelin
 from kirim.http.service import Service, service
 from kirim.http.timeline import events
 from kirim.model import DeliveryStatus
+from kirim.views import Record, delivery_json
 
 MAX_ID = 2**63 - 1
 #: the request body's schema, documented by hand: the body is read and validated by

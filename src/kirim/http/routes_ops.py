@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from kirim.cli_ops import delivery_json
 from kirim.errors import KirimError
 from kirim.http.auth import optional_client, require_token
 from kirim.http.errors import ApiError, error_response, responses
@@ -16,6 +15,7 @@ from kirim.http.models import DeadLetters, DeliveryOut, Health
 from kirim.http.routes_notifications import DeliveryId, json_response, record_of
 from kirim.http.service import service
 from kirim.observe.metrics import CONTENT_TYPE
+from kirim.views import delivery_json
 
 dead_router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["dead letters"])
 ops_router = APIRouter(tags=["operations"])

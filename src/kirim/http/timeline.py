@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kirim.cli_ops import Record, iso
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+from kirim.views import Record, iso
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ def default_tracer() -> Tracer | None:
 
 def tracer_from(provider: Any) -> Tracer:
     """kirim's tracer from a given ``TracerProvider`` (for ``Worker(tracer=...)``)."""
-    from kirim import __version__
+    from kirim.version import __version__
 
     return provider.get_tracer(TRACER_NAME, __version__)
 

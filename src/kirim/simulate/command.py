@@ -15,8 +15,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kirim import cli_ops, cli_types
-from kirim.cli_ops import EXIT_FAILED, EXIT_USAGE, State, pass_state
+from kirim.cli import params, runner
+from kirim.cli.runner import EXIT_FAILED, EXIT_USAGE, State, pass_state
 from kirim.model import OnUnknown
 from kirim.simulate import harness, report
 from kirim.simulate.options import (
@@ -258,7 +258,7 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--logs",
-    type=cli_types.PathParam(file_okay=False, path_type=Path),
+    type=params.PathParam(file_okay=False, path_type=Path),
     metavar="DIR",
     help="Keep the workers' logs (and the SQLite file) in DIR, for `kirim analyze`.",
 )
@@ -266,7 +266,7 @@ SECONDS = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--plot",
     "plot_path",
-    type=cli_types.PathParam(dir_okay=False, path_type=Path),
+    type=params.PathParam(dir_okay=False, path_type=Path),
     metavar="FILE.png",
     help="Sweep the lease/latency ratio for both strategies and draw duplicates per 1,000.",
 )
@@ -309,7 +309,7 @@ def simulate(
     state.setup_logging()
     database = sim_database or state.database
     if database is not None and not database.startswith(("postgresql:", "postgres:")):
-        cli_ops.fail(
+        runner.fail(
             f"--database {database!r}: simulate takes a postgresql:// URL "
             "(SQLite runs on a temporary file by default)",
             EXIT_USAGE,
@@ -339,17 +339,17 @@ def simulate(
     try:
         opts.validate()
     except ValueError as exc:
-        cli_ops.fail(str(exc), EXIT_USAGE)
-    out = cli_ops.console()
+        runner.fail(str(exc), EXIT_USAGE)
+    out = runner.console()
     if plot_path is not None:
-        with cli_ops.reported():
+        with runner.reported():
             report.check_plotting()
         _sweep(out, opts, ratios, plot_path, as_json)
         return
-    with cli_ops.reported(), _progress(f"{opts.strategy}") as progress:
+    with runner.reported(), _progress(f"{opts.strategy}") as progress:
         result = harness.simulate(opts, progress=progress, logs=logs)
     if as_json:
-        cli_ops.emit_json(result.as_json())
+        runner.emit_json(result.as_json())
     else:
         report.show(out, result)
     if result.promise_kept is False or result.timed_out:
@@ -368,10 +368,10 @@ def _sweep(
         )
 
     try:
-        with cli_ops.reported():
+        with runner.reported():
             runs = harness.sweep(opts, ratios, on_run=said)
     except ValueError as exc:
-        cli_ops.fail(str(exc), EXIT_USAGE)
+        runner.fail(str(exc), EXIT_USAGE)
     subtitle = (
         f"{opts.notifications} notifications, {opts.workers} workers × {opts.concurrency}, "
         f"latency {opts.latency}, seed {opts.seed}\n"
@@ -383,7 +383,7 @@ def _sweep(
     )
     report.plot(runs, path, subtitle=subtitle)
     if as_json:
-        cli_ops.emit_json(report.sweep_json(runs, str(path)))
+        runner.emit_json(report.sweep_json(runs, str(path)))
     else:
         report.show_sweep(out, runs, str(path))
     if any(r.promise_kept is False or r.timed_out for _, r in runs):

@@ -40,11 +40,11 @@ from typing import IO, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kirim.config import load_config
+from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError
 from kirim.keys import default_key
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
-from kirim.receiver import Behaviour, Receiver
 from kirim.simulate import naive
 from kirim.simulate.options import STRATEGIES, SimOptions
 from kirim.simulate.result import Outcome, SimResult, percentile, rounded

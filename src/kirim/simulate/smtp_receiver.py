@@ -34,7 +34,7 @@ from typing import Any
 
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
-from kirim.receiver import Behaviour, Counts
+from kirim.devtools.receiver import Behaviour, Counts
 
 Identify = Callable[[str, str], str]
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kirim.doctor_db import Database, Table
+from kirim.doctor.probes import Database, Table
 from kirim.errors import NotFound
 
 OK, WARNING, PROBLEM, SKIPPED = "ok", "warning", "problem", "skipped"

@@ -20,7 +20,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -41,15 +41,14 @@ from kirim.errors import (
     NotSettled,
     SchemaError,
 )
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
+from kirim.model import AttemptStatus, DeliveryStatus, Job, JobStatus
 from kirim.observe.logging import Sink, configure
 from kirim.store import open_store
 from kirim.validation import DURATION, DURATION_UNITS, MAX_EPOCH, as_id
+from kirim.views import Record, iso
 from kirim.worker import Worker
 
 T = TypeVar("T")
-#: One delivery as the CLI reads it: the record, its most recent job, its attempts.
-Record = tuple[Delivery, Job | None, list[Attempt]]
 
 EXIT_FAILED = 1  # a failed check, a missing record
 EXIT_USAGE = 2  # a bad flag, config, URL or schema: something the caller must fix
@@ -384,70 +383,6 @@ STYLES = {
     AttemptStatus.FAILED_TRANSIENT: "yellow",
     AttemptStatus.UNKNOWN: "yellow",
 }
-
-
-def iso(epoch: float | None) -> str | None:
-    """Epoch seconds as ``YYYY-MM-DDTHH:MM:SS.fffZ``; ``None`` stays ``None``."""
-    if epoch is None:
-        return None
-    moment = datetime.fromtimestamp(round(epoch, 3), UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def job_json(job: Job | None) -> dict[str, Any] | None:
-    if job is None:
-        return None
-    return {
-        "id": job.id,
-        "status": str(job.status),
-        "attempts": job.attempts,
-        "max_attempts": job.max_attempts,
-        "run_at": iso(job.run_at),
-        "lease_owner": job.lease_owner,
-        "lease_expires_at": iso(job.lease_expires_at),
-        "last_error": job.last_error,
-        "created_at": iso(job.created_at),
-        "updated_at": iso(job.updated_at),
-    }
-
-
-def attempt_json(a: Attempt) -> dict[str, Any]:
-    return {
-        "id": a.id,
-        "job_id": a.job_id,
-        "number": a.number,
-        "provider_request_id": a.provider_request_id,
-        "status": str(a.status),
-        "provider_message_id": a.provider_message_id,
-        "worker_id": a.worker_id,
-        "error": a.error,
-        "requested_at": iso(a.requested_at),
-        "completed_at": iso(a.completed_at),
-    }
-
-
-def delivery_json(record: Record) -> dict[str, Any]:
-    """The delivery's fields, its ``job`` (or null) and its ``attempts``, in order."""
-    d, job, attempts = record
-    return {
-        "id": d.id,
-        "idempotency_key": d.idempotency_key,
-        "event_id": d.event_id,
-        "recipient": d.recipient,
-        "channel": d.channel,
-        "payload": d.payload,
-        "status": str(d.status),
-        "doubt": None if d.doubt is None else str(d.doubt),
-        "provider_message_id": d.provider_message_id,
-        "last_error": d.last_error,
-        "claimed_by": d.claimed_by,
-        "claim_expires_at": iso(d.claim_expires_at),
-        "created_at": iso(d.created_at),
-        "updated_at": iso(d.updated_at),
-        "sent_at": iso(d.sent_at),
-        "job": job_json(job),
-        "attempts": [attempt_json(a) for a in attempts],
-    }
 
 
 # -- output: text ----------------------------------------------------------------------

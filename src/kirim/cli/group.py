@@ -20,14 +20,15 @@ from typing import Any
 
 import click
 
-from kirim import cli_ops, cli_types
-from kirim.cli_ops import KirimGroup, State, pass_state, run
+from kirim import views
+from kirim.cli import params, runner
+from kirim.cli.runner import KirimGroup, State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.errors import ConfigError
 from kirim.explore.command import explore
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.observe.logging import get_logger
-from kirim.worker_settings import RULES as WORKER_RULES
+from kirim.worker.settings import RULES as WORKER_RULES
 
 # -- the group -------------------------------------------------------------------------
 
@@ -36,7 +37,7 @@ from kirim.worker_settings import RULES as WORKER_RULES
 @click.option(
     "--config",
     "config_path",
-    type=cli_types.PathParam(dir_okay=False),
+    type=params.PathParam(dir_okay=False),
     metavar="FILE",
     help="Configuration file.  [default: ./kirim.toml if it exists]",
 )
@@ -88,15 +89,15 @@ def main(
 
 # `kirim simulate` lives in kirim.simulate and is imported only when used.
 KirimGroup.lazy = {**KirimGroup.lazy, "simulate": ("kirim.simulate.command", "simulate")}
-# `kirim doctor` lives in kirim.doctor and is imported only when used.
-KirimGroup.lazy = {**KirimGroup.lazy, "doctor": ("kirim.doctor", "doctor")}
-# `kirim prune` (retention) lives in kirim.cli_prune and is imported only when used.
-KirimGroup.lazy = {**KirimGroup.lazy, "prune": ("kirim.cli_prune", "prune")}
+# `kirim doctor` lives in kirim.cli.doctor and is imported only when used.
+KirimGroup.lazy = {**KirimGroup.lazy, "doctor": ("kirim.cli.doctor", "doctor")}
+# `kirim prune` (retention) lives in kirim.cli.prune and is imported only when used.
+KirimGroup.lazy = {**KirimGroup.lazy, "prune": ("kirim.cli.prune", "prune")}
 # `kirim serve` (kirim.http, FastAPI) and `kirim token` are imported only when used.
 KirimGroup.lazy = {
     **KirimGroup.lazy,
-    "serve": ("kirim.http.command", "serve"),
-    "token": ("kirim.tokens", "token"),
+    "serve": ("kirim.cli.serve", "serve"),
+    "token": ("kirim.cli.tokens", "token"),
 }
 
 
@@ -120,8 +121,8 @@ def init(state: State) -> None:
       kirim --database sqlite:///var/kirim.db init
     """
     state.setup_logging()
-    path = cli_ops.CONFIG_FILE if state.config_path is None else state.config_path
-    written = cli_ops.write_starter_config(path)
+    path = runner.CONFIG_FILE if state.config_path is None else state.config_path
+    written = runner.write_starter_config(path)
     if written is not None:
         click.echo(f"wrote a starter configuration to {written} (channel push: 127.0.0.1:8080)")
 
@@ -130,7 +131,7 @@ def init(state: State) -> None:
             return await app.store.migrate(), app.store.url
 
     version, url = run(go)
-    click.echo(f"schema version {version} at {cli_ops.safe_url(url)}")
+    click.echo(f"schema version {version} at {runner.safe_url(url)}")
 
 
 @main.command()
@@ -138,19 +139,19 @@ def init(state: State) -> None:
     "--event",
     "event_id",
     required=True,
-    type=cli_types.TextParam(),
+    type=params.TextParam(),
     help="The business event's id.",
 )
 @click.option(
     "--recipient",
     required=True,
-    type=cli_types.TextParam(),
+    type=params.TextParam(),
     help="Who receives it (a user id, an address).",
 )
 @click.option(
     "--channel",
     required=True,
-    type=cli_types.TextParam(),
+    type=params.TextParam(),
     help="A channel configured in kirim.toml.",
 )
 @click.option(
@@ -158,7 +159,7 @@ def init(state: State) -> None:
 )
 @click.option(
     "--key",
-    type=cli_types.TextParam(key=True),
+    type=params.TextParam(key=True),
     help="Idempotency key: printable ASCII, at most 255 characters.  "
     "[default: derived from event, recipient, channel]",
 )
@@ -191,8 +192,8 @@ def send(
                  --payload '{"title": "Shipped"}' --send-after 5m --json
     """
     state.setup_logging()
-    data = cli_ops.parse_payload(payload)
-    when = None if send_after is None else cli_ops.parse_when(send_after)
+    data = runner.parse_payload(payload)
+    when = None if send_after is None else runner.parse_when(send_after)
 
     async def go() -> Notification:
         async with state.app() as app:
@@ -200,7 +201,7 @@ def send(
 
     n = run(go)
     if as_json:
-        cli_ops.emit_json(
+        runner.emit_json(
             {
                 "delivery_id": n.delivery_id,
                 "idempotency_key": n.idempotency_key,
@@ -228,7 +229,7 @@ def _finite_offset(ctx: click.Context, param: click.Parameter, value: float | No
 @main.command()
 @click.option(
     "--concurrency",
-    type=cli_types.NumberParam(WORKER_RULES["concurrency"]),
+    type=params.NumberParam(WORKER_RULES["concurrency"]),
     help="Deliveries in flight at once.",
 )
 @click.option(
@@ -239,13 +240,13 @@ def _finite_offset(ctx: click.Context, param: click.Parameter, value: float | No
 )
 @click.option(
     "--lease",
-    type=cli_types.NumberParam(WORKER_RULES["lease"]),
+    type=params.NumberParam(WORKER_RULES["lease"]),
     metavar="SECONDS",
     help="Job lease, renewed by heartbeat while a delivery is in flight.",
 )
 @click.option(
     "--grace",
-    type=cli_types.NumberParam(WORKER_RULES["shutdown_grace"]),
+    type=params.NumberParam(WORKER_RULES["shutdown_grace"]),
     metavar="SECONDS",
     help="On SIGTERM/SIGINT, how long in-flight deliveries may take before release.",
 )
@@ -336,11 +337,11 @@ def worker(
             metrics_url = (
                 None if metrics is None else f"http://{metrics_host}:{metrics.port}/metrics"
             )
-            facts = cli_ops.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
+            facts = runner.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
             if state.log_format == "json":
                 log.info("worker_banner", **facts)
             else:
-                cli_ops.show_banner(facts)
+                runner.show_banner(facts)
             if clock_offset is not None:
                 log.info("clock_offset", seconds=clock_offset)
             if metrics is not None:
@@ -390,22 +391,22 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
       kirim status order-48291-push --json | jq '.attempts[].status'
     """
     state.setup_logging()
-    value, by = cli_ops.delivery_ref(key_or_id)
+    value, by = runner.delivery_ref(key_or_id)
 
-    async def go() -> cli_ops.Record:
+    async def go() -> views.Record:
         async with state.app(read_only=True) as app:
-            return await cli_ops.resolve(app, value, by)
+            return await runner.resolve(app, value, by)
 
     record = run(go)
     if as_json:
-        cli_ops.emit_json(cli_ops.delivery_json(record))
+        runner.emit_json(views.delivery_json(record))
     else:
-        cli_ops.show_status(cli_ops.console(), record)
+        runner.show_status(runner.console(), record)
 
 
 @main.command(name="list")
 @click.option("--status", "status_", type=click.Choice([s.value for s in DeliveryStatus]))
-@click.option("--channel", type=cli_types.TextParam(), help="Only this channel.")
+@click.option("--channel", type=params.TextParam(), help="Only this channel.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @click.option(
     "--after",
@@ -442,15 +443,15 @@ def list_(
       kirim list --oldest-first --after 200
     """
     state.setup_logging()
-    mark = min(after, cli_ops.MAX_ID)
+    mark = min(after, runner.MAX_ID)
 
-    async def go() -> list[cli_ops.Record]:
+    async def go() -> list[views.Record]:
         async with state.app(read_only=True) as app:
             rows = await app.store.list_deliveries(
                 status=None if status_ is None else DeliveryStatus(status_),
                 channel=channel,
                 after_id=mark if oldest_first else 0,
-                before_id=None if oldest_first else (mark or cli_ops.MAX_ID),
+                before_id=None if oldest_first else (mark or runner.MAX_ID),
                 limit=limit,
             )
             return [
@@ -459,9 +460,9 @@ def list_(
 
     records = run(go)
     if as_json:
-        cli_ops.emit_json([cli_ops.delivery_json(r) for r in records])
+        runner.emit_json([views.delivery_json(r) for r in records])
         return
-    cli_ops.show_deliveries(cli_ops.console(), records, title=f"deliveries ({len(records)})")
+    runner.show_deliveries(runner.console(), records, title=f"deliveries ({len(records)})")
     if len(records) == limit:
         order = " --oldest-first" if oldest_first else ""
         click.echo(f"more: --after {records[-1][0].id}{order}", err=True)
@@ -498,16 +499,16 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
     """
     state.setup_logging()
 
-    async def go() -> list[cli_ops.Record]:
+    async def go() -> list[views.Record]:
         async with state.app(read_only=True) as app:
             dead = await app.store.dead_letters(limit=limit)
             return [(x.delivery, x.job, await app.store.get_attempts(x.delivery.id)) for x in dead]
 
     records = run(go)
     if as_json:
-        cli_ops.emit_json([cli_ops.delivery_json(r) for r in records])
+        runner.emit_json([views.delivery_json(r) for r in records])
     else:
-        cli_ops.show_deliveries(cli_ops.console(), records, title=f"dead letters ({len(records)})")
+        runner.show_deliveries(runner.console(), records, title=f"dead letters ({len(records)})")
 
 
 @dead_letter.command(name="retry")
@@ -525,13 +526,13 @@ def dead_retry(state: State, ids: tuple[str, ...]) -> None:
       kirim dead-letter retry 42 43
     """
 
-    async def action(app: Kirim, record: cli_ops.Record) -> str | None:
+    async def action(app: Kirim, record: views.Record) -> str | None:
         d, job, _ = record
         if await app.store.retry_dead(d.id, now=app.clock.now()):
             return None
-        return f"not dead-lettered (delivery {d.status}, job {cli_ops.job_status(job)})"
+        return f"not dead-lettered (delivery {d.status}, job {runner.job_status(job)})"
 
-    cli_ops.operate(state, ids, action, "requeued")
+    runner.operate(state, ids, action, "requeued")
 
 
 @dead_letter.command(name="cancel")
@@ -547,15 +548,15 @@ def dead_cancel(state: State, ids: tuple[str, ...]) -> None:
       kirim dead-letter cancel 42
     """
 
-    async def action(app: Kirim, record: cli_ops.Record) -> str | None:
+    async def action(app: Kirim, record: views.Record) -> str | None:
         d, job, _ = record
         if job is None or job.status is not JobStatus.DEAD:
-            return f"not dead-lettered (delivery {d.status}, job {cli_ops.job_status(job)})"
+            return f"not dead-lettered (delivery {d.status}, job {runner.job_status(job)})"
         if await app.store.cancel(d.id, now=app.clock.now()):
             return None
         return f"cannot be canceled (delivery {d.status})"
 
-    cli_ops.operate(state, ids, action, "canceled")
+    runner.operate(state, ids, action, "canceled")
 
 
 @main.command()
@@ -572,13 +573,13 @@ def cancel(state: State, key_or_id: str) -> None:
       kirim cancel order-48291-push
     """
 
-    async def action(app: Kirim, record: cli_ops.Record) -> str | None:
+    async def action(app: Kirim, record: views.Record) -> str | None:
         d = record[0]
         if await app.store.cancel(d.id, now=app.clock.now()):
             return None
         return f"cannot be canceled: it is {d.status} (only pending, failed or in_doubt can be)"
 
-    cli_ops.operate(state, (key_or_id,), action, "canceled")
+    runner.operate(state, (key_or_id,), action, "canceled")
 
 
 # -- demo, bench -----------------------------------------------------------------------
@@ -600,8 +601,8 @@ def demo(state: State, notifications: int, workers: int, seed: int | None) -> No
       kirim demo --notifications 500 --workers 4 --seed 7
     """
     state.setup_logging()
-    run_demo = cli_ops.extension("kirim.demo", "run_demo", "demo")
-    code = cli_ops.call_extension(run_demo, cli_ops.console(), notifications, workers, seed)
+    run_demo = runner.extension("kirim.devtools.demo", "run_demo", "demo")
+    code = runner.call_extension(run_demo, runner.console(), notifications, workers, seed)
     raise click.exceptions.Exit(int(code or 0))
 
 
@@ -659,17 +660,17 @@ def bench(
             "the result reports",
             click.get_current_context(),
         )
-    run_bench = cli_ops.extension("kirim.bench", "run_bench", "bench")
+    run_bench = runner.extension("kirim.devtools.bench", "run_bench", "bench")
     args: list[Any] = [database, notifications, workers]
     if metrics:
         args.append(True)  # run_bench's metrics argument, given only when asked for
     if sync is not None:
         run_bench = functools.partial(run_bench, sync=sync)  # given only when asked for
-    result = cli_ops.call_extension(run_bench, *args)
+    result = runner.call_extension(run_bench, *args)
     if as_json:
-        cli_ops.emit_json(result)
+        runner.emit_json(result)
     else:
-        cli_ops.show_mapping(cli_ops.console(), result, title="kirim bench")
+        runner.show_mapping(runner.console(), result, title="kirim bench")
 
 
 main.add_command(explore)

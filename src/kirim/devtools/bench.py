@@ -28,7 +28,7 @@ from kirim.config import Config
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError, KirimError
 from kirim.observe.logging import configure
-from kirim.testing import NullProvider
+from kirim.providers.null import NullProvider
 from kirim.worker import WorkerSettings
 
 BATCH = 1000

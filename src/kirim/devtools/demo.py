@@ -25,9 +25,9 @@ from rich.progress import Progress
 from rich.table import Table
 
 from kirim.config import load_config
+from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.engine import Kirim, NotifyRequest
 from kirim.model import DeliveryStatus, Doubt, JobStatus
-from kirim.receiver import Behaviour, Receiver
 
 LEASE = 2.0
 CONFIG = """\

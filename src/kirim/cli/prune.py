@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import click
 
-from kirim import cli_ops, cli_types
+from kirim.cli import params, runner
 from kirim.errors import ConfigError
 from kirim.store.retention import BATCH, PruneResult, Prunes
-from kirim.worker_settings import RULES as WORKER_RULES
+from kirim.worker.settings import RULES as WORKER_RULES
 
 
 def _line(result: PruneResult) -> str:
@@ -32,14 +32,14 @@ def summary(result: PruneResult) -> str:
 @click.option(
     "--keep",
     metavar="DURATION",
-    type=cli_types.DurationParam(WORKER_RULES["retention_keep"]),
+    type=params.DurationParam(WORKER_RULES["retention_keep"]),
     help="Prune deliveries finished longer ago than this (30d, 12h, 90m, or seconds).  "
     "[default: the config's [retention] keep]",
 )
 @click.option(
     "--keys",
     metavar="DURATION",
-    type=cli_types.DurationParam(WORKER_RULES["retention_keys"]),
+    type=params.DurationParam(WORKER_RULES["retention_keys"]),
     help="How long after the prune a pruned delivery's key still creates nothing.  "
     "[default: the config's [retention] keys, else 365d]",
 )
@@ -51,9 +51,9 @@ def summary(result: PruneResult) -> str:
     help="Deliveries deleted per transaction.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@cli_ops.pass_state
+@runner.pass_state
 def prune(
-    state: cli_ops.State,
+    state: runner.State,
     dry_run: bool,
     keep: float | None,
     keys: float | None,
@@ -78,15 +78,15 @@ def prune(
       kirim prune --json
     """
     state.setup_logging()
-    with cli_ops.reported():
+    with runner.reported():
         worker = state.config().worker
     keep = worker.retention_keep if keep is None else keep
     keys = worker.retention_keys if keys is None else keys
     if keep is None:
-        cli_ops.fail(
+        runner.fail(
             "no retention to prune by: give --keep (such as --keep 30d) or set keep in "
             'the config\'s [retention] table (keep = "30d")',
-            cli_ops.EXIT_USAGE,
+            runner.EXIT_USAGE,
         )
 
     async def go() -> PruneResult:
@@ -104,8 +104,8 @@ def prune(
                 if not done.more or not done.removed_anything:
                     return total
 
-    result = cli_ops.run(go)
+    result = runner.run(go)
     if as_json:
-        cli_ops.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
+        runner.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
     else:
         click.echo(summary(result))

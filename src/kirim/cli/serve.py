@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from kirim import cli_ops
-from kirim.cli_ops import EXIT_USAGE, State, pass_state
+from kirim.cli import runner
+from kirim.cli.runner import EXIT_USAGE, State, pass_state
 from kirim.errors import ConfigError
 from kirim.http.guard import loopback
 from kirim.observe.logging import get_logger
@@ -95,7 +95,7 @@ def serve(
     from kirim.http.app import create_app
 
     state.setup_logging("info")
-    with cli_ops.reported():
+    with runner.reported():
         config = state.config()
         given: dict[str, Any] = {
             "host": host,
@@ -112,8 +112,8 @@ def serve(
         async with state.app():
             pass
 
-    cli_ops.run(check)
-    with cli_ops.reported():
+    runner.run(check)
+    with runner.reported():
         sock = bind(settings.host, settings.port)
     log = get_logger(component="http")
     if not loopback(settings.host) and not settings.protect_dashboard:
@@ -130,7 +130,7 @@ def serve(
     log.info(
         "serving",
         url=f"http://{shown}:{bound[1]}",
-        database=cli_ops.safe_url(config.database),
+        database=runner.safe_url(config.database),
         protect_metrics=settings.protect_metrics,
         protect_dashboard=settings.protect_dashboard,
     )
@@ -151,11 +151,11 @@ def serve(
         # found: this one notes it, so that a stop on request exits 0 (as the worker does)
         signal.signal(sig, lambda number, _: received.append(number))
     try:
-        with cli_ops.reported():
+        with runner.reported():
             server.run(sockets=[sock])  # uvloop and httptools when installed
     finally:
         sock.close()
     if received:
         log.info("stopped", signal=signal.Signals(received[0]).name)
     if not server.started:
-        cli_ops.fail("the server did not start; see the log above", EXIT_USAGE)
+        runner.fail("the server did not start; see the log above", EXIT_USAGE)

@@ -17,7 +17,7 @@ from kirim.errors import TransientFailure
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.store.base import AttemptOutcome, Claim, Finish
 from kirim.text import stored_text
-from kirim.worker_settings import WorkerSettings
+from kirim.worker.settings import WorkerSettings
 
 
 @dataclass(slots=True, kw_only=True)

@@ -29,11 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from kirim.batching import Batcher
 from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
-from kirim.cutoff import Cutoffs
-from kirim.decisions import Decisions
 from kirim.errors import (
     AmbiguousFailure,
     PermanentFailure,
@@ -58,15 +55,18 @@ from kirim.store.base import (
     WaitsForJobs,
 )
 from kirim.store.retention import PruneResult, Prunes
-from kirim.testing import Checkpoints
 from kirim.text import stored_text
-from kirim.worker_settings import WorkerSettings, default_worker_id
-from kirim.worker_stats import WorkerStats
+from kirim.worker.batching import Batcher
+from kirim.worker.checkpoint import Checkpoint
+from kirim.worker.cutoff import Cutoffs
+from kirim.worker.decisions import Decisions
+from kirim.worker.settings import WorkerSettings, default_worker_id
+from kirim.worker.stats import WorkerStats
 
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
-__all__ = ["Worker", "WorkerSettings", "default_worker_id"]
+__all__ = ["Worker"]
 
 #: the reaper prunes (``[retention] keep``) this often, at most this many batches a round
 PRUNE_EVERY = 60.0
@@ -105,7 +105,7 @@ class Worker:
         settings: WorkerSettings | None = None,
         worker_id: str | None = None,
         clock: Clock | None = None,
-        checkpoints: Checkpoints | None = None,
+        checkpoints: Checkpoint | None = None,
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
         tracer: tracing.Tracer | None = None,

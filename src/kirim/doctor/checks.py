@@ -1,12 +1,11 @@
-"""``kirim doctor``: what is wrong with a live kirim store, in plain words, with the fix.
+"""What is wrong with a live kirim store, in plain words, with the fix.
 
 Checks the schema, the UNIQUE index on the idempotency key (and duplicates it let
 in), deliveries stuck in ``processing``, in-doubt deliveries waiting for an operator,
 the dead letters, the lease against the providers' observed p99 latency, the
 database clock against this host's, each channel's provider dedup window against
 kirim's retry horizon, and the retention (``[retention] keep``) against both.
-``--table T --key COLS`` audits any delivery table for a unique index on exactly
-those columns. Read-only: it never writes.
+Read-only: it never writes. The command is ``kirim.cli.doctor``.
 
 Statuses: ``ok``, ``warning`` (worth a look), ``problem`` (exit 1), ``skipped``.
 """
@@ -18,23 +17,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import click
-
-from kirim import cli_ops, cli_types
 from kirim.config import Config
-from kirim.doctor_audit import (
+from kirim.doctor.audit import (
     OK,
     PROBLEM,
     SKIPPED,
     WARNING,
     Check,
-    audit_table,
     audit_unique,
     plural,
-    report_json,
 )
-from kirim.doctor_db import Database
-from kirim.errors import NotFound, SchemaError
+from kirim.doctor.probes import Database
+from kirim.errors import SchemaError
 from kirim.store.base import SCHEMA_VERSION
 from kirim.store.schema import parse_version
 
@@ -296,87 +290,3 @@ def _retention(config: Config) -> Check:
         f"{what}, which is shorter than " + "; and than ".join(short),
         f'set [retention] keep = "{_span(math.ceil(longest / 86_400) * 86_400.0)}" or more',
     )
-
-
-# -- the command -----------------------------------------------------------------------
-
-_MARK = {OK: "ok", WARNING: "WARNING", PROBLEM: "PROBLEM", SKIPPED: "skipped"}
-_COLOR = {OK: "green", WARNING: "yellow", PROBLEM: "red", SKIPPED: None}
-
-
-def render_text(target: str, checks: Sequence[Check]) -> None:
-    click.echo(f"kirim doctor: {target}")
-    width = max(len(c.name) for c in checks)
-    for c in checks:
-        mark = click.style(f"{_MARK[c.status]:<8}", fg=_COLOR[c.status], bold=c.status == PROBLEM)
-        click.echo(f"  {mark} {c.name:<{width}}  {c.message}")
-        if c.fix:
-            click.echo(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
-    problems = sum(c.status == PROBLEM for c in checks)
-    warnings = sum(c.status == WARNING for c in checks)
-    click.echo(f"{plural(problems, 'problem')}, {plural(warnings, 'warning')}")
-
-
-@click.command()
-@click.option(
-    "--table",
-    metavar="TABLE",
-    type=cli_types.TextParam(),
-    help="Audit this delivery table instead (with --key).",
-)
-@click.option(
-    "--key",
-    "key",
-    metavar="COLS",
-    type=cli_types.TextParam(),
-    help="Its idempotency key columns, comma-separated.",
-)
-@click.option(
-    "--dsn",
-    metavar="URL",
-    type=cli_types.TextParam(),
-    help="Database to examine (sqlite:///… or postgresql://…).  [default: the configured one]",
-)
-@click.option("--json", "as_json", is_flag=True, help='Print {"ok": …, "checks": […]}.')
-@cli_ops.pass_state
-def doctor(
-    state: cli_ops.State, table: str | None, key: str | None, dsn: str | None, as_json: bool
-) -> None:
-    """Say what is wrong with a kirim store, and how to fix it.
-
-    Checks the UNIQUE index on the idempotency key, deliveries stuck in
-    processing, in-doubt deliveries and dead letters, the lease against the
-    providers' p99 latency, clock skew, each channel's dedup_window against the
-    retry horizon, and [retention] keep against both. With --table and --key,
-    audits any delivery table for a unique index on exactly those columns (and
-    the duplicates already in it).
-    Exits 1 on any problem; warnings alone exit 0. Never writes.
-
-    \b
-    Examples:
-      kirim doctor
-      kirim doctor --json | jq '.checks[] | select(.status != "ok")'
-      kirim doctor --dsn postgresql://app@db/shop --table notifications \\
-                   --key event_id,user_id,channel
-    """
-    state.setup_logging()
-    if (table is None) != (key is None):
-        cli_ops.fail("--table and --key go together: --table T --key COL1,COL2", 2)
-    with cli_ops.reported():
-        config = state.config()
-        url = dsn or config.database
-        try:
-            with Database(url) as db:
-                checks = (
-                    audit_table(db, table, key)
-                    if table is not None and key is not None
-                    else diagnose(db, config, now=time.time())
-                )
-        except NotFound as exc:
-            cli_ops.fail(str(exc), cli_ops.EXIT_USAGE)
-    if as_json:
-        cli_ops.emit_json(report_json(checks))
-    else:
-        render_text(cli_ops.safe_url(url) + (f" table {table}" if table else ""), checks)
-    if any(c.status == PROBLEM for c in checks):
-        raise click.exceptions.Exit(cli_ops.EXIT_FAILED)

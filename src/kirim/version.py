@@ -1,0 +1,3 @@
+"""kirim's version (``kirim.__version__``), readable from any layer."""
+
+__version__ = "0.1.0"
