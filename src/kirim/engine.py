@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kirim import operations
 from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
 from kirim.config import Config
@@ -25,10 +26,11 @@ from kirim.errors import (
     UnknownChannel,
 )
 from kirim.keys import canonical_json, default_key, payload_hash
-from kirim.model import Attempt, Delivery, DeliveryStatus, Job
+from kirim.model import Delivery, DeliveryStatus, Record, RecordFilter
 from kirim.observe.logging import get_logger
+from kirim.operations import By, Page
 from kirim.store import open_store
-from kirim.store.base import EnqueuesIn, NewDelivery, Store
+from kirim.store.base import ActivityBucket, EnqueuesIn, NewDelivery, Store
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
@@ -246,15 +248,48 @@ class Kirim:
             max_attempts=self.config.max_attempts,
         )
 
-    # -- reading and operating -------------------------------------------------------
+    # -- the operator's verbs (kirim.operations): the CLI, the API, the dashboard ----
 
-    async def get(self, key_or_id: str | int) -> tuple[Delivery, Job | None, list[Attempt]] | None:
-        delivery = await self.store.get_delivery(str(key_or_id))
-        if delivery is None:
-            return None
-        job = await self.store.get_job(delivery.id)
-        attempts = await self.store.get_attempts(delivery.id)
-        return delivery, job, attempts
+    async def get(self, key_or_id: str | int, *, by: By = "auto") -> Record | None:
+        """A delivery with its latest job and every attempt, or None. ``key_or_id``: an
+        idempotency key, else the id a digit string names (an int is an id); ``by="id"``
+        or ``"key"`` says which."""
+        return await operations.get(self.store, key_or_id, by)
+
+    async def records(
+        self, where: RecordFilter | None = None, *, cursor: int | None = None, limit: int = 50
+    ) -> Page:
+        """A page of deliveries (newest first unless ``where.oldest_first``), each with
+        its latest job and attempts; pass ``next_cursor`` back for the next page."""
+        return await operations.records(self.store, where, cursor, limit)
+
+    async def dead_letters(self, *, limit: int = 100) -> list[Record]:
+        """Deliveries whose job is dead (failed for good, out of attempts, or held in
+        doubt), oldest dead job first."""
+        return await operations.dead_letters(self.store, limit)
+
+    async def in_doubt(self, *, limit: int = 100) -> list[Record]:
+        """Deliveries in doubt (held for an operator), newest first."""
+        return (await self.records(operations.IN_DOUBT, limit=limit)).records
+
+    async def activity(self, *, since: float, bucket: float = 60.0) -> list[ActivityBucket]:
+        """Deliveries sent, failed and in doubt per ``bucket`` seconds from ``since`` until
+        now (the dashboard's chart; see ``Operator.activity`` for what is counted)."""
+        return await self.store.activity(since=since, until=self.clock.now(), bucket=bucket)
+
+    async def cancel(
+        self, key_or_id: str | int, *, dead_only: bool = False, by: By = "auto"
+    ) -> Record:
+        """Cancel a delivery that is neither in flight nor sent (``dead_only``: only a
+        dead letter); the record after. Raises ``NotFound``, ``ActionRefused`` or
+        ``NotSettled`` (an earlier request may still land)."""
+        now = self.clock.now()
+        return await operations.cancel(self.store, key_or_id, now=now, dead_only=dead_only, by=by)
+
+    async def retry(self, key_or_id: str | int, *, by: By = "auto") -> Record:
+        """Requeue a dead letter with a fresh job (the operator releases any earlier
+        doubt); the record after. Raises ``NotFound``, ``ActionRefused`` or ``NotSettled``."""
+        return await operations.retry(self.store, key_or_id, now=self.clock.now(), by=by)
 
     def worker(
         self,
@@ -387,8 +422,31 @@ class SyncKirim:
         first); ``connection`` as for ``notify``."""
         return self._run(self.app.notify_many(requests, connection=_async_view(connection)))
 
-    def get(self, key_or_id: str | int) -> tuple[Delivery, Job | None, list[Attempt]] | None:
-        return self._run(self.app.get(key_or_id))
+    def get(self, key_or_id: str | int, *, by: By = "auto") -> Record | None:
+        """``Kirim.get``."""
+        return self._run(self.app.get(key_or_id, by=by))
+
+    def records(
+        self, where: RecordFilter | None = None, *, cursor: int | None = None, limit: int = 50
+    ) -> Page:
+        """``Kirim.records``."""
+        return self._run(self.app.records(where, cursor=cursor, limit=limit))
+
+    def dead_letters(self, *, limit: int = 100) -> list[Record]:
+        """``Kirim.dead_letters``."""
+        return self._run(self.app.dead_letters(limit=limit))
+
+    def in_doubt(self, *, limit: int = 100) -> list[Record]:
+        """``Kirim.in_doubt``."""
+        return self._run(self.app.in_doubt(limit=limit))
+
+    def cancel(self, key_or_id: str | int, *, dead_only: bool = False, by: By = "auto") -> Record:
+        """``Kirim.cancel``."""
+        return self._run(self.app.cancel(key_or_id, dead_only=dead_only, by=by))
+
+    def retry(self, key_or_id: str | int, *, by: By = "auto") -> Record:
+        """``Kirim.retry``."""
+        return self._run(self.app.retry(key_or_id, by=by))
 
 
 def _async_view(connection: Any) -> Any:

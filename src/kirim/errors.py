@@ -10,6 +10,7 @@ KirimError
 │   └── SchemaError            not initialised, or newer than this code
 ├── NotFound                   no delivery with that key or id
 ├── NotSettled                 an earlier request may still land; try again at retry_at
+├── ActionRefused              an operator action does not apply to the delivery's state
 └── ProviderError              raised by providers, classified at the seam
     ├── PermanentFailure       the provider refused; never retry
     │   └── NotSent            failed before any byte left this host; never retry
@@ -84,6 +85,19 @@ class NotSettled(KirimError):
         self.delivery_id = delivery_id
         self.retry_at = retry_at
         self.action = action
+
+
+class ActionRefused(KirimError):
+    """An operator action (cancel, retry) does not apply to the delivery as it is.
+
+    ``code`` is ``not_dead_lettered`` or ``not_cancelable`` (the HTTP API's error code);
+    the message says the delivery's state.
+    """
+
+    def __init__(self, delivery_id: int, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self.delivery_id = delivery_id
+        self.code = code
 
 
 class ProviderError(KirimError):

@@ -159,3 +159,22 @@ class EnqueueResult:
     #: ``delivery`` is rebuilt from the tombstone (id, key, final status, created_at;
     #: every other field empty), ``job`` is None, and nothing was written
     pruned: bool = False
+
+
+#: One delivery as an operator reads it: the record, its most recent job, its attempts.
+Record = tuple[Delivery, Job | None, list[Attempt]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordFilter:
+    """Which deliveries an operator lists (``None``: any). ``since`` and ``until`` bound
+    ``created_at`` (epoch seconds, ``until`` exclusive); ``dead``: only those whose most
+    recent job is dead (the dead letters). Newest first unless ``oldest_first``."""
+
+    status: DeliveryStatus | None = None
+    channel: str | None = None
+    doubt: Doubt | None = None
+    dead: bool = False
+    since: float | None = None
+    until: float | None = None
+    oldest_first: bool = False

@@ -1,6 +1,9 @@
-"""Text from outside (a provider's answer, an exception) made fit for the ledger."""
+"""Text from outside (a provider's answer, an exception) made fit for the ledger, and
+URLs made fit to print."""
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
 
 #: Longest provider or error text kept in a ledger column.
 MAX_TEXT = 1000
@@ -15,3 +18,13 @@ def stored_text(value: str | None, *, limit: int = MAX_TEXT) -> str | None:
     if len(clean) > limit:
         clean = clean[: limit - 1] + "…"
     return clean
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password (``user:***@host``), fit to print or log: the one
+    redaction of database and endpoint URLs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))

@@ -9,11 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from kirim.model import Attempt, Delivery, Job
+from kirim.model import Attempt, Job, Record
 from kirim.store.base import ApiToken
-
-#: One delivery as an operator reads it: the record, its most recent job, its attempts.
-Record = tuple[Delivery, Job | None, list[Attempt]]
 
 
 def iso(epoch: float | None) -> str | None:
@@ -88,3 +85,6 @@ def token_json(token: ApiToken) -> dict[str, Any]:
         "created_at": iso(token.created_at),
         "revoked_at": iso(token.revoked_at),
     }
+
+
+__all__ = ["Record", "attempt_json", "delivery_json", "iso", "job_json", "token_json"]

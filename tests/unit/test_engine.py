@@ -14,6 +14,7 @@ from kirim.channels import Channel
 from kirim.config import Config, parse_config
 from kirim.engine import Kirim, SyncKirim
 from kirim.errors import (
+    ActionRefused,
     ConfigError,
     IdempotencyKeyReused,
     InvalidNotification,
@@ -165,6 +166,22 @@ def test_sync_wrapper_notifies_without_an_event_loop(tmp_path: Path) -> None:
     assert delivery.status is DeliveryStatus.PENDING
     assert job is not None
     assert attempts == []
+
+
+def test_sync_wrapper_has_the_operator_verbs(tmp_path: Path) -> None:
+    """SyncKirim lists, cancels and refuses as Kirim does."""
+    channel = kirim.Channel(name="push", provider=FlakyProvider())
+    url = f"sqlite:///{tmp_path / 'k.db'}"
+    with SyncKirim(Config(database=url), channels={"push": channel}).open(migrate=True) as app:
+        ids = [app.notify(f"e{i}", "u", "push", {}).delivery_id for i in range(3)]
+        page = app.records(limit=2)
+        assert [r[0].id for r in page.records] == ids[:0:-1]
+        assert page.next_cursor == ids[1]
+        assert app.cancel(ids[0])[0].status is DeliveryStatus.CANCELED
+        with pytest.raises(ActionRefused, match="not dead-lettered"):
+            app.retry(ids[1])
+        assert app.dead_letters() == []
+        assert app.in_doubt() == []
 
 
 def test_public_api_is_exactly_all() -> None:

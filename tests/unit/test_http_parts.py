@@ -11,7 +11,6 @@ from kirim.http.auth import TokenVerifier
 from kirim.http.errors import ApiError
 from kirim.http.idempotency import fingerprint, header_key
 from kirim.http.models import parse_when
-from kirim.http.timeline import events
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -22,6 +21,7 @@ from kirim.model import (
     JobStatus,
 )
 from kirim.store.base import ApiToken
+from kirim.timeline import events
 from kirim.tokens import check_name, hash_token
 
 T0 = 1_800_000_000.0

@@ -25,6 +25,7 @@ CORE = {
     "providers",
     "store",
     "text",
+    "timeline",
     "tokens",
     "validation",
     "version",
@@ -35,6 +36,7 @@ LAYER = {
     "worker": 1,
     "config": 2,
     "engine": 2,
+    "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
     "cli": 4,
     "receiver": 4,  # ``python -m kirim.receiver``: an entry point

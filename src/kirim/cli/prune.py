@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kirim.cli import params, runner
+from kirim.cli import params, render, runner
 from kirim.errors import ConfigError
 from kirim.store.retention import BATCH, PruneResult, Prunes
 from kirim.worker.settings import RULES as WORKER_RULES
@@ -106,6 +106,6 @@ def prune(
 
     result = runner.run(go)
     if as_json:
-        runner.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
+        render.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
     else:
         click.echo(summary(result))

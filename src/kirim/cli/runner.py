@@ -15,24 +15,19 @@ import importlib
 import importlib.metadata
 import inspect
 import json
-import os
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Literal, NoReturn, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from kirim.config import Config, load_config
 from kirim.engine import Kirim, SendAfter
 from kirim.errors import (
+    ActionRefused,
     ConfigError,
     IdempotencyKeyReused,
     InvalidNotification,
@@ -41,12 +36,12 @@ from kirim.errors import (
     NotSettled,
     SchemaError,
 )
-from kirim.model import AttemptStatus, DeliveryStatus, Job, JobStatus
-from kirim.observe.logging import Sink, configure
+from kirim.observe.logging import configure
+from kirim.operations import By, not_found
 from kirim.store import open_store
+from kirim.text import redact_url
 from kirim.validation import DURATION, DURATION_UNITS, MAX_EPOCH, as_id
-from kirim.views import Record, iso
-from kirim.worker import Worker
+from kirim.views import Record
 
 T = TypeVar("T")
 
@@ -127,25 +122,8 @@ class State:
 pass_state = click.make_pass_decorator(State, ensure=True)
 
 
-def safe_url(url: str) -> str:
-    """The URL without its password, fit to print."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False))
-
-
-def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
-
-
-#: how ``kirim status`` reads its argument: ``id:N``, ``key:K``, or bare (key, else id)
-By = Literal["auto", "id", "key"]
+#: the URL without its password (kept: commands and extensions call it)
+safe_url = redact_url
 
 
 def delivery_ref(text: str) -> tuple[str, By]:
@@ -164,12 +142,10 @@ def delivery_ref(text: str) -> tuple[str, By]:
 
 async def resolve(app: Kirim, value: str, by: By = "auto") -> Record:
     """The delivery ``value`` names (see :func:`delivery_ref`); NotFound otherwise."""
-    delivery = await app.store.get_delivery(value, by=by)
-    if delivery is None:
-        what = {"auto": "id or idempotency key", "id": "id", "key": "idempotency key"}[by]
-        raise NotFound(f"no delivery with {what} {value!r}")
-    job = await app.store.get_job(delivery.id)
-    return delivery, job, await app.store.get_attempts(delivery.id)
+    found = await app.get(value, by=by)
+    if found is None:
+        raise NotFound(not_found(value, by))
+    return found
 
 
 # -- input -----------------------------------------------------------------------------
@@ -305,37 +281,30 @@ def _is_absent(module_name: str, exc: ModuleNotFoundError) -> bool:
 def operate(
     state: State,
     ids: tuple[str, ...],
-    action: Callable[[Kirim, Record], Coroutine[Any, Any, str | None]],
+    action: Callable[[Kirim, str], Coroutine[Any, Any, Record]],
     done: str,
 ) -> None:
-    """Apply ``action`` to each delivery; it returns why it could not, or None."""
+    """Apply ``action`` (an operator verb of ``Kirim``) to each delivery; exit 1 naming
+    every one it did not apply to, and why."""
     state.setup_logging()
 
     async def go() -> list[str]:
         problems = []
         async with state.app() as app:
             for key_or_id in ids:
-                found = await app.get(key_or_id)
-                if found is None:
-                    problems.append(f"{key_or_id}: not found")
-                    continue
                 try:
-                    why = await action(app, found)
-                except NotSettled as exc:  # an earlier request may still land
-                    why = str(exc)
-                if why is not None:
-                    problems.append(f"{key_or_id}: {why}")
+                    record = await action(app, key_or_id)
+                except NotFound:
+                    problems.append(f"{key_or_id}: not found")
+                except (ActionRefused, NotSettled) as exc:  # NotSettled: a request may land
+                    problems.append(f"{key_or_id}: {exc}")
                 else:
-                    click.echo(f"delivery {found[0].id} {done}")
+                    click.echo(f"delivery {record[0].id} {done}")
         return problems
 
     problems = run(go)
     if problems:
         fail("; ".join(problems), EXIT_FAILED)
-
-
-def job_status(job: Job | None) -> str:
-    return "none" if job is None else str(job.status)
 
 
 def extension(module_name: str, attr: str, command: str) -> Any:
@@ -360,210 +329,3 @@ def call_extension(fn: Any, *args: Any) -> Any:
 
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
-
-
-# -- output ----------------------------------------------------------------------------
-
-
-STYLES = {
-    DeliveryStatus.PENDING: "cyan",
-    DeliveryStatus.PROCESSING: "blue",
-    DeliveryStatus.SENT: "green",
-    DeliveryStatus.FAILED: "red",
-    DeliveryStatus.CANCELED: "dim",
-    DeliveryStatus.IN_DOUBT: "yellow",
-    JobStatus.QUEUED: "cyan",
-    JobStatus.RUNNING: "blue",
-    JobStatus.RETRY_SCHEDULED: "yellow",
-    JobStatus.COMPLETED: "green",
-    JobStatus.DEAD: "red",
-    AttemptStatus.REQUESTED: "yellow",
-    AttemptStatus.SUCCEEDED: "green",
-    AttemptStatus.FAILED_PERMANENT: "red",
-    AttemptStatus.FAILED_TRANSIENT: "yellow",
-    AttemptStatus.UNKNOWN: "yellow",
-}
-
-
-# -- output: text ----------------------------------------------------------------------
-
-
-def styled(status: Any) -> Text:
-    return Text(str(status), style=STYLES.get(status, ""))
-
-
-def _text(value: Any) -> Text:
-    """A cell that shows user data literally (no rich markup)."""
-    return Text("-" if value is None or value == "" else str(value))
-
-
-def timeline(record: Record) -> list[tuple[float, str, Text]]:
-    """What happened to one delivery, oldest first: (time, what, detail)."""
-    d, job, attempts = record
-    events: list[tuple[float, str, Text]] = [
-        (d.created_at, "created", _text(f"event {d.event_id}"))
-    ]
-    several_jobs = len({a.job_id for a in attempts}) > 1
-    for a in attempts:
-        who = f"attempt {a.number}" + (f" of job {a.job_id}" if several_jobs else "")
-        events.append(
-            (a.requested_at, f"{who} requested", _text(f"{a.provider_request_id} by {a.worker_id}"))
-        )
-        if a.completed_at is not None:
-            detail = Text.assemble(styled(a.status))
-            if a.provider_message_id:
-                detail.append(f" message {a.provider_message_id}")
-            if a.error:
-                detail.append(f" {a.error}")
-            events.append((a.completed_at, f"{who} completed", detail))
-    if d.sent_at is not None:
-        events.append((d.sent_at, "sent", _text(d.provider_message_id)))
-    if job is not None and job.status in (JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED):
-        events.append((job.run_at, f"job {job.id} due", styled(job.status)))
-    if job is not None and job.status is JobStatus.RUNNING and job.lease_expires_at is not None:
-        events.append((job.lease_expires_at, "lease expires", _text(job.lease_owner)))
-    events.sort(key=lambda e: e[0])
-    return events
-
-
-def show_status(console: Console, record: Record) -> None:
-    d, job, _ = record
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    facts.add_row("delivery", _text(d.id))
-    facts.add_row("key", _text(d.idempotency_key))
-    facts.add_row("event", _text(d.event_id))
-    facts.add_row("recipient", _text(d.recipient))
-    facts.add_row("channel", _text(d.channel))
-    status = Text(d.status_label, style=STYLES.get(d.status, ""))
-    facts.add_row("status", status)
-    facts.add_row("provider message", _text(d.provider_message_id))
-    if d.last_error:
-        facts.add_row("last error", _text(d.last_error))
-    if job is None:
-        facts.add_row("job", _text(None))
-    else:
-        line = Text.assemble(f"{job.id} ", styled(job.status))
-        line.append(f" attempts {job.attempts}/{job.max_attempts}")
-        if job.lease_owner:
-            line.append(f" leased by {job.lease_owner} until {iso(job.lease_expires_at)}")
-        facts.add_row("job", line)
-        if job.last_error and job.last_error != d.last_error:
-            facts.add_row("job error", _text(job.last_error))
-    console.print(facts)
-    table = Table(title="timeline", title_justify="left")
-    table.add_column("time (UTC)", no_wrap=True)
-    table.add_column("+s", justify="right")
-    table.add_column("what")
-    table.add_column("detail")
-    for when, what, detail in timeline(record):
-        table.add_row(iso(when), f"{when - d.created_at:.3f}", what, detail)
-    console.print(table)
-
-
-def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("id", no_wrap=True, justify="right")
-    for name in ("event", "recipient", "channel"):
-        table.add_column(name, overflow="fold", ratio=1)
-    table.add_column("status", no_wrap=True)
-    table.add_column("job", no_wrap=True)
-    table.add_column("tries", no_wrap=True)
-    table.add_column("last error", overflow="fold", ratio=2)
-    for d, job, attempts in records:
-        table.add_row(
-            str(d.id),
-            _text(d.event_id),
-            _text(d.recipient),
-            _text(d.channel),
-            Text(d.status_label, style=STYLES.get(d.status, "")),
-            _text(None) if job is None else styled(job.status),
-            str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}",
-            _text(d.last_error or (job.last_error if job is not None else None)),
-        )
-    console.print(table)
-
-
-def worker_facts(
-    app: Kirim, worker: Worker, *, burst: bool, metrics_url: str | None
-) -> dict[str, Any]:
-    """What ``kirim worker`` says as it starts: where, with what, how (no secrets)."""
-    s = worker.settings
-    channels = []
-    for name, channel in sorted(app.channels().items()):
-        spec = app.config.channels.get(name)
-        provider = spec.provider if spec is not None else type(channel.provider).__name__
-        url = None if spec is None else spec.options.get("url")
-        if channel.idempotent:
-            in_doubt = "resend with the same key (idempotent)"
-        else:
-            in_doubt = str(channel.on_unknown)
-        channels.append(
-            {
-                "name": name,
-                "provider": provider,
-                "url": safe_url(url) if isinstance(url, str) else None,
-                "in_doubt": in_doubt,
-                "lookup": channel.lookup,
-            }
-        )
-    source = app.config.source
-    return {
-        "version": _version(),
-        "worker_id": worker.worker_id,
-        "pid": os.getpid(),
-        "burst": burst,
-        "database": safe_url(app.store.url),
-        "config": None if source is None else os.path.abspath(source),
-        "lease": s.lease,
-        "concurrency": s.concurrency,
-        "batch_size": s.batch_size,
-        "max_attempts": app.config.max_attempts,
-        "shutdown_grace": s.shutdown_grace,
-        "channels": channels,
-        "metrics": metrics_url,
-    }
-
-
-def show_banner(facts: Mapping[str, Any]) -> None:
-    """The worker's start banner on stderr, like Celery's (a closed stderr drops it)."""
-    mode = ", burst" if facts["burst"] else ""
-    lines = [
-        f"kirim {facts['version']} worker {facts['worker_id']} (pid {facts['pid']}{mode})",
-        f"  database     {facts['database']}",
-        f"  config       {facts['config'] or 'none (defaults; kirim init writes kirim.toml)'}",
-        f"  lease        {facts['lease']:g}s, renewed while a delivery is in flight",
-        f"  concurrency  {facts['concurrency']} in flight, claims of {facts['batch_size']}, "
-        f"{facts['max_attempts']} attempts, {facts['shutdown_grace']:g}s grace on SIGTERM",
-    ]
-    if not facts["channels"]:
-        lines.append("  channels     none configured")
-    for i, c in enumerate(facts["channels"]):
-        where = f" {c['url']}" if c["url"] else ""
-        lookup = ", lookup first" if c["lookup"] else ""
-        label = "channels" if i == 0 else ""
-        lines.append(
-            f"  {label:<11}  {c['name']}: {c['provider']}{where}; in doubt: {c['in_doubt']}{lookup}"
-        )
-    if facts["metrics"]:
-        lines.append(f"  metrics      {facts['metrics']}")
-    Sink().write("\n".join(lines) + "\n")
-    Sink().flush()
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("kirim")
-    except importlib.metadata.PackageNotFoundError:
-        return "(unknown version)"
-
-
-def show_mapping(console: Console, data: Mapping[str, Any], *, title: str) -> None:
-    table = Table(title=title, title_justify="left")
-    table.add_column("measure")
-    table.add_column("value", justify="right")
-    for key, value in data.items():
-        shown = f"{value:,.1f}" if isinstance(value, float) else str(value)
-        table.add_row(_text(key), _text(shown))
-    console.print(table)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kirim.cli import params, runner
+from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
 from kirim.store.base import ApiToken
 from kirim.tokens import check_name, create_token
@@ -50,7 +50,7 @@ def create_cmd(state: State, name: str, as_json: bool) -> None:
 
     record, secret = runner.run(go)
     if as_json:
-        runner.emit_json({**token_json(record), "token": secret})
+        render.emit_json({**token_json(record), "token": secret})
         return
     click.echo(f"token {record.name!r} created (id {record.id}); it is shown this once:")
     click.echo(secret)
@@ -75,7 +75,7 @@ def list_cmd(state: State, include_revoked: bool, as_json: bool) -> None:
 
     tokens = runner.run(go)
     if as_json:
-        runner.emit_json([token_json(t) for t in tokens])
+        render.emit_json([token_json(t) for t in tokens])
         return
     if not tokens:
         click.echo("no tokens; create one with `kirim token create --name NAME`")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from kirim.errors import ActionRefused, NotFound
 from kirim.http.auth import authenticate, bearer_secret, require_token
 from kirim.http.errors import (
     JSON,
@@ -21,8 +23,8 @@ from kirim.http.errors import (
 from kirim.http.idempotency import Answer, one_header
 from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timeline
 from kirim.http.service import Service, service
-from kirim.http.timeline import events
-from kirim.model import DeliveryStatus
+from kirim.model import DeliveryStatus, RecordFilter
+from kirim.timeline import events
 from kirim.views import Record, delivery_json
 
 MAX_ID = 2**63 - 1
@@ -107,12 +109,21 @@ def is_json(content_type: str | None) -> bool:
 
 async def record_of(svc: Service, delivery_id: int) -> Record:
     """The delivery with this id (never one whose key happens to be these digits)."""
-    store = svc.kirim.store
-    found = await store.list_deliveries(after_id=delivery_id - 1, limit=1)
-    if not found or found[0].id != delivery_id:
+    found = await svc.kirim.get(delivery_id, by="id")
+    if found is None:
         raise ApiError(404, "not_found", f"no notification with id {delivery_id}")
-    d = found[0]
-    return d, await store.get_job(d.id), await store.get_attempts(d.id)
+    return found
+
+
+async def act(svc: Service, delivery_id: int, verb: Callable[[], Awaitable[Record]]) -> Record:
+    """An operator verb of the engine on one delivery: 404 when it is missing, 409 (with
+    the engine's reason) when the verb does not apply to its state."""
+    try:
+        return await verb()
+    except NotFound:
+        raise ApiError(404, "not_found", f"no notification with id {delivery_id}") from None
+    except ActionRefused as exc:
+        raise ApiError(409, exc.code, f"notification {delivery_id}: {exc}") from None
 
 
 @intake_router.post(
@@ -202,16 +213,10 @@ async def list_notifications(
         )
     if channel is not None and "\x00" in channel:
         return json_response({"items": [], "next_cursor": None})
-    store = svc.kirim.store
-    rows = await store.list_deliveries(
-        status=status, channel=channel, after_id=after, limit=limit + 1
-    )
-    more = len(rows) > limit
-    rows = rows[:limit]
-    items = [
-        delivery_json((d, await store.get_job(d.id), await store.get_attempts(d.id))) for d in rows
-    ]
-    next_cursor = str(rows[-1].id) if more and rows else None
+    where = RecordFilter(status=status, channel=channel, oldest_first=True)
+    page = await svc.kirim.records(where, cursor=after or None, limit=limit)
+    items = [delivery_json(r) for r in page.records]
+    next_cursor = None if page.next_cursor is None else str(page.next_cursor)
     return json_response({"items": items, "next_cursor": next_cursor})
 
 
@@ -258,13 +263,6 @@ async def get_timeline(request: Request, delivery_id: DeliveryId) -> Response:
 async def cancel_notification(request: Request, delivery_id: DeliveryId) -> Response:
     """Cancel a delivery that is neither in flight nor sent (409 otherwise)."""
     svc = service(request)
-    d, _, _ = await record_of(svc, delivery_id)
-    if not await svc.kirim.store.cancel(d.id, now=svc.kirim.clock.now()):
-        raise ApiError(
-            409,
-            "not_cancelable",
-            f"notification {d.id} is {d.status}: only a pending, failed or in-doubt "
-            "notification that is not in flight can be canceled",
-        )
-    svc.log.info("canceled", notification_id=d.id, client=request.state.kirim_client)
-    return json_response(delivery_json(await record_of(svc, delivery_id)))
+    record = await act(svc, delivery_id, lambda: svc.kirim.cancel(delivery_id, by="id"))
+    svc.log.info("canceled", notification_id=delivery_id, client=request.state.kirim_client)
+    return json_response(delivery_json(record))

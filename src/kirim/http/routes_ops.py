@@ -10,9 +10,9 @@ from starlette.responses import Response
 
 from kirim.errors import KirimError
 from kirim.http.auth import optional_client, require_token
-from kirim.http.errors import ApiError, error_response, responses
+from kirim.http.errors import error_response, responses
 from kirim.http.models import DeadLetters, DeliveryOut, Health
-from kirim.http.routes_notifications import DeliveryId, json_response, record_of
+from kirim.http.routes_notifications import DeliveryId, act, json_response
 from kirim.http.service import service
 from kirim.observe.metrics import CONTENT_TYPE
 from kirim.views import delivery_json
@@ -38,12 +38,8 @@ async def list_dead_letters(
     limit: Annotated[int, Query(ge=1, le=500, description="At most this many.")] = 100,
 ) -> Response:
     """Deliveries whose job is dead (failed for good, out of attempts, or held in doubt)."""
-    store = service(request).kirim.store
-    dead = await store.dead_letters(limit=limit)
-    items = [
-        delivery_json((x.delivery, x.job, await store.get_attempts(x.delivery.id))) for x in dead
-    ]
-    return json_response({"items": items})
+    dead = await service(request).kirim.dead_letters(limit=limit)
+    return json_response({"items": [delivery_json(r) for r in dead]})
 
 
 @dead_router.post(
@@ -62,16 +58,11 @@ async def retry_dead_letter(request: Request, delivery_id: DeliveryId) -> Respon
     accepts that the notification may arrive twice.
     """
     svc = service(request)
-    d, job, _ = await record_of(svc, delivery_id)
-    if not await svc.kirim.store.retry_dead(d.id, now=svc.kirim.clock.now()):
-        state = "none" if job is None else str(job.status)
-        raise ApiError(
-            409,
-            "not_dead_lettered",
-            f"notification {d.id} is not dead-lettered (delivery {d.status}, job {state})",
-        )
-    svc.log.info("dead_letter_retried", notification_id=d.id, client=request.state.kirim_client)
-    return json_response(delivery_json(await record_of(svc, delivery_id)))
+    record = await act(svc, delivery_id, lambda: svc.kirim.retry(delivery_id, by="id"))
+    svc.log.info(
+        "dead_letter_retried", notification_id=delivery_id, client=request.state.kirim_client
+    )
+    return json_response(delivery_json(record))
 
 
 @ops_router.get(

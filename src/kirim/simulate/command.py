@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from kirim.cli import params, runner
+from kirim.cli import params, render, runner
 from kirim.cli.runner import EXIT_FAILED, EXIT_USAGE, State, pass_state
 from kirim.model import OnUnknown
 from kirim.simulate import harness, report
@@ -340,7 +340,7 @@ def simulate(
         opts.validate()
     except ValueError as exc:
         runner.fail(str(exc), EXIT_USAGE)
-    out = runner.console()
+    out = render.console()
     if plot_path is not None:
         with runner.reported():
             report.check_plotting()
@@ -349,7 +349,7 @@ def simulate(
     with runner.reported(), _progress(f"{opts.strategy}") as progress:
         result = harness.simulate(opts, progress=progress, logs=logs)
     if as_json:
-        runner.emit_json(result.as_json())
+        render.emit_json(result.as_json())
     else:
         report.show(out, result)
     if result.promise_kept is False or result.timed_out:
@@ -383,7 +383,7 @@ def _sweep(
     )
     report.plot(runs, path, subtitle=subtitle)
     if as_json:
-        runner.emit_json(report.sweep_json(runs, str(path)))
+        render.emit_json(report.sweep_json(runs, str(path)))
     else:
         report.show_sweep(out, runs, str(path))
     if any(r.promise_kept is False or r.timed_out for _, r in runs):

@@ -13,7 +13,8 @@ backoff) are added to the time of record by the store, never by the caller.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -27,6 +28,8 @@ from kirim.model import (
     EnqueueResult,
     Job,
     JobStatus,
+    Record,
+    RecordFilter,
 )
 
 SCHEMA_VERSION = 4
@@ -176,6 +179,48 @@ class QueueStats:
 class DeadLetter:
     delivery: Delivery
     job: Job
+
+
+#: the most buckets one ``Operator.activity`` read gives (24 h by the minute: 1,440)
+MAX_ACTIVITY_BUCKETS = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivityBucket:
+    """What happened in ``[start, start + bucket)`` (``Operator.activity``): deliveries
+    that reached ``sent``, ``failed`` or doubt then, each counted once, by its current
+    status."""
+
+    start: float
+    sent: int = 0
+    failed: int = 0
+    in_doubt: int = 0
+
+    @staticmethod
+    def span(*, since: float, until: float, bucket: float) -> int:
+        """How many buckets cover ``[since, until)``; ValueError for a window that is
+        not one (not finite, reversed, a bucket <= 0, more than MAX_ACTIVITY_BUCKETS)."""
+        if not all(math.isfinite(x) for x in (since, until, bucket)):
+            raise ValueError("activity: since, until and bucket must be finite numbers")
+        if bucket <= 0 or until < since:
+            raise ValueError("activity: needs bucket > 0 and since <= until")
+        count = math.ceil((until - since) / bucket)
+        if count > MAX_ACTIVITY_BUCKETS:
+            raise ValueError(f"activity: more than {MAX_ACTIVITY_BUCKETS} buckets asked for")
+        return count
+
+    @classmethod
+    def series(
+        cls, rows: Iterable[Mapping[str, Any]], *, since: float, until: float, bucket: float
+    ) -> list[ActivityBucket]:
+        """Every bucket of ``[since, until)``, oldest first, empty ones included, from
+        the ``activity`` query's rows (``i``: the bucket's number, ``kind``, ``n``)."""
+        count = cls.span(since=since, until=until, bucket=bucket)
+        tally = [{"sent": 0, "failed": 0, "in_doubt": 0} for _ in range(count)]
+        for row in rows:
+            i = min(max(int(row["i"]), 0), count - 1)  # float rounding at the edges
+            tally[i][str(row["kind"])] += int(row["n"])
+        return [cls(start=since + i * bucket, **t) for i, t in enumerate(tally)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,6 +386,18 @@ class Operator(Protocol):
         below it, newest first."""
         ...
 
+    async def records(
+        self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
+    ) -> list[Record]:
+        """A page of deliveries with their latest jobs and attempts (two statements in one
+        transaction): ids below ``cursor``, newest first, or with ``where.oldest_first``
+        ids above it, oldest first."""
+        ...
+
+    async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        """Every attempt of these deliveries (one statement), oldest first."""
+        ...
+
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
 
     async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
@@ -357,6 +414,17 @@ class Operator(Protocol):
 
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
         """Deliveries whose id, idempotency key or event id is ``text``, newest first."""
+        ...
+
+    async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
+        """Every ``bucket`` seconds of ``[since, until)`` (store time), oldest first, empty
+        ones included: the deliveries that reached an outcome then, each counted once, by
+        its current status, at the time it reached it. ``sent``: status sent or
+        confirmed, at ``sent_at``; ``failed``: status failed, at ``updated_at``;
+        ``in_doubt``: status in_doubt, at ``updated_at``, and those sent under
+        ``assumed_sent``, at ``sent_at`` (not counted as sent). A delivery that moved on
+        since (a retried dead letter, a resolved doubt) counts where it is now, or not
+        at all. ValueError for a window ``ActivityBucket.span`` refuses."""
         ...
 
 

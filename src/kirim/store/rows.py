@@ -4,11 +4,21 @@ by column name)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+    Record,
+    RecordFilter,
+)
 from kirim.store.base import ApiToken, RequestSlot, RequestState
 
 Row = Mapping[str, Any]
@@ -137,3 +147,32 @@ def must_job(row: Row) -> Job:
     if job is None:
         raise LookupError("a joined row without its job")
     return job
+
+
+def records_from(rows: Sequence[Row], attempts: Sequence[Row]) -> list[Record]:
+    """A page's records: each delivery row (joined with its latest job's ``job_``
+    columns) with its attempts, from ``attempts_of_many``'s rows."""
+    by_delivery: dict[int, list[Attempt]] = {r["id"]: [] for r in rows}
+    for a in attempts:
+        by_delivery[a["delivery_id"]].append(attempt_from(a))
+    return [(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
+
+
+def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[str, dict[str, Any]]:
+    """The named query (newest or oldest first) and its arguments for a page."""
+    newest = not where.oldest_first
+    args = {
+        "cursor": (MAX_ID if newest else 0) if cursor is None else cursor,
+        "status": None if where.status is None else str(where.status),
+        "channel": where.channel,
+        "doubt": None if where.doubt is None else str(where.doubt),
+        "since": where.since,
+        "until": where.until,
+        "dead": where.dead,
+        "limit": limit,
+    }
+    return ("records_newest" if newest else "records_oldest"), args
+
+
+#: the largest id a store holds
+MAX_ID = 2**63 - 1

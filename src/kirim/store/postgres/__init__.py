@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from kirim.store.postgres.store import PostgresStore, postgres_conninfo, redact
+from kirim.store.postgres.store import PostgresStore, postgres_conninfo
+from kirim.text import redact_url as redact
 
 __all__ = ["PostgresStore", "postgres_conninfo", "redact"]

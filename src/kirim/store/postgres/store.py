@@ -25,10 +25,19 @@ from psycopg_pool import AsyncConnectionPool
 
 from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
-from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
+from kirim.model import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    EnqueueResult,
+    Job,
+    Record,
+    RecordFilter,
+)
 from kirim.store import retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
+    ActivityBucket,
     ApiToken,
     Claim,
     DeadLetter,
@@ -55,12 +64,15 @@ from kirim.store.rows import (
     job_from,
     must,
     must_job,
+    record_args,
+    records_from,
     token_from,
 )
 from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
+from kirim.text import redact_url as redact
 
 T = TypeVar("T")
 _POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
@@ -86,15 +98,6 @@ def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
     if pool["pool_min_size"] > pool["pool_max_size"]:
         raise ConfigError("pool_min_size must not be larger than pool_max_size")
     return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), "")), pool
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class PostgresStore:
@@ -350,6 +353,22 @@ class PostgresStore:
         name = "deliveries_after" if before_id is None else "deliveries_before"
         return [delivery_from(r) for r in await self._rows(name, args)]
 
+    async def records(
+        self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
+    ) -> list[Record]:
+        name, args = record_args(where, cursor, limit)
+        args["cursor"] = min(args["cursor"], _MAX_ID)
+        async with self._tx() as cur:  # one transaction: the page, then its attempts
+            found = await rows(cur, name, args)
+            ids = [r["id"] for r in found]
+            return records_from(found, await rows(cur, "attempts_of_many", {"ids": ids}))
+
+    async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        found: dict[int, list[Attempt]] = {i: [] for i in delivery_ids}
+        for r in await self._rows("attempts_of_many", {"ids": list(delivery_ids)}):
+            found[r["delivery_id"]].append(attempt_from(r))
+        return found
+
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         found = await self._rows("dead_letters", {"limit": _limit(limit)})
         return [DeadLetter(delivery=delivery_from(r), job=must_job(r)) for r in found]
@@ -383,6 +402,13 @@ class PostgresStore:
         number = _as_id(text)
         args = {"id": -1 if number is None else number, "text": text, "limit": _limit(limit)}
         return [delivery_from(r) for r in await self._rows("search_deliveries", args)]
+
+    async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
+        if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
+            return []
+        args = {"since": float(since), "until": float(until), "bucket": float(bucket)}
+        found = await self._rows("activity", args)
+        return ActivityBucket.series(found, since=since, until=until, bucket=bucket)
 
     # -- the HTTP service: API tokens and idempotent requests ---------------------
 

@@ -9,6 +9,7 @@ database lock and wait up to ``busy_timeout``.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time as _time
 from collections.abc import Callable, Sequence
@@ -19,10 +20,19 @@ from urllib.parse import parse_qs, urlsplit
 
 from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
-from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job
+from kirim.model import (
+    Attempt,
+    Delivery,
+    DeliveryStatus,
+    EnqueueResult,
+    Job,
+    Record,
+    RecordFilter,
+)
 from kirim.store import retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
+    ActivityBucket,
     ApiToken,
     Claim,
     DeadLetter,
@@ -47,6 +57,8 @@ from kirim.store.rows import (
     job_from,
     must,
     must_job,
+    record_args,
+    records_from,
     token_from,
 )
 from kirim.store.rules import queue_stats
@@ -337,6 +349,24 @@ class SQLiteStore:
         name = "deliveries_after" if before_id is None else "deliveries_before"
         return [delivery_from(r) for r in await self._all(name, args)]
 
+    async def records(
+        self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
+    ) -> list[Record]:
+        name, args = record_args(where, cursor, limit)
+
+        def run(conn: sqlite3.Connection) -> list[Record]:  # one read transaction
+            rows = conn.execute(Q[name], args).fetchall()
+            ids = json.dumps([r["id"] for r in rows])
+            return records_from(rows, conn.execute(Q["attempts_of_many"], {"ids": ids}).fetchall())
+
+        return await self._tx(run, write=False)
+
+    async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        found: dict[int, list[Attempt]] = {i: [] for i in delivery_ids}
+        for r in await self._all("attempts_of_many", {"ids": json.dumps(list(delivery_ids))}):
+            found[r["delivery_id"]].append(attempt_from(r))
+        return found
+
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         rows = await self._all("dead_letters", {"limit": limit})
         return [DeadLetter(delivery=delivery_from(r), job=must_job(r)) for r in rows]
@@ -371,6 +401,13 @@ class SQLiteStore:
         number = as_id(text) or -1
         args = {"id": number, "text": text, "limit": limit}
         return [delivery_from(r) for r in await self._all("search_deliveries", args)]
+
+    async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
+        if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
+            return []
+        args = {"since": float(since), "until": float(until), "bucket": float(bucket)}
+        found = await self._all("activity", args)
+        return ActivityBucket.series(found, since=since, until=until, bucket=bucket)
 
     # -- the HTTP service: API tokens and idempotent requests ---------------------
 

@@ -6,7 +6,9 @@
 Built from the records alone (delivery, its latest job, every attempt): requests and
 their answers, a second worker taking over while a request was unanswered, late
 answers, status writes, and the current lease or claim when it has expired. Lines
-that show a race are marked ``warn``.
+that show a race are marked ``warn``. The one timeline of kirim: ``kirim status``
+draws it as a table, the dashboard and ``GET /v1/notifications/{id}/timeline`` as
+log lines.
 """
 
 from __future__ import annotations
@@ -28,15 +30,36 @@ class Event:
 
     @property
     def line(self) -> str:
-        parts = [iso(self.at) or "-"]
-        for key, value in self.fields:
-            if value is None or value == "":
-                continue
-            parts.append(f"{key}={_value(value)}")
-        return " ".join(parts)
+        return " ".join([iso(self.at) or "-", self.detail()])
+
+    def detail(self, *, leave_out: frozenset[str] = frozenset()) -> str:
+        """The fields as ``key=value`` (empty ones and ``leave_out`` left out)."""
+        return " ".join(
+            f"{key}={_value(value)}"
+            for key, value in self.fields
+            if value is not None and value != "" and key not in leave_out
+        )
+
+    @property
+    def summary(self) -> str:
+        """A few words for a table's "what" column: ``attempt 2 requested``."""
+        attempt = dict(self.fields).get("attempt")
+        words = SUMMARY.get(self.action)
+        if words is None or attempt is None:
+            return self.action.replace("_", " ")
+        return words.format(attempt=attempt)
 
     def json(self) -> dict[str, Any]:
         return {"at": iso(self.at), "action": self.action, "line": self.line, "warn": self.warn}
+
+
+SUMMARY = {
+    "provider_request": "attempt {attempt} requested",
+    "provider_response": "attempt {attempt} answered",
+    "claim_taken_over": "attempt {attempt} took over",
+    "lease_expired": "lease of attempt {attempt} expired",
+    "lease_held": "lease of attempt {attempt} held until",
+}
 
 
 def _value(value: Any) -> str:
@@ -179,6 +202,15 @@ def events(record: Record, *, now: float) -> list[Event]:
                 order=5,
             )
         )
+        if job.status in (JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED):
+            out.append(
+                Event(
+                    job.run_at,
+                    "job_due",
+                    (("job_id", job.id), ("action", "job_due"), ("status", job.status)),
+                    order=6,
+                )
+            )
         if job.status is JobStatus.RUNNING and job.lease_expires_at is not None:
             expired = job.lease_expires_at < now
             action = "lease_expired" if expired else "lease_held"

@@ -1,0 +1,210 @@
+"""``kirim send``, ``status``, ``list`` and ``cancel``: one delivery or many, by the engine's
+operator verbs."""
+
+from __future__ import annotations
+
+import click
+
+from kirim import views
+from kirim.cli import params, render, runner
+from kirim.cli.runner import State, pass_state, run
+from kirim.engine import Kirim, Notification
+from kirim.model import DeliveryStatus, RecordFilter
+from kirim.operations import Page
+
+
+@click.command()
+@click.option(
+    "--event",
+    "event_id",
+    required=True,
+    type=params.TextParam(),
+    help="The business event's id.",
+)
+@click.option(
+    "--recipient",
+    required=True,
+    type=params.TextParam(),
+    help="Who receives it (a user id, an address).",
+)
+@click.option(
+    "--channel",
+    required=True,
+    type=params.TextParam(),
+    help="A channel configured in kirim.toml.",
+)
+@click.option(
+    "--payload", required=True, metavar="JSON", help="JSON text, @FILE to read a file, - for stdin."
+)
+@click.option(
+    "--key",
+    type=params.TextParam(key=True),
+    help="Idempotency key: printable ASCII, at most 255 characters.  "
+    "[default: derived from event, recipient, channel]",
+)
+@click.option(
+    "--send-after",
+    metavar="WHEN",
+    help="Not before this: a duration (30s, 5m, 2h, 1d) or an ISO-8601 datetime with timezone.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_state
+def send(
+    state: State,
+    event_id: str,
+    recipient: str,
+    channel: str,
+    payload: str,
+    key: str | None,
+    send_after: str | None,
+    as_json: bool,
+) -> None:
+    """Record one notification for delivery by a worker.
+
+    The same idempotency key again does not create a second delivery: it prints
+    the existing one with created false. The same key with a different payload
+    is refused (exit 2).
+
+    \b
+    Example:
+      kirim send --event order-48291 --recipient 1007 --channel push \\
+                 --payload '{"title": "Shipped"}' --send-after 5m --json
+    """
+    state.setup_logging()
+    data = runner.parse_payload(payload)
+    when = None if send_after is None else runner.parse_when(send_after)
+
+    async def go() -> Notification:
+        async with state.app() as app:
+            return await app.notify(event_id, recipient, channel, data, key=key, send_after=when)
+
+    n = run(go)
+    if as_json:
+        render.emit_json(
+            {
+                "delivery_id": n.delivery_id,
+                "idempotency_key": n.idempotency_key,
+                "created": n.created,
+                "status": str(n.status),
+            }
+        )
+    else:
+        what = "created" if n.created else "already exists (same idempotency key), not created"
+        click.echo(f"delivery {n.delivery_id} {what}: status {n.status}, key {n.idempotency_key}")
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("key_or_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_state
+def status(state: State, key_or_id: str, as_json: bool) -> None:
+    """Show one delivery, its job and every attempt as a timeline.
+
+    KEY_OR_ID is the delivery's idempotency key, else its id; id:N is always
+    the id and key:K always the key (so that a key of digits is never taken
+    for an id, nor an id for such a key). A missing delivery exits 1. JSON
+    times are ISO-8601 UTC strings.
+
+    \b
+    Examples:
+      kirim status 42
+      kirim status id:42
+      kirim status key:48291 --json
+      kirim status order-48291-push --json | jq '.attempts[].status'
+    """
+    state.setup_logging()
+    value, by = runner.delivery_ref(key_or_id)
+
+    async def go() -> views.Record:
+        async with state.app(read_only=True) as app:
+            return await runner.resolve(app, value, by)
+
+    record = run(go)
+    if as_json:
+        render.emit_json(views.delivery_json(record))
+    else:
+        render.show_status(render.console(), record)
+
+
+@click.command(name="list")
+@click.option("--status", "status_", type=click.Choice([s.value for s in DeliveryStatus]))
+@click.option("--channel", type=params.TextParam(), help="Only this channel.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option(
+    "--after",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="ID",
+    help="Page on: the deliveries after this id in the listing's order (the last id shown).",
+)
+@click.option(
+    "--oldest-first", is_flag=True, help="Oldest first (--after then means: ids above ID)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@pass_state
+def list_(
+    state: State,
+    status_: str | None,
+    channel: str | None,
+    limit: int,
+    after: int,
+    oldest_first: bool,
+    as_json: bool,
+) -> None:
+    """List deliveries, newest first, with their job and attempts.
+
+    Page with --after: the last id shown (newest first, the next page holds the
+    older deliveries, ids below it; with --oldest-first, ids above it). When there
+    is more, stderr says the --after of the next one. JSON gives the same
+    objects as `kirim status --json`.
+
+    \b
+    Examples:
+      kirim list --status in_doubt
+      kirim list --channel push --limit 100 --after 200 --json
+      kirim list --oldest-first --after 200
+    """
+    state.setup_logging()
+    mark = min(after, runner.MAX_ID)
+
+    async def go() -> Page:
+        async with state.app(read_only=True) as app:
+            where = RecordFilter(
+                status=None if status_ is None else DeliveryStatus(status_),
+                channel=channel,
+                oldest_first=oldest_first,
+            )
+            return await app.records(where, cursor=mark or None, limit=limit)
+
+    page = run(go)
+    if as_json:
+        render.emit_json([views.delivery_json(r) for r in page.records])
+        return
+    title = f"deliveries ({len(page.records)})"
+    render.show_deliveries(render.console(), page.records, title=title)
+    if page.next_cursor is not None:
+        order = " --oldest-first" if oldest_first else ""
+        click.echo(f"more: --after {page.next_cursor}{order}", err=True)
+
+
+@click.command()
+@click.argument("key_or_id")
+@pass_state
+def cancel(state: State, key_or_id: str) -> None:
+    """Cancel a delivery that is neither in flight nor sent.
+
+    A pending, failed or in-doubt delivery becomes canceled and its jobs stop.
+    Exits 1 if the delivery is missing, being sent, or already final.
+
+    \b
+    Example:
+      kirim cancel order-48291-push
+    """
+
+    async def action(app: Kirim, key_or_id: str) -> views.Record:
+        return await app.cancel(key_or_id)
+
+    runner.operate(state, (key_or_id,), action, "canceled")

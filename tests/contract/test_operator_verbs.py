@@ -1,0 +1,146 @@
+"""The operator's verbs of the engine (``Kirim.get``, ``records``, ``dead_letters``,
+``in_doubt``, ``cancel``, ``retry``), on both backends, with real outcomes from a
+real worker: the CLI, the HTTP API and the dashboard only render what they return."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from kirim.errors import ActionRefused, NotFound
+from kirim.model import DeliveryStatus, Doubt, JobStatus, OnUnknown, RecordFilter
+from kirim.testing import FlakyProvider
+from kirim.worker import WorkerSettings
+
+SETTINGS = WorkerSettings(lease=10, backoff_base=0.0, backoff_max=0.0, concurrency=1)
+
+
+async def outcomes(make_app, clock):
+    """Four deliveries, a minute apart: 0 sent, 1 failed for good (a dead letter), 2
+    sent under assume_sent (its answer was lost, the provider keys nothing), 3 pending."""
+    provider = FlakyProvider(idempotent=False, script=["ok", "permanent", "accept_then_timeout"])
+    app = await make_app(provider, on_unknown=OnUnknown.ASSUME_SENT, max_attempts=3)
+    made = []
+    for i in range(3):
+        made.append(await app.notify(f"e{i}", f"u{i}", "push", {"i": i}))
+        await app.worker(settings=SETTINGS).run(burst=True)
+        clock.advance(60)
+    made.append(await app.notify("e3", "u3", "push", {"i": 3}, send_after=3600))
+    return app, [n.delivery_id for n in made]
+
+
+async def test_records_filter_and_page_both_ways(make_app, clock) -> None:
+    app, ids = await outcomes(make_app, clock)
+    everything = await app.records()
+    assert [r[0].id for r in everything.records] == ids[::-1]  # newest first
+    assert everything.next_cursor is None
+    by_status = {r[0].id: r[0].status for r in everything.records}
+    assert by_status == {
+        ids[0]: DeliveryStatus.SENT,
+        ids[1]: DeliveryStatus.FAILED,
+        ids[2]: DeliveryStatus.SENT,
+        ids[3]: DeliveryStatus.PENDING,
+    }
+    # each record carries its latest job and its attempts
+    sent = next(r for r in everything.records if r[0].id == ids[0])
+    assert sent[1] is not None
+    assert sent[1].status is JobStatus.COMPLETED
+    assert [a.number for a in sent[2]] == [1]
+    pending = next(r for r in everything.records if r[0].id == ids[3])
+    assert pending[2] == []
+    assert pending[1] is not None
+    assert pending[1].status is JobStatus.QUEUED
+
+    first = await app.records(limit=3)
+    assert [r[0].id for r in first.records] == ids[:0:-1]
+    assert first.next_cursor == ids[1]
+    rest = await app.records(cursor=first.next_cursor, limit=3)
+    assert [r[0].id for r in rest.records] == [ids[0]]
+    assert rest.next_cursor is None
+
+    oldest = await app.records(RecordFilter(oldest_first=True), limit=2)
+    assert [r[0].id for r in oldest.records] == ids[:2]
+    assert oldest.next_cursor == ids[1]
+    onward = await app.records(RecordFilter(oldest_first=True), cursor=ids[1], limit=2)
+    assert [r[0].id for r in onward.records] == ids[2:]
+    assert onward.next_cursor is None
+
+    assumed = RecordFilter(status=DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
+    assert [r[0].id for r in (await app.records(assumed)).records] == [ids[2]]
+    assert [r[0].id for r in (await app.records(RecordFilter(dead=True))).records] == [ids[1]]
+    assert (await app.records(RecordFilter(channel="sms"))).records == []
+    created = {r[0].id: r[0].created_at for r in everything.records}
+    window = RecordFilter(since=created[ids[1]], until=created[ids[2]])  # until: exclusive
+    assert [r[0].id for r in (await app.records(window)).records] == [ids[1]]
+
+
+async def test_dead_letters_and_in_doubt(make_app, clock) -> None:
+    app, ids = await outcomes(make_app, clock)
+    dead = await app.dead_letters()
+    assert [(r[0].id, r[1].status if r[1] else None) for r in dead] == [(ids[1], JobStatus.DEAD)]
+    assert [a.status for a in dead[0][2]] == ["failed_permanent"]
+    assert await app.in_doubt() == []
+
+
+async def test_held_doubt_is_listed_in_doubt(make_app, clock) -> None:
+    provider = FlakyProvider(script=["accept_then_timeout"])
+    app = await make_app(provider, on_unknown=OnUnknown.HOLD, max_attempts=1)
+    n = await app.notify("e0", "u0", "push", {})
+    await app.worker(settings=SETTINGS).run(burst=True)
+    held = await app.in_doubt()
+    assert [r[0].id for r in held] == [n.delivery_id]
+    assert held[0][0].doubt is Doubt.HELD
+
+
+async def test_get_by_id_never_takes_a_key_of_digits(make_app, clock) -> None:
+    app = await make_app()
+    first = await app.notify("e0", "u0", "push", {})
+    second = await app.notify("e1", "u1", "push", {}, key=str(first.delivery_id))
+    assert (await app.get(first.delivery_id))[0].id == first.delivery_id  # an int is an id
+    assert (await app.get(str(first.delivery_id)))[0].id == second.delivery_id  # the key
+    assert (await app.get(str(first.delivery_id), by="id"))[0].id == first.delivery_id
+    assert await app.get(999_999, by="id") is None
+
+
+async def test_cancel_and_retry_say_why_they_do_not_apply(make_app, clock) -> None:
+    app, ids = await outcomes(make_app, clock)
+    with pytest.raises(ActionRefused) as refused:
+        await app.cancel(ids[0], by="id")  # sent
+    assert refused.value.code == "not_cancelable"
+    assert "it is sent" in str(refused.value)
+    with pytest.raises(ActionRefused) as refused:
+        await app.retry(ids[0], by="id")
+    assert refused.value.code == "not_dead_lettered"
+    assert "delivery sent, job completed" in str(refused.value)
+    with pytest.raises(ActionRefused) as refused:
+        await app.cancel(ids[3], by="id", dead_only=True)  # pending: not a dead letter
+    assert refused.value.code == "not_dead_lettered"
+    with pytest.raises(NotFound):
+        await app.retry(999_999, by="id")
+
+    canceled = await app.cancel(ids[3], by="id")
+    assert canceled[0].status is DeliveryStatus.CANCELED
+    retried = await app.retry(ids[1], by="id")
+    assert retried[1] is not None
+    assert retried[1].status is JobStatus.QUEUED
+    assert retried[0].status is DeliveryStatus.PENDING
+    assert await app.dead_letters() == []
+
+
+async def test_a_page_is_two_statements_not_one_per_delivery(make_app, clock, database_url) -> None:
+    """SQLite shows every statement it runs: a page of 20 records is the page and the
+    attempts of all of them (the old listing ran 1 + 2 per delivery)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("statement tracing: SQLite's trace callback")
+    app = await make_app()
+    for i in range(20):
+        await app.notify(f"e{i}", f"u{i}", "push", {})
+    seen: list[str] = []
+    conn: sqlite3.Connection = app.store._conn  # the store's one connection
+    await app.store._call(lambda: conn.set_trace_callback(seen.append))
+    page = await app.records(limit=20)
+    await app.store._call(lambda: conn.set_trace_callback(None))
+    assert len(page.records) == 20
+    statements = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
+    assert len(statements) == 2, seen
