@@ -1,8 +1,10 @@
-"""The README, tried literally: its shell blocks and Python snippets run as written.
+"""The README and docs/, tried literally: their shell blocks and Python snippets run.
 
 Every ```sh and ```python block of README.md runs verbatim, in the README's order, in
 one fresh temporary directory (a new user following it from the top), with this
-environment's ``kirim`` and ``python`` first on PATH. A block is skipped only when
+environment's ``kirim`` and ``python`` first on PATH; then, in the same directory
+(the README's first run has made ``kirim.toml`` and the database there), the blocks
+of each page of ``docs/`` in the order of their names. A block is skipped only when
 the line above it says why (``<!-- readme-test: skip: REASON -->``), or when it runs
 ``kirim serve``, a server that runs until it is stopped.
 """
@@ -20,7 +22,10 @@ import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+#: After the README, the pages of docs/ (a snippet there may use the first run's files).
+DOCUMENTS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 MARK = "<!-- readme-test: skip:"
 SHELLS = {"sh", "bash", "shell"}
 BLOCK_TIMEOUT = 60
@@ -71,16 +76,23 @@ def _port_free(port: int) -> bool:
 
 
 def test_every_shell_block_and_python_snippet_of_the_readme_runs(tmp_path: Path) -> None:
-    """Each sh and python block of README.md runs verbatim, in order, in a fresh directory."""
+    """Each sh and python block of README.md, then of docs/*.md, runs verbatim, in order,
+    in one fresh directory."""
     if not _port_free(8080):
         pytest.skip("127.0.0.1:8080 is taken: the first run's test receiver listens there")
-    found = [b for b in blocks(README.read_text()) if b.lang in SHELLS | {"python"}]
+    found = [
+        (path, b)
+        for path in DOCUMENTS
+        for b in blocks(path.read_text())
+        if b.lang in SHELLS | {"python"}
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KIRIM_")}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     ran, failures = [], []
-    for n, block in enumerate(found):
+    for n, (path, block) in enumerate(found):
+        where = f"{path.relative_to(ROOT)}:{block.line}"
         if block.skip is not None:
-            assert block.skip, f"README.md:{block.line}: a skip needs a reason"
+            assert block.skip, f"{where}: a skip needs a reason"
             continue
         if block.lang == "python":
             script = tmp_path / f"readme_{n}.py"
@@ -98,16 +110,18 @@ def test_every_shell_block_and_python_snippet_of_the_readme_runs(tmp_path: Path)
                 timeout=BLOCK_TIMEOUT,
             )
         except subprocess.TimeoutExpired:
-            failures.append(f"README.md:{block.line} ({block.lang}): over {BLOCK_TIMEOUT}s")
+            failures.append(f"{where} ({block.lang}): over {BLOCK_TIMEOUT}s")
             continue
-        ran.append(block.line)
+        ran.append(where)
         if done.returncode != 0:
             failures.append(
-                f"README.md:{block.line} ({block.lang}) exited {done.returncode}:\n"
+                f"{where} ({block.lang}) exited {done.returncode}:\n"
                 f"{block.body}--- stdout\n{done.stdout[-2000:]}--- stderr\n{done.stderr[-2000:]}"
             )
     assert not failures, "\n\n".join(failures)
-    assert len(ran) >= 3, f"only the blocks at lines {ran} ran"
+    in_readme = [w for w in ran if w.startswith("README.md:")]
+    assert len(in_readme) >= 3, f"only the blocks at {ran} ran"
+    assert len(ran) > len(in_readme), f"no block of docs/ ran: {ran}"
 
 
 def test_the_first_run_delivers_and_the_python_snippet_finds_it(tmp_path: Path) -> None:

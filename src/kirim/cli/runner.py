@@ -196,7 +196,7 @@ def parse_when(text: str) -> SendAfter:
 CONFIG_FILE = "kirim.toml"
 STARTER_CONFIG = """\
 # kirim.toml, written by `kirim init` as a start (it never overwrites this file).
-# Every key is described in the README's "Configuration" section.
+# Every key is described in docs/configuration.md.
 
 # Where deliveries are kept; KIRIM_DATABASE_URL, then --database, override it.
 # database = "sqlite:///kirim.db"      # or "postgresql://user@host/db"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Literal, get_args
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,19 +28,18 @@ from prometheus_client import (
 
 from kirim.errors import ConfigError
 from kirim.model import AttemptStatus
+from kirim.observe import RESULT
 from kirim.store.base import QueueStats
 
 #: Seconds: from a few milliseconds to the longest provider timeouts.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Seconds: a commit usually takes milliseconds; a long tail means a slow database.
 COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
-RETRY_KINDS = ("transient", "unknown", "lease_expired")
-RESULTS = {
-    AttemptStatus.SUCCEEDED: "success",
-    AttemptStatus.FAILED_PERMANENT: "failed_permanent",
-    AttemptStatus.FAILED_TRANSIENT: "failed_transient",
-    AttemptStatus.UNKNOWN: "unknown",
-}
+#: why a retry was scheduled: refused and certainly not processed, an unknown outcome
+#: resent under the channel's policy, or a lease the reaper found expired
+RetryKind = Literal["transient", "unknown", "lease_expired"]
+RETRY_KINDS: tuple[RetryKind, ...] = get_args(RetryKind)
+RESULTS = RESULT
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
@@ -61,7 +60,7 @@ class _Children:
 
 
 class Metrics:
-    """kirim's metrics on a registry of their own (see the README's "Metrics" table)."""
+    """kirim's metrics on a registry of their own (see docs/observability.md, "Metrics")."""
 
     def __init__(
         self, registry: CollectorRegistry | None = None, *, stats_interval: float = 10.0
@@ -156,7 +155,7 @@ class Metrics:
 
     # -- events (hot path: a dict lookup and an increment each) -----------------------
 
-    def retry(self, channel: str, kind: str) -> None:
+    def retry(self, channel: str, kind: RetryKind) -> None:
         self._retries(channel, kind).inc()
 
     def enqueue_conflict(self, channel: str) -> None:
@@ -228,4 +227,4 @@ class Metrics:
             self._server_thread = None
 
 
-__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "RETRY_KINDS", "Metrics"]
+__all__ = ["CONTENT_TYPE", "LATENCY_BUCKETS", "RETRY_KINDS", "Metrics", "RetryKind"]

@@ -12,7 +12,7 @@ A signed request carries three headers:
 
 A secret is ``whsec_`` and the base64 of its key bytes. A receiver that refuses
 timestamps older than its tolerance (5 minutes in the reference libraries) acts on
-no request later than that after it was signed: the README's "Channels" section
+no request later than that after it was signed: docs/channels.md
 relates this to kirim's intent bound. Secrets are never shown: not in ``repr``, not
 in an error.
 """
