@@ -1,10 +1,16 @@
 """The dashboard: server-rendered HTML (Jinja2), no JavaScript, no build step.
 
-``/`` shows the counts by status, the queue depth and oldest due job, the in-doubt
-deliveries and the dead letters (with retry and cancel buttons), and a search by
-key, event id or delivery id. ``/dashboard/notifications/{id}`` draws one
-notification's timeline as a pseudo-log. Buttons are forms posting to dashboard
-routes, which redirect back (303) with a message.
+``/`` shows the counts by status, the queue depth and oldest due job, a chart of
+the last hours (``?hours=``, 1 to 24: sent, failed and in doubt per minute, an inline
+SVG with its numbers as text, see ``kirim.http.chart``), the in-doubt deliveries and
+the dead letters (with retry and cancel buttons), and a search by key, event id or
+delivery id. ``/dashboard/attention`` lists what needs a human: dead letters,
+deliveries held in doubt and those sent under ``assume_sent``, each with its
+timeline. ``/dashboard/browse`` pages through every delivery by status, channel,
+doubt and creation time (``kirim.http.browse`` checks its query).
+``/dashboard/notifications/{id}`` draws one notification's timeline as a pseudo-log.
+Buttons are forms posting to dashboard routes, which redirect back (303) with a
+message. A bad query parameter gets the page with a message saying which, and 422.
 
 With ``protect_dashboard`` the pages need a token: the ``Authorization`` header,
 or a login form that sets an HttpOnly, SameSite=Strict cookie. Without it, the
@@ -16,22 +22,28 @@ POST is refused when the browser says it comes from another site (``Origin`` /
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Path, Query, Request
+from markupsafe import Markup
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from kirim.errors import NotSettled
+from kirim.engine import Kirim
+from kirim.errors import ActionRefused, NotFound, NotSettled
+from kirim.http import browse, chart
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
 from kirim.http.guard import host_allowed, writable
 from kirim.http.routes_notifications import MAX_ID, read_body, record_of
 from kirim.http.service import Service, service
-from kirim.http.timeline import events
-from kirim.model import Delivery, DeliveryStatus, Job, JobStatus
+from kirim.model import Delivery, DeliveryStatus, Doubt, Job, JobStatus, RecordFilter
+from kirim.operations import Page
+from kirim.timeline import events
 from kirim.views import Record, iso
 
 router = APIRouter(include_in_schema=False)
@@ -59,6 +71,10 @@ MESSAGES = {
 }
 CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
 PAGE_ROWS = 50
+#: the chart's windows offered, in hours (``?hours=`` takes any whole number 1 to 24)
+HOURS = (1, 3, 6, 12, 24)
+DEFAULT_HOURS = 3
+ASSUMED_SENT = RecordFilter(status=DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
 
 Id = Annotated[int, Path(ge=1, le=MAX_ID)]
 
@@ -170,18 +186,19 @@ async def overview(
     q: Annotated[str | None, Query(max_length=255)] = None,
     msg: Annotated[str | None, Query(max_length=32)] = None,
     id: Annotated[str | None, Query(max_length=20)] = None,
+    hours: Annotated[str | None, Query(max_length=20)] = None,
 ) -> Response:
     svc = service(request)
     who = await _client(request, svc)
     if isinstance(who, Response):
         return who
+    window, problem = _hours(hours)
     store = svc.kirim.store
     now = svc.kirim.clock.now()
     counts = await store.counts()
     stats = await store.queue_stats(now=now)
-    in_doubt = await store.list_deliveries(status=DeliveryStatus.IN_DOUBT, limit=PAGE_ROWS)
-    doubt_rows = [_row(d, await store.get_job(d.id), svc) for d in in_doubt]
-    dead_rows = [_row(x.delivery, x.job, svc) for x in await store.dead_letters(limit=PAGE_ROWS)]
+    doubt_rows = [_row(d, job, svc) for d, job, _ in await svc.kirim.in_doubt(limit=PAGE_ROWS)]
+    dead_rows = [_row(d, job, svc) for d, job, _ in await svc.kirim.dead_letters(limit=PAGE_ROWS)]
     query = (q or "").strip()
     found: list[dict[str, Any]] | None = None
     if query:
@@ -191,6 +208,9 @@ async def overview(
     statuses = [str(s) for s in DeliveryStatus]
     return render(
         "overview.html",
+        status=422 if problem else 200,
+        problems=[problem] if problem else [],
+        activity=await _activity(svc.kirim, window, now),
         title="overview",
         client=who,
         protected=svc.settings.protect_dashboard,
@@ -209,6 +229,173 @@ async def overview(
         back=_here(request),
         now=iso(now),
     )
+
+
+def _hours(raw: str | None) -> tuple[int, str | None]:
+    """The chart's window in hours, and what is wrong with ``raw`` (then the default)."""
+    text = (raw or "").strip()
+    if not text:
+        return DEFAULT_HOURS, None
+    if text.isascii() and text.isdigit() and len(text) <= 2 and 1 <= int(text) <= 24:
+        return int(text), None
+    return DEFAULT_HOURS, (
+        f"hours must be a whole number from 1 to 24: showing the last {DEFAULT_HOURS} hours"
+    )
+
+
+async def _activity(app: Kirim, hours: int, now: float) -> dict[str, Any]:
+    """The chart of the last ``hours`` (by the minute; by 5 minutes past 6 hours), from
+    the start of a minute, with its numbers."""
+    bucket = 60.0 if hours <= 6 else 300.0
+    since = math.floor((now - hours * 3600) / bucket) * bucket
+    buckets = await app.activity(since=since, bucket=bucket)
+    title = f"Deliveries per {chart.per(bucket)}, last {hours} h (UTC)"
+    return {
+        "hours": hours,
+        "choices": sorted({*HOURS, hours}),
+        "per": chart.per(bucket),
+        "title": title,
+        "svg": Markup(chart.svg(buckets, bucket=bucket, title=title)),  # escaped by chart
+        "desc": chart.describe(buckets, bucket=bucket),
+        "rows": [b for b in buckets if b.sent or b.failed or b.in_doubt],
+        "totals": chart.totals(buckets),
+    }
+
+
+def _timed(record: Record, svc: Service, now: float) -> dict[str, Any]:
+    """A row (``_row``) with the record's timeline."""
+    d, job, _ = record
+    lines = events(record, now=now)
+    return {**_row(d, job, svc), "lines": lines, "warned": sum(e.warn for e in lines)}
+
+
+@router.get("/dashboard/attention", response_class=HTMLResponse)
+async def attention_page(
+    request: Request,
+    msg: Annotated[str | None, Query(max_length=32)] = None,
+    id: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    """What needs a human: dead letters, deliveries held in doubt, those assumed sent."""
+    svc = service(request)
+    who = await _client(request, svc)
+    if isinstance(who, Response):
+        return who
+    app, now = svc.kirim, svc.kirim.clock.now()
+    dead = await app.dead_letters(limit=PAGE_ROWS + 1)
+    held = await app.in_doubt(limit=PAGE_ROWS + 1)
+    assumed = await app.records(ASSUMED_SENT, limit=PAGE_ROWS)
+    sections = [
+        {
+            "id": "attention-dead",
+            "title": "Dead letters",
+            "hint": "Failed for good or out of attempts: retry requeues one with a fresh "
+            "job, cancel gives it up. (Those held in doubt are listed below.)",
+            "empty": "no dead letters",
+            # a held delivery's job is dead too: it is listed once, under its doubt
+            "rows": [
+                _timed(r, svc, now)
+                for r in dead[:PAGE_ROWS]
+                if r[0].status is not DeliveryStatus.IN_DOUBT
+            ],
+            "more": len(dead) > PAGE_ROWS,
+            "all": browse.link({"dead": "1"}),
+        },
+        {
+            "id": "attention-held",
+            "title": "Held in doubt",
+            "hint": "A request may have reached the provider and its answer is unknown; "
+            "the channel holds such deliveries for an operator. Ask the provider, then "
+            "retry (it may then arrive twice) or cancel.",
+            "empty": "nothing held in doubt",
+            "rows": [_timed(r, svc, now) for r in held[:PAGE_ROWS]],
+            "more": len(held) > PAGE_ROWS,
+            "all": browse.link({"status": str(DeliveryStatus.IN_DOUBT)}),
+        },
+        {
+            "id": "attention-assumed",
+            "title": "Assumed sent",
+            "hint": "An earlier request may have arrived, so kirim did not send again "
+            "(at most once) and counts the delivery as sent. Check with the provider "
+            "that it did arrive.",
+            "empty": "nothing assumed sent",
+            "rows": [_timed(r, svc, now) for r in assumed.records],
+            "more": assumed.next_cursor is not None,
+            "all": browse.link({"status": "sent", "doubt": str(Doubt.ASSUMED_SENT)}),
+        },
+    ]
+    return render(
+        "attention.html",
+        title="needs a human",
+        client=who,
+        protected=svc.settings.protect_dashboard,
+        flash=_flash(msg, id),
+        sections=sections,
+        limit=PAGE_ROWS,
+        back=_here(request),
+        now=iso(now),
+    )
+
+
+@router.get("/dashboard/browse", response_class=HTMLResponse)
+async def browse_page(
+    request: Request,
+    msg: Annotated[str | None, Query(max_length=32)] = None,
+    id: Annotated[str | None, Query(max_length=20)] = None,
+) -> Response:
+    """Every delivery, filtered and paged (the query: ``kirim.http.browse``)."""
+    svc = service(request)
+    who = await _client(request, svc)
+    if isinstance(who, Response):
+        return who
+    given: dict[str, list[str]] = {}
+    for name, value in request.query_params.multi_items():
+        given.setdefault(name, []).append(value)
+    query = browse.parse(given)
+    context: dict[str, Any] = {
+        "title": "browse",
+        "client": who,
+        "protected": svc.settings.protect_dashboard,
+        "flash": _flash(msg, id),
+        "form": query.form,
+        "statuses": [str(s) for s in DeliveryStatus],
+        "doubts": [str(d) for d in Doubt],
+        "back": _here(request),
+        "now": iso(svc.kirim.clock.now()),
+    }
+    if query.errors:
+        return render("browse.html", status=422, problems=query.errors, rows=None, **context)
+    page = await svc.kirim.records(query.where, cursor=query.cursor, limit=query.limit)
+    onward = page.next_cursor
+    return render(
+        "browse.html",
+        problems=[],
+        rows=[_row(d, job, svc) for d, job, _ in page.records],
+        oldest_first=query.where.oldest_first,
+        onward=None if onward is None else browse.link(query.form, onward),
+        backward=await _backward(svc.kirim, query, page),
+        start=None if query.cursor is None else browse.link(query.form),
+        **context,
+    )
+
+
+async def _backward(app: Kirim, query: browse.Browse, page: Page) -> str | None:
+    """The link to the page before this one (None on the first): the records just
+    before this page's first, read in the other direction."""
+    if query.cursor is None:
+        return None
+    where = query.where
+    if page.records:
+        edge = page.records[0][0].id
+    else:  # past the end: everything before the cursor itself
+        edge = query.cursor + (1 if where.oldest_first else -1)
+    reverse = dataclasses.replace(where, oldest_first=not where.oldest_first)
+    before = await app.records(reverse, cursor=min(max(edge, 0), MAX_ID), limit=query.limit)
+    if not before.records:
+        return None
+    if before.next_cursor is None:  # the page before is the first
+        return browse.link(query.form)
+    farthest = before.records[-1][0].id
+    return browse.link(query.form, farthest - 1 if where.oldest_first else farthest + 1)
 
 
 @router.get("/dashboard/notifications/{delivery_id}", response_class=HTMLResponse)
@@ -260,19 +447,20 @@ async def _act(request: Request, delivery_id: int, action: str) -> Response:
         )
     form = await _form(request, svc)
     back = _local(form.get("back"))
-    store, now = svc.kirim.store, svc.kirim.clock.now()
-    found = await store.list_deliveries(after_id=delivery_id - 1, limit=1)
-    if not found or found[0].id != delivery_id:
+    app = svc.kirim
+    try:
+        if action == "retry":
+            await app.retry(delivery_id, by="id")
+            code = "retried"
+        else:
+            await app.cancel(delivery_id, by="id")
+            code = "canceled"
+    except NotFound:
         code = "missing"
-    else:
-        try:
-            if action == "retry":
-                done = await store.retry_dead(delivery_id, now=now)
-                code = "retried" if done else "not_retried"
-            else:
-                code = "canceled" if await store.cancel(delivery_id, now=now) else "not_canceled"
-        except NotSettled:
-            code = "not_settled"
+    except ActionRefused:
+        code = "not_retried" if action == "retry" else "not_canceled"
+    except NotSettled:
+        code = "not_settled"
     if code in ("retried", "canceled"):
         svc.log.info(f"dashboard_{code}", notification_id=delivery_id, client=who)
     back = _strip_flash(back)

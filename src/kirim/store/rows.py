@@ -162,7 +162,7 @@ def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[st
     """The named query (newest or oldest first) and its arguments for a page."""
     newest = not where.oldest_first
     args = {
-        "cursor": (MAX_ID if newest else 0) if cursor is None else cursor,
+        "cursor": (MAX_ID if newest else 0) if cursor is None else max(0, min(cursor, MAX_ID)),
         "status": None if where.status is None else str(where.status),
         "channel": where.channel,
         "doubt": None if where.doubt is None else str(where.doubt),

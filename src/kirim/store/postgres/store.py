@@ -357,7 +357,6 @@ class PostgresStore:
         self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
     ) -> list[Record]:
         name, args = record_args(where, cursor, limit)
-        args["cursor"] = min(args["cursor"], _MAX_ID)
         async with self._tx() as cur:  # one transaction: the page, then its attempts
             found = await rows(cur, name, args)
             ids = [r["id"] for r in found]
