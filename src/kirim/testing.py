@@ -17,7 +17,7 @@ import itertools
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
 from kirim.providers.base import Message, Sent
@@ -111,7 +111,8 @@ class Checkpoints:
                 return
 
 
-Behaviour = str  # "ok", "transient", "permanent", "ambiguous", "accept_then_timeout"
+#: what a ``FlakyProvider`` does with one request (see its docstring)
+Behaviour = Literal["ok", "transient", "permanent", "ambiguous", "accept_then_timeout"]
 
 
 class FlakyProvider:
@@ -152,7 +153,7 @@ class FlakyProvider:
         return self.delivered[key]
 
     async def send(self, message: Message) -> Sent:
-        behaviour = self.script.pop(0) if self.script else "ok"
+        behaviour: Behaviour = self.script.pop(0) if self.script else "ok"
         self.requests.append(message)
         self.per_key[message.idempotency_key] += 1
         if self.latency:
@@ -241,6 +242,7 @@ class GatedProvider(FlakyProvider):
 
 __all__ = [
     "CHECKPOINTS",
+    "Behaviour",
     "Checkpoints",
     "FlakyProvider",
     "GatedProvider",

@@ -12,7 +12,7 @@ import kirim.store.sqlite
 from kirim.explore.command import explore, run_seeds, settings_for
 from kirim.explore.scenario import Settings, run_schedule
 from kirim.explore.shrink import load, replay, save, shrink
-from kirim.worker import Worker
+from kirim.worker.delivery import Deliverer
 
 SEEDS = sorted((Path(__file__).parent / "seeds").glob("*.json"))
 UNFENCED = (
@@ -25,7 +25,7 @@ UNFENCED = (
 )
 
 
-async def never_in_doubt(self: Worker, *args: object) -> None:
+async def never_in_doubt(self: Deliverer, *args: object) -> None:
     """The mutation: the worker skips its in-doubt check and sends."""
     return None
 
@@ -89,7 +89,7 @@ def test_unmutated_code_never_violates_intent_first() -> None:
 
 def test_mutation_in_doubt_check_disabled_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the in-doubt check skipped, a plain assume_sent channel sends twice."""
-    monkeypatch.setattr(Worker, "_in_doubt", never_in_doubt)
+    monkeypatch.setattr(Deliverer, "_in_doubt", never_in_doubt)
     found = None
     for seed in range(200):
         outcome = run_schedule(Settings.draw(seed, provider="plain", on_unknown="assume_sent"))
@@ -108,7 +108,7 @@ def test_plain_assume_sent_has_no_duplicates_today() -> None:
 def test_shrinking_keeps_the_violation(monkeypatch: pytest.MonkeyPatch) -> None:
     """A shrunk failure (of a mutated worker) still violates the same invariant and is no
     bigger."""
-    monkeypatch.setattr(Worker, "_in_doubt", never_in_doubt)
+    monkeypatch.setattr(Deliverer, "_in_doubt", never_in_doubt)
     outcome = next(
         found
         for seed in range(200)

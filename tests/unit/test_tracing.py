@@ -152,7 +152,9 @@ async def test_without_an_sdk_provider_the_worker_makes_no_spans(make_app, clock
     app = await make_app(FlakyProvider())
     assert tracing.AVAILABLE
     assert tracing.default_tracer() is None
-    assert app.worker(settings=SETTINGS)._tracer is None
+    worker = app.worker(settings=SETTINGS)
+    assert worker._tracer is None
+    assert worker._deliverer.spans is tracing.NO_SPANS  # its methods do nothing
 
 
 def test_without_the_extra_nothing_is_imported_or_called(tmp_path) -> None:

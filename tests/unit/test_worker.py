@@ -7,10 +7,22 @@ from datetime import timedelta
 
 import pytest
 
-from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.channels import Channel
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+    OnUnknown,
+)
+from kirim.providers.base import Sent
+from kirim.store.base import Claim, ClaimKind
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
-from kirim.worker.decisions import Decisions
+from kirim.worker.decisions import Decisions, Lookup
 
 SETTINGS = WorkerSettings(lease=10, backoff_base=1.0, backoff_max=8.0)
 
@@ -134,6 +146,125 @@ def test_backoff_is_full_jitter_under_a_cap(attempts: int) -> None:
     draws = [worker.backoff(attempts) for _ in range(200)]
     assert all(0 <= d <= cap for d in draws)
     assert max(draws) > cap * 0.8
+
+
+def _doubtful_claim(*, requested_at: float = 0.0, unsettled_until: float | None = None) -> Claim:
+    """A claim whose one earlier request (``req-1``) may have reached the provider."""
+    delivery = Delivery(
+        id=1,
+        idempotency_key="k",
+        event_id="e",
+        recipient="u",
+        channel="push",
+        payload={},
+        payload_hash="h",
+        status=DeliveryStatus.PROCESSING,
+        claim_token="t",
+        claimed_by="A",
+        claim_expires_at=100.0,
+        provider_message_id=None,
+        doubt=None,
+        last_error=None,
+        created_at=0.0,
+        updated_at=0.0,
+        sent_at=None,
+    )
+    job = Job(
+        id=1,
+        delivery_id=1,
+        status=JobStatus.RUNNING,
+        run_at=0.0,
+        attempts=2,
+        max_attempts=5,
+        lease_owner="A",
+        lease_token="t",
+        lease_expires_at=100.0,
+        last_error=None,
+        created_at=0.0,
+        updated_at=0.0,
+    )
+    earlier = Attempt(
+        id=1,
+        delivery_id=1,
+        job_id=1,
+        number=1,
+        provider_request_id="req-1",
+        worker_id="A",
+        status=AttemptStatus.UNKNOWN,
+        provider_message_id=None,
+        error="timeout",
+        requested_at=requested_at,
+        completed_at=None,
+    )
+    return Claim(
+        kind=ClaimKind.CLAIMED,
+        job=job,
+        delivery=delivery,
+        token="t",
+        doubtful=(earlier,),
+        now=50.0,
+        unsettled_until=unsettled_until,
+    )
+
+
+@pytest.mark.parametrize(
+    ("idempotent", "on_unknown", "dedup_window", "decision", "status", "forgot"),
+    [
+        (True, OnUnknown.ASSUME_SENT, None, "resend_same_key", None, False),
+        (True, OnUnknown.HOLD, 10.0, "hold", DeliveryStatus.IN_DOUBT, True),
+        (False, OnUnknown.RETRY, None, "resend_at_least_once", None, False),
+        (False, OnUnknown.HOLD, None, "hold", DeliveryStatus.IN_DOUBT, False),
+        (False, OnUnknown.ASSUME_SENT, None, "assume_sent", DeliveryStatus.SENT, False),
+    ],
+)
+def test_in_doubt_policy_without_a_lookup(
+    idempotent: bool,
+    on_unknown: OnUnknown,
+    dedup_window: float | None,
+    decision: str,
+    status: DeliveryStatus | None,
+    forgot: bool,
+) -> None:
+    """The in-doubt decision is pure: a key honoured (and remembered) resends, else the
+    channel's on_unknown decides; a key past its dedup window counts as forgotten."""
+    decide = Decisions(settings=SETTINGS, clock=ManualClock(), rng=random.Random(1))
+    channel = Channel(
+        name="push",
+        provider=FlakyProvider(idempotent=idempotent),
+        on_unknown=on_unknown,
+        dedup_window=dedup_window,
+    )
+    choice = decide.in_doubt(_doubtful_claim(), channel, None)
+    assert (choice.decision, choice.key_forgotten) == (decision, forgot)
+    assert choice.fields == {"earlier_requests": ["req-1"]}
+    if status is None:
+        assert choice.finish is None
+    else:
+        assert choice.finish is not None
+        assert choice.finish.delivery_status is status
+
+
+def test_in_doubt_policy_after_a_lookup() -> None:
+    """Found: sent (resolved); not found: send, unless an earlier request may still land;
+    a failed lookup: retry later."""
+    decide = Decisions(settings=SETTINGS, clock=ManualClock(), rng=random.Random(1))
+    channel = Channel(name="push", provider=FlakyProvider(), lookup=True)
+    found = decide.in_doubt(
+        _doubtful_claim(), channel, Lookup(found=Sent(provider_message_id="p-1"))
+    )
+    assert found.decision == "reconciled_sent"
+    assert found.finish is not None
+    assert found.finish.doubt is Doubt.RESOLVED
+    assert found.finish.provider_message_id == "p-1"
+    assert decide.in_doubt(_doubtful_claim(), channel, Lookup()).finish is None
+    waiting = decide.in_doubt(_doubtful_claim(unsettled_until=80.0), channel, Lookup())
+    assert waiting.decision == "wait_until_settled"
+    assert waiting.finish is not None
+    assert waiting.finish.run_at == 80.0
+    failed = decide.in_doubt(_doubtful_claim(), channel, Lookup(error=OSError("down")))
+    assert (failed.decision, failed.fields) == ("lookup_failed", {"error": "down"})
+    assert failed.finish is not None
+    assert failed.finish.job_status is JobStatus.RETRY_SCHEDULED
 
 
 async def test_burst_ignores_later_schedules_but_waits_for_retries(make_app, clock) -> None:

@@ -14,7 +14,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kirim.analyze.parse import EVENTS, LineParser, Record, parse_ts
-from kirim.analyze.report import JSON, Incident, Report, Tally, iso, label, unattributed
+from kirim.analyze.report import (
+    JSON,
+    Incident,
+    IncidentKind,
+    Report,
+    Tally,
+    iso,
+    label,
+    unattributed,
+)
 
 SUCCESS = frozenset({"success", "succeeded", "ok", "sent", "delivered", "accepted"})
 SENT_STATUSES = frozenset({"sent", "confirmed", "delivered"})
@@ -307,7 +316,7 @@ class Detector:
             timeline += (f"... {st.lines - len(timeline)} more line(s) not kept",)
 
         def incident(
-            kind: str,
+            kind: IncidentKind,
             reqs: Sequence[_Req],
             evidence: dict[str, JSON],
             proven: bool | None = None,

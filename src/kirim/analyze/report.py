@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import IO, TypeAlias
+from typing import IO, Literal, TypeAlias, get_args
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -17,7 +17,11 @@ from rich.text import Text
 
 JSON: TypeAlias = str | int | float | bool | list["JSON"] | dict[str, "JSON"] | None
 
-KINDS = ("duplicate_request", "overlapping_attempt", "late_status_write", "missing_correlation")
+#: the kinds of incident ``kirim analyze`` reports (the seed's diagnosis checklist)
+IncidentKind = Literal[
+    "duplicate_request", "overlapping_attempt", "late_status_write", "missing_correlation"
+]
+KINDS: tuple[IncidentKind, ...] = get_args(IncidentKind)
 
 
 def iso(epoch: float | None) -> str | None:
@@ -48,7 +52,7 @@ class Gap:
 class Incident:
     """One finding about one notification (``notification_id`` is ``None`` when unknown)."""
 
-    kind: str
+    kind: IncidentKind
     notification_id: str | None
     proven: bool | None = None
     request_ids: tuple[str, ...] = ()

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import click
 
-from kirim.cli import params, runner
+from kirim.cli import params, render, runner
 from kirim.doctor.audit import (
     OK,
     PROBLEM,
@@ -36,12 +36,12 @@ def render_text(target: str, checks: Sequence[Check]) -> None:
     click.echo(f"kirim doctor: {target}")
     width = max(len(c.name) for c in checks)
     for c in checks:
-        mark = click.style(f"{_MARK[c.status]:<8}", fg=_COLOR[c.status], bold=c.status == PROBLEM)
+        mark = click.style(f"{_MARK[c.status]:<8}", fg=_COLOR[c.status], bold=c.status is PROBLEM)
         click.echo(f"  {mark} {c.name:<{width}}  {c.message}")
         if c.fix:
             click.echo(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
-    problems = sum(c.status == PROBLEM for c in checks)
-    warnings = sum(c.status == WARNING for c in checks)
+    problems = sum(c.status is PROBLEM for c in checks)
+    warnings = sum(c.status is WARNING for c in checks)
     click.echo(f"{plural(problems, 'problem')}, {plural(warnings, 'warning')}")
 
 
@@ -103,8 +103,8 @@ def doctor(
         except NotFound as exc:
             runner.fail(str(exc), runner.EXIT_USAGE)
     if as_json:
-        runner.emit_json(report_json(checks))
+        render.emit_json(report_json(checks))
     else:
         render_text(runner.safe_url(url) + (f" table {table}" if table else ""), checks)
-    if any(c.status == PROBLEM for c in checks):
+    if any(c.status is PROBLEM for c in checks):
         raise click.exceptions.Exit(runner.EXIT_FAILED)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import dataclasses
 import signal
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from kirim.cli import runner
 from kirim.cli.runner import EXIT_USAGE, State, pass_state
+from kirim.config import Config, ServeSettings
 from kirim.errors import ConfigError
 from kirim.http.guard import loopback
 from kirim.observe.logging import get_logger
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -96,17 +100,14 @@ def serve(
 
     state.setup_logging("info")
     with runner.reported():
-        config = state.config()
-        given: dict[str, Any] = {
-            "host": host,
-            "port": port,
-            "protect_metrics": protect_metrics,
-            "protect_dashboard": protect_dashboard,
-        }
-        settings = dataclasses.replace(
-            config.serve, **{k: v for k, v in given.items() if v is not None}
+        config = with_flags(
+            state.config(),
+            host=host,
+            port=port,
+            protect_metrics=protect_metrics,
+            protect_dashboard=protect_dashboard,
         )
-        config = dataclasses.replace(config, serve=settings)
+    settings = config.serve
 
     async def check() -> None:  # a missing schema is one line, before anything listens
         async with state.app():
@@ -116,24 +117,9 @@ def serve(
     with runner.reported():
         sock = bind(settings.host, settings.port)
     log = get_logger(component="http")
-    if not loopback(settings.host) and not settings.protect_dashboard:
-        log.warning(
-            "dashboard_unprotected",
-            host=settings.host,
-            allowed_hosts=",".join(settings.allowed_hosts),
-            hint="anyone who reaches this address can read the dashboard (its Host must be "
-            "in [serve] allowed_hosts); retry and cancel are refused: add --protect-dashboard",
-        )
+    _warn_if_open(log, settings)
     app = create_app(config=config, settings=settings, token_cache=token_cache)
-    bound = sock.getsockname()
-    shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
-    log.info(
-        "serving",
-        url=f"http://{shown}:{bound[1]}",
-        database=runner.safe_url(config.database),
-        protect_metrics=settings.protect_metrics,
-        protect_dashboard=settings.protect_dashboard,
-    )
+    _say_serving(log, sock, config)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -145,6 +131,48 @@ def serve(
             timeout_graceful_shutdown=10,
         )
     )
+    received = _run(server, sock)
+    if received:
+        log.info("stopped", signal=signal.Signals(received[0]).name)
+    if not server.started:
+        runner.fail("the server did not start; see the log above", EXIT_USAGE)
+
+
+def with_flags(config: Config, **given: Any) -> Config:
+    """``config`` with the flags that were given (not None) over its ``[serve]`` table."""
+    settings = dataclasses.replace(
+        config.serve, **{k: v for k, v in given.items() if v is not None}
+    )
+    return dataclasses.replace(config, serve=settings)
+
+
+def _warn_if_open(log: Any, settings: ServeSettings) -> None:
+    """Say so when an unprotected dashboard listens beyond loopback."""
+    if not loopback(settings.host) and not settings.protect_dashboard:
+        log.warning(
+            "dashboard_unprotected",
+            host=settings.host,
+            allowed_hosts=",".join(settings.allowed_hosts),
+            hint="anyone who reaches this address can read the dashboard (its Host must be "
+            "in [serve] allowed_hosts); retry and cancel are refused: add --protect-dashboard",
+        )
+
+
+def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
+    """The ``serving`` line: the address really bound (its port even when 0 was asked)."""
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
+    log.info(
+        "serving",
+        url=f"http://{shown}:{bound[1]}",
+        database=runner.safe_url(config.database),
+        protect_metrics=config.serve.protect_metrics,
+        protect_dashboard=config.serve.protect_dashboard,
+    )
+
+
+def _run(server: uvicorn.Server, sock: socket.socket) -> list[int]:
+    """Run ``server`` on ``sock`` until it stops; return the signals that stopped it."""
     received: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         # uvicorn shuts down gracefully, then raises the signal again for the handler it
@@ -155,7 +183,4 @@ def serve(
             server.run(sockets=[sock])  # uvloop and httptools when installed
     finally:
         sock.close()
-    if received:
-        log.info("stopped", signal=signal.Signals(received[0]).name)
-    if not server.started:
-        runner.fail("the server did not start; see the log above", EXIT_USAGE)
+    return received

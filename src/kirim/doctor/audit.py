@@ -7,14 +7,31 @@ when there is none, for the duplicates that already got in.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kirim.doctor.probes import Database, Table
+from kirim.doctor.probes import Database, Table, UniqueIndex
 from kirim.errors import NotFound
 
-OK, WARNING, PROBLEM, SKIPPED = "ok", "warning", "problem", "skipped"
+
+class CheckStatus(enum.StrEnum):
+    """What a check found; its value is the JSON's ``status``."""
+
+    OK = "ok"
+    WARNING = "warning"
+    PROBLEM = "problem"  # ``kirim doctor`` exits 1
+    SKIPPED = "skipped"
+
+
+#: the statuses by their short names, as the checks write them
+OK, WARNING, PROBLEM, SKIPPED = (
+    CheckStatus.OK,
+    CheckStatus.WARNING,
+    CheckStatus.PROBLEM,
+    CheckStatus.SKIPPED,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +39,7 @@ class Check:
     """One finding: ``status`` is ok, warning, problem (exit 1) or skipped."""
 
     name: str
-    status: str
+    status: CheckStatus
     message: str
     fix: str | None = None
 
@@ -30,8 +47,8 @@ class Check:
 def report_json(checks: Sequence[Check]) -> dict[str, Any]:
     """``{"ok": no problem, "checks": [{"name", "status", "message", "fix"}, …]}``."""
     return {
-        "ok": not any(c.status == PROBLEM for c in checks),
-        "checks": [asdict(c) for c in checks],
+        "ok": not any(c.status is PROBLEM for c in checks),
+        "checks": [{**asdict(c), "status": c.status.value} for c in checks],
     }
 
 
@@ -65,6 +82,21 @@ def audit_unique(db: Database, table: Table, columns: Sequence[str], *, name: st
             "keys that share those columns cannot both be stored"
         )
         return [Check(name, WARNING, message, f"if that is not intended: {create}")]
+    return _not_unique(db, table, columns, exact, name=name, key=key, create=create)
+
+
+def _not_unique(
+    db: Database,
+    table: Table,
+    columns: Sequence[str],
+    exact: Sequence[UniqueIndex],
+    *,
+    name: str,
+    key: str,
+    create: str,
+) -> list[Check]:
+    """Nothing keeps the key unique (``exact``: the partial or invalid indexes on its
+    columns): a problem, and the duplicates already stored, if any."""
     notes = []
     for i in exact:
         if i.partial:

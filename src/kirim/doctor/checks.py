@@ -48,7 +48,7 @@ def _ids(rows: Sequence[dict[str, Any]], total: int) -> str:
 def diagnose(db: Database, config: Config, *, now: float) -> list[Check]:
     """Every check of a kirim store (its database already open as ``db``)."""
     checks = [_schema(db)]
-    if checks[0].status == OK:
+    if checks[0].status is OK:
         table = db.table("kirim_deliveries")
         checks += audit_unique(db, table, ["idempotency_key"], name="unique_idempotency_key")
         checks += [

@@ -14,9 +14,12 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from kirim.errors import ConfigError, NotFound, StoreError
+
+#: the two kinds of database ``kirim doctor`` reads (each has its ``doctor.sql``)
+Dialect = Literal["sqlite", "postgres"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,7 @@ class Database:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
+        self.dialect: Dialect = "sqlite" if url.startswith("sqlite:") else "postgres"
         self._conn: Any = _open_sqlite(url) if self.dialect == "sqlite" else _open_postgres(url)
 
     def close(self) -> None:
@@ -236,7 +239,7 @@ def _open_postgres(url: str) -> Any:
 
 
 @functools.cache
-def _queries(dialect: str) -> dict[str, str]:
+def _queries(dialect: Dialect) -> dict[str, str]:
     from kirim.store.sqlfiles import load_queries
 
     return load_queries(dialect)

@@ -24,12 +24,19 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
 from kirim.errors import StoreError
 from kirim.worker.checkpoint import CHECKPOINTS
 
-KINDS = ("skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry")
+#: what a fault does (see the module docstring)
+FaultKind = Literal[
+    "skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry"
+]
+KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+#: how a ``store`` fault fails its call: before the commit, or after it (the answer is
+#: lost); "" for the other kinds
+StoreMode = Literal["fail", "ack_lost", ""]
 STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "release")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")
@@ -37,7 +44,7 @@ BATCHES = ("record_intents", "finish")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Fault:
-    kind: str
+    kind: FaultKind
     at: float = 0.0
     host: str = ""
     duration: float = 0.0
@@ -45,7 +52,7 @@ class Fault:
     rate: float = 1.0
     method: str = ""
     nth: int = 1
-    mode: str = ""
+    mode: StoreMode = ""
     delivery: int = 0
 
     def describe(self) -> str:
@@ -79,7 +86,7 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
             offset = rng.uniform(-1.5 * lease, 1.5 * lease)
             plan.append(Fault(kind="skew", host=host, offset=offset, rate=rng.uniform(0.98, 1.02)))
     for _ in range(rng.choice((0, 1, 1, 2, 2, 3, 4))):
-        kind = rng.choice(
+        kind: FaultKind = rng.choice(
             ("crash", "stall", "pause", "pause", "shutdown", "store", "poison", "cancel", "retry")
         )
         at = rng.uniform(0.0, 30.0)
@@ -101,7 +108,7 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
             )
         elif kind == "store":
             method = rng.choice(STORE_METHODS)
-            mode = rng.choice(("fail", "ack_lost"))
+            mode: StoreMode = rng.choice(("fail", "ack_lost"))
             plan.append(
                 Fault(kind=kind, host=host, at=at, method=method, nth=rng.randint(1, 4), mode=mode)
             )

@@ -165,6 +165,29 @@ def reused(key: str, field: str | None = None) -> ApiError:
     )
 
 
+def notify_request(body: NotificationIn, key: str | None) -> NotifyRequest:
+    """The notification a request body asks for; ``key``: its ``Idempotency-Key``
+    header (parsed), which the body's ``key``, when given too, must equal (else 422)."""
+    if key is not None and body.key is not None and body.key != key:
+        raise ApiError(
+            422,
+            "validation_error",
+            "the Idempotency-Key header and the body's key differ; send one, or both equal",
+            details=[detail("body.key", "differs from the Idempotency-Key header", "key")],
+        )
+    send_after: datetime | None = None
+    if body.send_after is not None:
+        send_after = parse_when(body.send_after)
+    return NotifyRequest(
+        event_id=body.event_id,
+        recipient=body.recipient,
+        channel=body.channel,
+        payload=body.payload,
+        key=key if key is not None else body.key,
+        send_after=send_after,
+    )
+
+
 Step = RequestBegin | RequestedDelivery
 Done = tuple[EnqueueResult, StoredResponse | None]
 
@@ -190,27 +213,28 @@ class Intake:
         ]
 
     async def accept(self, body: NotificationIn, raw: Any, key_header: str | None) -> Answer:
-        key = header_key(key_header)
-        if key is not None and body.key is not None and body.key != key:
-            raise ApiError(
-                422,
-                "validation_error",
-                "the Idempotency-Key header and the body's key differ; send one, or both equal",
-                details=[detail("body.key", "differs from the Idempotency-Key header", "key")],
-            )
-        send_after: datetime | None = None
-        if body.send_after is not None:
-            send_after = parse_when(body.send_after)
-        request = NotifyRequest(
-            event_id=body.event_id,
-            recipient=body.recipient,
-            channel=body.channel,
-            payload=body.payload,
-            key=key if key is not None else body.key,
-            send_after=send_after,
+        """The answer to one ``POST /v1/notifications``: the notification checked and
+        made a delivery (``_prepare``), its key taken (step 1; ``_taken`` when another
+        request has it), then the delivery recorded with the response kept for replays
+        (step 2; ``_enqueued``)."""
+        item = self._prepare(notify_request(body, header_key(key_header)))
+        print_ = fingerprint(raw)
+        token = secrets.token_hex(16)
+        slot = await self._steps.submit(
+            RequestBegin(idempotency_key=item.idempotency_key, fingerprint=print_, lock_token=token)
         )
+        assert isinstance(slot, RequestSlot)
+        if slot.state is not RequestState.ACQUIRED:
+            return await self._taken(slot, item, print_)
+        done = await self._steps.submit(RequestedDelivery(delivery=item, lock_token=token))
+        assert not isinstance(done, RequestSlot)
+        result, kept = done
+        return await self._enqueued(item, result, kept)
+
+    def _prepare(self, request: NotifyRequest) -> NewDelivery:
+        """The delivery ``Kirim.prepare`` makes of ``request``; its refusals as API errors."""
         try:
-            item = self.kirim.prepare(request)
+            return self.kirim.prepare(request)
         except UnknownChannel as exc:
             raise ApiError(
                 422,
@@ -229,28 +253,28 @@ class Intake:
             raise ApiError(422, "validation_error", str(exc), details=_invalid(exc)) from None
         except RecursionError:
             raise ApiError(422, "validation_error", "the payload is nested too deeply") from None
-        print_ = fingerprint(raw)
-        token = secrets.token_hex(16)
-        slot = await self._steps.submit(
-            RequestBegin(idempotency_key=item.idempotency_key, fingerprint=print_, lock_token=token)
-        )
-        assert isinstance(slot, RequestSlot)
-        if slot.state is not RequestState.ACQUIRED:
-            if slot.fingerprint != print_:
-                raise await self._reused(item)
-            if slot.state is RequestState.IN_PROGRESS:
-                raise ApiError(
-                    409,
-                    "request_in_progress",
-                    "a request with this idempotency key is still being processed; "
-                    "retry in a moment",
-                    headers={"Retry-After": "1"},
-                )
-            stored = slot.response or ""
-            return Answer(slot.status_code or 200, stored, True, _delivery_id(stored))
-        done = await self._steps.submit(RequestedDelivery(delivery=item, lock_token=token))
-        assert not isinstance(done, RequestSlot)
-        result, kept = done
+
+    async def _taken(self, slot: RequestSlot, item: NewDelivery, print_: str) -> Answer:
+        """Another request has the key: its kept response replayed (same body, done),
+        409 (same body, in progress), or 422 (another body)."""
+        if slot.fingerprint != print_:
+            raise await self._reused(item)
+        if slot.state is RequestState.IN_PROGRESS:
+            raise ApiError(
+                409,
+                "request_in_progress",
+                "a request with this idempotency key is still being processed; retry in a moment",
+                headers={"Retry-After": "1"},
+            )
+        stored = slot.response or ""
+        return Answer(slot.status_code or 200, stored, True, _delivery_id(stored))
+
+    async def _enqueued(
+        self, item: NewDelivery, result: EnqueueResult, kept: StoredResponse | None
+    ) -> Answer:
+        """The answer once the delivery is recorded: the kept response of a new one, else
+        the delivery the key already names (recorded outside the API, or pruned), or 422
+        when that delivery differs from this body."""
         d = result.delivery
         self.log.info(
             "enqueued" if result.created else "enqueue_conflict",

@@ -1,9 +1,11 @@
 """The worker: it claims jobs, runs each delivery's protocol and keeps its leases.
 
-- ``loop``: the ``Worker`` (claims, concurrency, drain and shutdown);
+- ``loop``: the ``Worker`` (its run loop, claims, concurrency, drain and shutdown);
+- ``delivery``: one delivery's protocol (``Deliverer``: intent, send, classify, commit);
+- ``leases``: the heartbeat and the reaper's rounds (expired leases, gauges, retention);
 - ``decisions``: the pure decisions (retry, dead letter, in doubt);
 - ``batching``: intents and outcomes of concurrent deliveries share transactions;
-- ``settings``, ``stats``, ``cutoff``: its settings, counters and the send bound;
+- ``settings``, ``stats``, ``cutoff``: its settings, counters and the request timeout;
 - ``checkpoint``: the ``Checkpoint`` hook a test (``kirim.testing``) may implement.
 """
 

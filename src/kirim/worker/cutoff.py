@@ -1,7 +1,7 @@
 """Provider calls cut off at their request timeout, with one timer per worker.
 
 The settle bound of an attempt relies on its request being given up after the
-request timeout (``Worker._call``). ``asyncio.timeout`` around every call costs a
+request timeout (``Deliverer.call``). ``asyncio.timeout`` around every call costs a
 timer, a context manager and a cancel per request (about 5% of a worker's time on
 SQLite); here the calls in flight share one timer, set for the earliest cut-off,
 and each call costs a dict entry.

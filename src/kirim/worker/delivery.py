@@ -1,0 +1,437 @@
+"""One claimed delivery's protocol: decide, write ahead, send, classify, commit.
+
+``Deliverer.process`` runs DESIGN.md's worker steps 2 to 7 for one claim (the worker
+runs many at once):
+
+- ``_deliver``: a no-op or busy claim ends here; a channel that is not configured
+  is retried; an earlier request in doubt goes through the in-doubt policy first
+  (``_in_doubt``: the provider is asked when it can be, ``Decisions.in_doubt``
+  decides);
+- ``_send``: the attempt's intent is committed, fenced by the claim token and bounded
+  in time (``_intent``); right before the request would leave, the local deadline
+  and a lease the heartbeat found lost are checked (``_too_late``), and past either
+  nothing leaves (``_not_sent``);
+- ``_request``: the provider call (``call``, cut off at its request timeout and
+  classified, step 7), measured and logged, then decided (``Decisions``);
+- ``_commit``: outcome, delivery status and job in one transaction, fenced by the
+  token (step 6), counted, measured and logged.
+
+Intents and outcomes of concurrent deliveries share transactions (``Batcher``).
+Tracing, metrics and checkpoints are called at fixed points; tracing is a no-op
+object when it is off (``kirim.observe.tracing.NO_SPANS``).
+
+Every intent is bounded in time. Its row carries ``send_deadline`` (the claim's time
++ ``send_within``, in the store's time) and ``settles_at`` (+ the request timeout +
+``settle_margin``).
+Here, right before the request leaves (``_send``, after the last checkpoint), the
+worker checks a local monotonic deadline that is earlier than the stored one (it is
+measured from before the claim was asked for) and a lease the heartbeat found lost;
+past either, nothing is sent and the attempt is recorded as not sent. No other
+worker can take the delivery over before the lease ends, which is after the
+deadline. The request itself is cut off at the request timeout. So once
+``settles_at`` has passed (store time) an attempt can no longer cause a request to
+land, and what assumes that — lookup "not found" then send (``Decisions.in_doubt``),
+an operator's retry or cancel (``store.transitions``) — waits for it. Residual
+window: a process frozen between that check and the socket write for longer than
+the margin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
+
+from kirim.channels import Channel
+from kirim.clock import Clock
+from kirim.errors import AmbiguousFailure, PermanentFailure, StoreError, TransientFailure
+from kirim.keys import new_request_id
+from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+from kirim.observe import RESULT
+from kirim.observe.tracing import Spans
+from kirim.providers.base import Message, Reconcilable, Sent
+from kirim.store.base import (
+    AttemptOutcome,
+    Claim,
+    ClaimKind,
+    Finish,
+    FinishResult,
+    Intent,
+    Queue,
+)
+from kirim.text import stored_text
+from kirim.worker.batching import Batcher
+from kirim.worker.checkpoint import Checkpoint
+from kirim.worker.cutoff import Cutoffs
+from kirim.worker.decisions import Decisions, Lookup, asks_provider
+from kirim.worker.settings import WorkerSettings
+from kirim.worker.stats import WorkerStats
+
+if TYPE_CHECKING:
+    from kirim.observe.metrics import Metrics
+
+__all__ = ["Deliverer", "request_timeout"]
+
+
+def request_timeout(channel: Channel, settings: WorkerSettings) -> float:
+    """How long one request of ``channel`` may take: its provider's ``timeout`` if it
+    names one, else the worker's ``request_timeout``."""
+    named = getattr(channel.provider, "timeout", None)
+    if isinstance(named, int | float) and not isinstance(named, bool) and named > 0:
+        return float(named)
+    return settings.request_timeout
+
+
+class Deliverer:
+    """Runs the protocol of each delivery a worker claimed (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Queue,
+        channels: Mapping[str, Channel],
+        *,
+        settings: WorkerSettings,
+        worker_id: str,
+        clock: Clock,
+        monotonic: Callable[[], float],
+        decide: Decisions,
+        stats: WorkerStats,
+        log: Any,
+        metrics: Metrics | None,
+        spans: Spans,
+        checkpoints: Checkpoint | None,
+        claimed_at: dict[int, float],
+        finishing: set[int],
+        lost: set[int],
+    ) -> None:
+        """``claimed_at``, ``finishing``, ``lost``: the worker's bookkeeping of its work
+        in flight (shared, not copied): when each claim was asked for (this host's
+        monotonic time), the jobs being committed, the jobs whose lease was lost."""
+        self.channels = channels
+        self.settings = settings
+        self.worker_id = worker_id
+        self.clock = clock
+        self._monotonic = monotonic
+        self.decide = decide
+        self.stats = stats
+        self.log = log
+        self.metrics = metrics
+        self.spans = spans
+        self.checkpoints = checkpoints
+        self._claimed_at = claimed_at
+        self._finishing = finishing
+        self._lost = lost
+        #: provider calls in flight, cut off at their request timeout
+        self._cutoffs = Cutoffs()
+        self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
+        self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
+
+    def process(self, claim: Claim) -> Coroutine[Any, Any, None]:
+        """The delivery of ``claim``, inside its span."""
+        return self.spans.delivery(claim, self.worker_id, self._deliver)
+
+    # -- steps 2 to 4 ------------------------------------------------------------------
+
+    async def _deliver(self, claim: Claim) -> None:
+        """End a no-op or busy claim; else the in-doubt policy, when an earlier request
+        may have arrived, then the request. An error leaves the lease to expire."""
+        d, job = claim.delivery, claim.job
+        log = self.log.bind(
+            notification_id=d.id,
+            event_id=d.event_id,
+            job_id=job.id,
+            attempt=job.attempts,
+            idempotency_key=d.idempotency_key,
+            channel=d.channel,
+        )
+        self.stats.claimed += 1
+        if claim.kind is ClaimKind.NOOP:
+            self.stats.noops += 1
+            name = "noop_already_sent" if d.status is DeliveryStatus.SENT else "noop"
+            log.info(name, status=str(d.status), reason=claim.reason)
+            self.spans.outcome("noop", claim.reason)
+            return
+        if claim.kind is ClaimKind.BUSY:
+            log.info("claim_lost", reason=claim.reason)
+            self.spans.outcome("busy", claim.reason)
+            return
+        log.info("job_claimed", token=claim.token[:8], retry=job.attempts > 1)
+        try:
+            await self._checkpoint("after_claim", claim)
+            channel = self.channels.get(d.channel)
+            if channel is None:
+                await self._commit(
+                    log,
+                    claim,
+                    self.decide.retry(
+                        claim, None, f"channel {d.channel!r} is not configured on {self.worker_id}"
+                    ),
+                )
+                return
+            if claim.doubtful:
+                early = await self._in_doubt(log, claim, channel)
+                if early is not None:
+                    await self._commit(log, claim, early)
+                    return
+            await self._send(log, claim, channel)
+        except Exception as exc:  # a bug or a store failure: leave the lease to expire
+            self.stats.errors += 1
+            log.exception("delivery_error", error=str(exc))
+            self.spans.outcome("error", error=str(exc))
+
+    async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
+        """DESIGN step 4: an earlier request may have reached the provider. Ask the
+        provider when it can be asked; ``Decisions.in_doubt`` decides. None: send."""
+        self.stats.in_doubt_seen += 1
+        lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
+        choice = self.decide.in_doubt(claim, channel, lookup)
+        choice.tell(log)
+        return choice.finish
+
+    @staticmethod
+    async def _lookup(claim: Claim, channel: Channel) -> Lookup:
+        """Ask the provider whether it already has the delivery's key."""
+        provider = channel.provider
+        assert isinstance(provider, Reconcilable)
+        try:
+            return Lookup(found=await provider.lookup(claim.delivery.idempotency_key))
+        except Exception as exc:
+            return Lookup(error=exc)
+
+    # -- steps 5 to 7 ------------------------------------------------------------------
+
+    async def _send(self, log: Any, claim: Claim, channel: Channel) -> None:
+        """DESIGN step 5: commit the intent, then send within its bound (``_request``),
+        or record that nothing was sent (``_not_sent``)."""
+        job = claim.job
+        request_id = new_request_id()
+        log = log.bind(provider_request_id=request_id)
+        timeout = request_timeout(channel, self.settings)
+        intent = self._intent(claim, channel, request_id, timeout)
+        # The same bound on this host's monotonic clock, from before the claim was asked
+        # for: earlier than the stored deadline, whatever this host's wall clock says.
+        deadline = self._claimed_at.get(job.id, self._monotonic()) + self.settings.send_within
+        if not await self._intents.submit(intent):
+            self.stats.claims_lost += 1
+            log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
+            self.spans.outcome("claim_lost")
+            return
+        metrics = self.metrics
+        if metrics is not None and claim.prior_requests == 1:
+            metrics.multi_request(claim.delivery.channel)  # its second request: counted once
+        await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
+        late = self._too_late(job.id, deadline)
+        if late is not None:  # the bound of the intent: nothing leaves after it
+            await self._not_sent(log, claim, request_id, late)
+            return
+        await self._request(log, claim, channel, self._message(claim, request_id), timeout)
+
+    def _intent(self, claim: Claim, channel: Channel, request_id: str, timeout: float) -> Intent:
+        """The write-ahead attempt row: no request of it leaves after ``send_deadline``
+        (the claim's store time + ``send_within``) and none lands after ``settles_at``."""
+        d, job = claim.delivery, claim.job
+        lag = float(getattr(channel.provider, "lookup_lag", 0.0) or 0.0)
+        send_deadline = claim.now + self.settings.send_within
+        return Intent(
+            delivery_id=d.id,
+            job_id=job.id,
+            token=claim.token,
+            number=job.attempts,
+            provider_request_id=request_id,
+            worker_id=self.worker_id,
+            requested_at=self.clock.now(),
+            send_deadline=send_deadline,
+            settles_at=send_deadline + timeout + lag + self.settings.settle_allowance,
+        )
+
+    def _too_late(self, job_id: int, deadline: float) -> str | None:
+        """Why a committed intent must not be sent any more, if it must not."""
+        if job_id in self._lost:
+            return "the lease was taken over before the request left"
+        if self._monotonic() > deadline:
+            return "the intent's send deadline passed before the request left"
+        return None
+
+    async def _not_sent(self, log: Any, claim: Claim, request_id: str, late: str) -> None:
+        """A committed intent whose request never left: a retry, certainly not sent."""
+        self.stats.not_sent += 1
+        log.warning("not_sent", reason=late)
+        outcome = AttemptOutcome(
+            provider_request_id=request_id,
+            status=AttemptStatus.FAILED_TRANSIENT,
+            provider_message_id=None,
+            error=f"not sent: {late}",
+            completed_at=self.clock.now(),
+        )
+        await self._commit(log, claim, self.decide.retry(claim, outcome, outcome.error))
+
+    @staticmethod
+    def _message(claim: Claim, request_id: str) -> Message:
+        """What the provider is sent: the delivery, its key and our request id."""
+        d = claim.delivery
+        return Message(
+            delivery_id=d.id,
+            idempotency_key=d.idempotency_key,
+            provider_request_id=request_id,
+            event_id=d.event_id,
+            recipient=d.recipient,
+            channel=d.channel,
+            payload=d.payload,
+            attempt=claim.job.attempts,
+        )
+
+    async def _request(
+        self, log: Any, claim: Claim, channel: Channel, message: Message, limit: float
+    ) -> None:
+        """The provider request (step 5), cut off after ``limit`` seconds, and what its
+        answer means (step 7), committed."""
+        metrics = self.metrics
+        log.info("provider_request")
+        self.stats.requests += 1
+        started = self.clock.now()
+        t0 = time.perf_counter() if metrics is not None else 0.0
+        status, sent, error = await self.spans.request(
+            claim.job.id, self.worker_id, message, self.call(channel, message, limit)
+        )
+        answered = time.perf_counter() if metrics is not None else 0.0
+        latency = self.clock.now() - started
+        if metrics is not None:
+            metrics.provider_response(message.channel, status, answered - t0)
+        message_id = sent.provider_message_id if sent else None
+        log.info(
+            "provider_response",
+            result=RESULT[status],
+            provider_message_id=message_id,
+            latency_s=round(latency, 6),
+            error=None if error is None else str(error),
+        )
+        request_id = message.provider_request_id
+        await self._checkpoint("after_provider_response", claim, provider_request_id=request_id)
+        outcome = AttemptOutcome(
+            provider_request_id=request_id,
+            status=status,
+            provider_message_id=stored_text(message_id),
+            error=None if error is None else stored_text(str(error)),
+            completed_at=self.clock.now(),
+        )
+        finish = self.decide.after_request(claim, channel, outcome, error)
+        await self._commit(log, claim, finish, answered=answered)
+
+    async def call(
+        self, channel: Channel, message: Message, limit: float
+    ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
+        """The provider request, cut off after ``limit`` seconds, classified (step 7)."""
+        task = self._cutoffs.start(limit)
+        try:
+            sent = await channel.provider.send(message)
+            return AttemptStatus.SUCCEEDED, sent, None
+        except asyncio.CancelledError:
+            if not self._cutoffs.was_cut(task):
+                raise  # a shutdown, not the request timeout
+            return (
+                AttemptStatus.UNKNOWN,
+                None,
+                AmbiguousFailure(f"no answer within the request timeout of {limit:g} s"),
+            )
+        except PermanentFailure as exc:
+            return AttemptStatus.FAILED_PERMANENT, None, exc
+        except TransientFailure as exc:
+            return AttemptStatus.FAILED_TRANSIENT, None, exc
+        except AmbiguousFailure as exc:
+            return AttemptStatus.UNKNOWN, None, exc
+        except Exception as exc:  # a provider bug: we cannot know whether it was sent
+            return AttemptStatus.UNKNOWN, None, exc
+        finally:
+            self._cutoffs.done(task)
+
+    # -- step 6 ------------------------------------------------------------------------
+
+    async def _commit(
+        self, log: Any, claim: Claim, finish: Finish, *, answered: float | None = None
+    ) -> None:
+        """DESIGN step 6: one transaction, fenced by the token; retried on store errors.
+
+        ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
+        """
+        await self._checkpoint("before_commit", claim)
+        self._finishing.add(claim.job.id)
+        for attempt in range(5):
+            try:
+                result = await self._finishes.submit(finish)
+                break
+            except StoreError as exc:
+                log.warning("commit_retry", error=str(exc), try_=attempt + 1)
+                await asyncio.sleep(0.05 * 2**attempt)
+        else:
+            log.error("commit_failed", reason="the lease will expire and the reaper takes over")
+            self.spans.outcome("commit_failed")
+            return
+        if self.metrics is not None:
+            _measure(self.metrics, claim, finish, result, answered)
+        self.spans.committed(result)
+        if result.committed:
+            self.stats.count(result.delivery_status, result.job_status, finish)
+        elif result.late_success:
+            self.stats.late_successes += 1
+        else:
+            self.stats.stale_rejected += 1
+        _tell(log, finish, result)
+
+    async def _checkpoint(self, name: str, claim: Claim, **context: Any) -> None:
+        if self.checkpoints is not None:
+            await self.checkpoints.hit(
+                name,
+                worker_id=self.worker_id,
+                delivery_id=claim.delivery.id,
+                job_id=claim.job.id,
+                **context,
+            )
+
+
+def _tell(log: Any, finish: Finish, result: FinishResult) -> None:
+    """The log lines of a commit: what it wrote, or why it was rejected."""
+    if result.committed:
+        log.info(
+            "db_update",
+            status=str(result.delivery_status),
+            job_status=str(result.job_status),
+            doubt=None if finish.doubt is None else str(finish.doubt),
+            error=finish.error,
+        )
+        if result.job_status is JobStatus.RETRY_SCHEDULED:
+            delay = finish.delay
+            log.info("retry_scheduled", delay_s=None if delay is None else round(delay, 3))
+        elif result.job_status is JobStatus.DEAD:
+            log.warning("dead_lettered", error=finish.error)
+    elif result.late_success:
+        log.warning("stale_write_rejected", late_success=True, status="sent")
+    elif result.reopened:
+        log.warning(
+            "stale_write_rejected",
+            late_failure=True,
+            status=str(result.delivery_status),
+            reason="a late refusal withdrew the assumption that it was sent",
+        )
+    else:
+        log.warning("stale_write_rejected", reason="claim token no longer holds")
+
+
+def _measure(
+    metrics: Metrics,
+    claim: Claim,
+    finish: Finish,
+    result: FinishResult,
+    answered: float | None,
+) -> None:
+    """The metrics of a commit: provider-to-commit lag, stale writes, retries, dead letters."""
+    channel = claim.delivery.channel
+    if answered is not None and (result.committed or result.late_success):
+        metrics.committed(time.perf_counter() - answered)
+    if not result.committed:
+        metrics.stale_write(late_success=result.late_success)
+    elif result.job_status is JobStatus.RETRY_SCHEDULED:
+        unknown = finish.attempt is not None and finish.attempt.status is AttemptStatus.UNKNOWN
+        metrics.retry(channel, "unknown" if unknown else "transient")
+    elif result.job_status is JobStatus.DEAD:
+        metrics.dead_letter(channel)

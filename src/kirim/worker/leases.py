@@ -1,0 +1,200 @@
+"""The worker's rounds beside its deliveries: the heartbeat and the reaper.
+
+- ``Heartbeat``: renews the job lease and the delivery claim of all work in flight
+  (DESIGN step 5), so a slow provider never looks like a dead worker; a lease found
+  taken over marks its job lost (a request that has not left then never will), and
+  while renewals fail the worker claims nothing new (``renewal_ok``).
+- ``Reaper``: returns jobs whose lease expired to the queue (step 8), refreshes the
+  store-wide metrics gauges every few seconds, and prunes the ledger (``[retention]``)
+  once in a while.
+
+Both use the store's time; the worker owns one of each and shares with the heartbeat
+the bookkeeping of its work in flight (leases, jobs being finished, jobs lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from kirim.clock import Clock
+from kirim.errors import StoreError
+from kirim.store.base import Lease, Queue, QueueStats
+from kirim.store.retention import PruneResult, Prunes
+from kirim.worker.settings import WorkerSettings
+from kirim.worker.stats import WorkerStats
+
+if TYPE_CHECKING:
+    from kirim.observe.metrics import Metrics
+
+#: the reaper prunes (``[retention] keep``) this often, at most this many batches a round
+PRUNE_EVERY = 60.0
+PRUNE_BATCHES = 4
+
+
+class Heartbeat:
+    """Renews the leases of the work in flight, every ``heartbeat_every`` seconds."""
+
+    def __init__(
+        self,
+        store: Queue,
+        *,
+        clock: Clock,
+        settings: WorkerSettings,
+        log: Any,
+        leases: dict[int, Lease],
+        finishing: set[int],
+        lost: set[int],
+    ) -> None:
+        """``leases``, ``finishing``, ``lost``: the worker's own (shared, not copied)."""
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.log = log
+        self._leases = leases
+        self._finishing = finishing
+        self._lost = lost
+        #: False while renewals fail: the worker then claims no new work
+        self.renewal_ok = True
+
+    async def beat(self) -> list[int]:
+        """Renew every lease in flight; return the job ids whose lease was lost."""
+        leases = list(self._leases.values())
+        if not leases:
+            return []
+        held = await self.store.heartbeat(leases, now=self.clock.now(), lease=self.settings.lease)
+        lost = []
+        for lease, ok in zip(leases, held, strict=True):
+            job_id = lease.job_id
+            if ok or self._leases.get(job_id) is not lease or job_id in self._finishing:
+                continue  # renewed, or gone because its job completed: not a takeover
+            self._leases.pop(job_id, None)
+            self._lost.add(job_id)  # a request that has not left now never will
+            lost.append(job_id)
+            self.log.warning("claim_lost", job_id=job_id, reason="lease taken over")
+        return lost
+
+    async def run(self) -> None:
+        """Beat until cancelled; say when renewals start failing, and when they are back."""
+        last_ok = self.clock.now()
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_every)
+            try:
+                # A store that does not answer within a heartbeat period (the pool
+                # waiting for a server that is down) fails the renewal like an error.
+                async with asyncio.timeout(self.settings.heartbeat_every):
+                    if self._leases or self.renewal_ok:
+                        await self.beat()
+                    else:  # nothing left to renew: does the store answer again?
+                        await self.store.next_run_at()
+                last_ok = self.clock.now()
+                if not self.renewal_ok:
+                    self.log.info("lease_renewal_restored")
+                self.renewal_ok = True
+            except (StoreError, TimeoutError) as exc:
+                if self.clock.now() - last_ok > self.settings.lease / 2 and self.renewal_ok:
+                    self.renewal_ok = False
+                    self.log.error(
+                        "lease_renewal_failing",
+                        error=str(exc) or "no answer within the heartbeat interval",
+                        reason="not claiming new work until the store answers",
+                    )
+
+
+class Reaper:
+    """Expired leases back to the queue, the gauges, and the ledger's retention."""
+
+    def __init__(
+        self,
+        store: Queue,
+        *,
+        clock: Clock,
+        settings: WorkerSettings,
+        log: Any,
+        stats: WorkerStats,
+        metrics: Metrics | None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.log = log
+        self.stats = stats
+        self.metrics = metrics
+        #: time.monotonic() of the last gauge refresh
+        self._stats_at = float("-inf")
+        #: when the reaper prunes next (time.monotonic()), with ``retention_keep`` set
+        self._prune_at = 0.0
+
+    async def run(self) -> None:
+        """A round every ``reap_every`` seconds until cancelled: reap, then retain."""
+        while True:
+            await asyncio.sleep(self.settings.reap_every)
+            await self.reap()
+            await self.retain()
+
+    async def reap(self) -> int:
+        """Return the jobs whose lease expired to the queue (or the dead letters)."""
+        try:
+            reaped = await self.store.reap(now=self.clock.now())
+        except StoreError as exc:
+            self.log.error("reap_failed", error=str(exc))
+            return 0
+        for r in reaped:
+            self.stats.leases_expired += 1
+            self.log.warning(
+                "lease_expired",
+                job_id=r.job_id,
+                notification_id=r.delivery_id,
+                attempt=r.attempt,
+                lease_owner=r.owner,
+                dead=r.dead,
+            )
+        metrics = self.metrics
+        if metrics is not None:
+            for r in reaped:
+                metrics.lease_expired()
+                if r.dead:
+                    metrics.dead_letter(r.channel)
+                else:
+                    metrics.retry(r.channel, "lease_expired")
+            if time.monotonic() - self._stats_at >= metrics.stats_interval:
+                await self.refresh_stats()
+        return len(reaped)
+
+    async def refresh_stats(self) -> QueueStats | None:
+        """Set the gauges from ``Store.queue_stats`` (the reaper does, every few seconds)."""
+        if self.metrics is None:
+            return None
+        self._stats_at = time.monotonic()
+        try:
+            stats = await self.store.queue_stats(now=self.clock.now())
+        except Exception as exc:  # gauges are not worth stopping the reaper for
+            self.log.warning("queue_stats_failed", error=str(exc))
+            return None
+        self.metrics.set_queue_stats(stats)
+        return stats
+
+    async def retain(self) -> PruneResult | None:
+        """Prune the ledger (``[retention]``) once every ``PRUNE_EVERY`` seconds: a few
+        bounded batches, each its own transaction; None when it was not time, or there
+        is no ``retention_keep``."""
+        keep = self.settings.retention_keep
+        store = self.store
+        if keep is None or time.monotonic() < self._prune_at or not isinstance(store, Prunes):
+            return None
+        self._prune_at = time.monotonic() + PRUNE_EVERY
+        total = PruneResult()
+        try:
+            for _ in range(PRUNE_BATCHES):
+                done = await store.prune(
+                    now=self.clock.now(), keep=keep, keys=self.settings.retention_keys
+                )
+                total += done
+                if not done.more or not done.removed_anything:
+                    break
+        except StoreError as exc:
+            self.log.error("prune_failed", error=str(exc))
+        if total.removed_anything:
+            self.log.info("pruned", **total.as_dict())
+        return total
