@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from kirim.callbacks import CallbackAuth
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider, Reconcilable
 
@@ -21,16 +22,29 @@ class Channel:
     #: seconds the provider remembers an idempotency key (None: for good); past it,
     #: an in-doubt resend is not trusted to the key (``kirim.providers.dedup``)
     dedup_window: float | None = None
+    #: other channels' names, tried in order when this one's provider certainly did
+    #: not accept a delivery (``kirim.worker.decisions.route``; docs/channels.md)
+    fallback: tuple[str, ...] = ()
+    #: how its providers' delivery callbacks are verified (None: callbacks are off)
+    callback: CallbackAuth | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if (problem := provider_problem(self.provider)) is not None:
             raise ValueError(f"channel {self.name!r}: {problem}")
         if self.lookup and not isinstance(self.provider, Reconcilable):
             raise ValueError(f"channel {self.name!r}: its provider has no lookup()")
+        if self.name in self.fallback or len(set(self.fallback)) != len(self.fallback):
+            raise ValueError(f"channel {self.name!r}: fallback names itself or a channel twice")
 
     @property
     def idempotent(self) -> bool:
         return bool(self.provider.idempotent)
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """The channels a delivery of this one may go to, in order: itself, then its
+        fallbacks."""
+        return (self.name, *self.fallback)
 
 
 def provider_problem(provider: object) -> str | None:

@@ -27,11 +27,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kirim.callbacks import CallbackAuth, token_problem
 from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider
 from kirim.providers.dedup import window_of
+from kirim.providers.signing import decode_secret
 from kirim.validation import DAY, BadValue, Number, check_rules, check_text, require_duration
 from kirim.worker.settings import RULES as WORKER_RULES
 from kirim.worker.settings import WorkerSettings
@@ -64,6 +66,11 @@ class ChannelConfig:
     options: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: seconds the provider remembers an idempotency key (checked by `kirim doctor`)
     dedup_window: float | None = None
+    #: the channels tried, in order, after this one certainly did not accept a delivery
+    fallback: tuple[str, ...] = ()
+    #: delivery callbacks (``kirim.callbacks``): Standard Webhooks secrets, or a token
+    callback_secret: tuple[str, ...] = field(default=(), repr=False)
+    callback_token: str | None = field(default=None, repr=False)
 
     def build(self) -> Channel:
         return Channel(
@@ -72,7 +79,15 @@ class ChannelConfig:
             on_unknown=self.on_unknown,
             lookup=self.lookup,
             dedup_window=self.dedup_window,
+            fallback=self.fallback,
+            callback=self.callback_auth(),
         )
+
+    def callback_auth(self) -> CallbackAuth | None:
+        """How the channel's delivery callbacks are verified; None: they are off."""
+        if not self.callback_secret and self.callback_token is None:
+            return None
+        return CallbackAuth(secrets=self.callback_secret, token=self.callback_token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +158,11 @@ _CHANNEL_KEYS = {
     "ca_file",
     # apprise
     "urls",
+    # failover: other channels, tried when this one certainly did not accept it
+    "fallback",
+    # delivery callbacks (POST /v1/callbacks/NAME), any provider
+    "callback_secret",
+    "callback_token",
 }
 #: the keys only one built-in provider takes (the others take the common ones)
 _PROVIDER_KEYS = {
@@ -209,6 +229,7 @@ def parse_config(
     channels = {
         name: _channel(name, spec, where) for name, spec in _table(data, "channels", where).items()
     }
+    _check_fallbacks(channels, where)
     limit = _valid(
         RULES["max_payload_bytes"],
         data.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD),
@@ -300,7 +321,11 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
     options = {
         k: v
         for k, v in spec.items()
-        if k not in ("provider", "on_unknown", "lookup", "dedup_window", "dedup")
+        if k
+        not in (
+            *("provider", "on_unknown", "lookup", "dedup_window", "dedup", "fallback"),
+            *("callback_secret", "callback_token"),
+        )
     }
     prefix = f"{where}: channels.{name}"
     if not isinstance(provider, str):
@@ -352,6 +377,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
             raise ConfigError(f"{prefix}.token must be a string")
     if provider in _PROVIDER_KEYS:
         _provider_options(provider, spec, prefix)
+    secrets, token = _callback_keys(spec, prefix)
     return ChannelConfig(
         name=name,
         provider=provider,
@@ -359,7 +385,75 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         lookup=bool(spec.get("lookup", False)),
         options=options,
         dedup_window=None if window is None else float(window),
+        fallback=_fallback(name, spec.get("fallback", []), prefix),
+        callback_secret=secrets,
+        callback_token=token,
     )
+
+
+def _callback_keys(spec: Mapping[str, Any], prefix: str) -> tuple[tuple[str, ...], str | None]:
+    """``callback_secret`` (one ``whsec_…`` or a list) and ``callback_token``, checked
+    without ever showing them; at most one of the two."""
+    secret = spec.get("callback_secret")
+    token = spec.get("callback_token")
+    if secret is not None and token is not None:
+        raise ConfigError(f"{prefix}: give callback_secret or callback_token, not both")
+    secrets: tuple[str, ...] = ()
+    if secret is not None:
+        listed = [secret] if isinstance(secret, str) else secret
+        if not isinstance(listed, list) or not listed:
+            raise ConfigError(f"{prefix}.callback_secret must be a whsec_ secret or a list of them")
+        for item in listed:
+            try:
+                decode_secret(item)
+            except ValueError as exc:
+                raise ConfigError(f"{prefix}.callback_secret: {exc}") from None
+        secrets = tuple(listed)
+    if token is not None and (problem := token_problem(token)) is not None:
+        raise ConfigError(f"{prefix}.{problem}")
+    return secrets, token
+
+
+def _fallback(name: str, value: Any, prefix: str) -> tuple[str, ...]:
+    """``fallback = ["other", ...]``: other channels' names, each once."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{prefix}.fallback must be a list of channel names")
+    if name in value:
+        raise ConfigError(f"{prefix}.fallback names the channel itself")
+    for other in value:
+        if value.count(other) > 1:
+            raise ConfigError(f"{prefix}.fallback names {other!r} twice")
+    return tuple(value)
+
+
+def _check_fallbacks(channels: Mapping[str, ChannelConfig], where: str) -> None:
+    """Every fallback names a configured channel, and no chain of fallbacks comes back
+    to where it started (a delivery follows only its own channel's list, never a
+    fallback's fallbacks: a cycle can only be a mistake)."""
+    for name, channel in channels.items():
+        for other in channel.fallback:
+            if other not in channels:
+                raise ConfigError(
+                    f"{where}: channels.{name}.fallback: no channel {other!r} is configured"
+                )
+    for name in channels:
+        cycle = _cycle_from([name], channels)
+        if cycle is not None:
+            raise ConfigError(
+                f"{where}: channels.{name}.fallback: a cycle of fallbacks " + " -> ".join(cycle)
+            )
+
+
+def _cycle_from(path: list[str], channels: Mapping[str, ChannelConfig]) -> list[str] | None:
+    """A cycle through ``path[0]`` reachable by fallbacks from ``path[-1]``, if any."""
+    for other in channels[path[-1]].fallback:
+        if other == path[0]:
+            return [*path, other]
+        if other not in path:
+            found = _cycle_from([*path, other], channels)
+            if found is not None:
+                return found
+    return None
 
 
 def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> None:

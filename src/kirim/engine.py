@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kirim import operations
+from kirim.callbacks import CallbackAuth
 from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
 from kirim.config import Config
@@ -26,11 +27,18 @@ from kirim.errors import (
     UnknownChannel,
 )
 from kirim.keys import canonical_json, default_key, payload_hash
-from kirim.model import Delivery, DeliveryStatus, Record, RecordFilter
+from kirim.model import CallbackStatus, Delivery, DeliveryStatus, Record, RecordFilter
 from kirim.observe.logging import get_logger
 from kirim.operations import By, Page
 from kirim.store import open_store
-from kirim.store.base import ActivityBucket, EnqueuesIn, NewDelivery, Store
+from kirim.store.base import (
+    ActivityBucket,
+    Callback,
+    CallbackResult,
+    EnqueuesIn,
+    NewDelivery,
+    Store,
+)
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
@@ -88,6 +96,7 @@ class Kirim:
         )
         self.clock = clock or SystemClock()
         self._channels = dict(channels) if channels is not None else None
+        self._callback_auth: dict[str, CallbackAuth | None] = {}
         self.log = get_logger()
 
     @property
@@ -290,6 +299,53 @@ class Kirim:
         """Requeue a dead letter with a fresh job (the operator releases any earlier
         doubt); the record after. Raises ``NotFound``, ``ActionRefused`` or ``NotSettled``."""
         return await operations.retry(self.store, key_or_id, now=self.clock.now(), by=by)
+
+    # -- delivery callbacks (POST /v1/callbacks/{channel}) ------------------------------
+
+    def callback_auth(self, channel: str) -> CallbackAuth | None:
+        """How ``channel``'s delivery callbacks are verified; None: the channel has them
+        off, or there is no such channel (the providers are not built for this)."""
+        if self._channels is not None:
+            found = self._channels.get(channel)
+            return None if found is None else found.callback
+        spec = self.config.channels.get(channel)
+        if spec is None:
+            return None
+        auth = self._callback_auth.get(channel)
+        if auth is None:
+            auth = self._callback_auth[channel] = spec.callback_auth()
+        return auth
+
+    async def confirm(
+        self,
+        channel: str,
+        message_id: str,
+        status: CallbackStatus | str,
+        *,
+        key: str | None = None,
+        reason: str | None = None,
+        at: float | None = None,
+    ) -> CallbackResult:
+        """Apply a provider's (verified) delivery callback: ``delivered`` moves the
+        delivery to delivered, ``bounced`` or ``failed`` to bounced, resolving any doubt;
+        a second message id confirmed for one delivery is a measured duplicate. Never
+        sends anything. ``key``: the idempotency key the provider was given, for a
+        message id kirim never learned."""
+        callback = Callback(
+            channel=channel,
+            message_id=message_id,
+            status=CallbackStatus(status),
+            key=key,
+            reason=reason,
+            reported_at=at,
+            now=self.clock.now(),
+        )
+        result = await self.store.confirm(callback)
+        if self.metrics is not None:
+            self.metrics.callback(
+                channel, str(callback.status), str(result.outcome), duplicate=result.duplicate
+            )
+        return result
 
     def worker(
         self,

@@ -19,6 +19,11 @@ class DeliveryStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELED = "canceled"
     IN_DOUBT = "in_doubt"
+    #: the provider said, in a delivery callback, that the message reached the user
+    DELIVERED = "delivered"
+    #: the provider said, in a delivery callback, that the message did not reach the
+    #: user (a bounce, or a failure after it had accepted the message)
+    BOUNCED = "bounced"
 
     @property
     def is_final(self) -> bool:
@@ -30,8 +35,13 @@ FINAL_DELIVERY = frozenset(
         DeliveryStatus.SENT,
         DeliveryStatus.FAILED,
         DeliveryStatus.CANCELED,
+        DeliveryStatus.DELIVERED,
+        DeliveryStatus.BOUNCED,
     }
 )
+
+#: Statuses only a provider's delivery callback writes (``Kirim.confirm``).
+CONFIRMED_DELIVERY = frozenset({DeliveryStatus.DELIVERED, DeliveryStatus.BOUNCED})
 
 
 class JobStatus(enum.StrEnum):
@@ -69,6 +79,14 @@ class Doubt(enum.StrEnum):
 
 #: How a doubt reads beside a status.
 DOUBT_LABEL = {Doubt.ASSUMED_SENT: "assumed", Doubt.HELD: "held", Doubt.RESOLVED: "resolved"}
+
+
+class CallbackStatus(enum.StrEnum):
+    """What a provider's delivery callback says of one of its messages."""
+
+    DELIVERED = "delivered"  # it reached the user
+    BOUNCED = "bounced"  # it was refused on the way (a bounce)
+    FAILED = "failed"  # the provider, having accepted it, could not deliver it
 
 
 class OnUnknown(enum.StrEnum):
@@ -142,6 +160,9 @@ class Attempt:
     send_deadline: float | None = None
     #: after this the attempt can no longer cause a request to land (store time)
     settles_at: float | None = None
+    #: the channel whose provider the request went to (the delivery's own or one of its
+    #: fallbacks); None: written before schema version 6, the delivery's own
+    provider: str | None = None
 
     def settled(self, now: float) -> bool:
         """Whether this attempt can no longer cause a request to reach the provider."""

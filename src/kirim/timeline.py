@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+from kirim.model import CONFIRMED_DELIVERY, AttemptStatus, Delivery, DeliveryStatus, JobStatus
 from kirim.views import Record, iso
 
 
@@ -89,7 +89,10 @@ def events(record: Record, *, now: float) -> list[Event]:
             order=0,
         )
     )
+    # a delivery that failed over names each request's channel (provider=)
+    routed = any((a.provider or d.channel) != d.channel for a in attempts)
     for i, a in enumerate(attempts):
+        provider = [("provider", a.provider or d.channel)] if routed else []
         # earlier requests still unanswered when this one left: a race, at a glance
         open_before = [
             b for b in attempts[:i] if b.completed_at is None or b.completed_at > a.requested_at
@@ -118,6 +121,7 @@ def events(record: Record, *, now: float) -> list[Event]:
             ("attempt", a.number),
             ("action", "provider_request"),
             ("request_id", a.provider_request_id),
+            *provider,
         ]
         if open_before:
             request_fields.append(
@@ -142,6 +146,7 @@ def events(record: Record, *, now: float) -> list[Event]:
                 ("attempt", a.number),
                 ("action", "provider_response"),
                 ("request_id", a.provider_request_id),
+                *provider,
                 ("result", a.status),
                 ("message_id", a.provider_message_id),
                 ("error", a.error),
@@ -179,9 +184,10 @@ def events(record: Record, *, now: float) -> list[Event]:
                     ("action", "status_write"),
                     ("status", d.status),
                     ("doubt", d.doubt),
+                    ("by", "provider_callback" if d.status in CONFIRMED_DELIVERY else None),
                     ("error", d.last_error),
                 ),
-                warn=d.status is DeliveryStatus.IN_DOUBT,
+                warn=d.status is DeliveryStatus.IN_DOUBT or duplicate(d),
                 order=4,
             )
         )
@@ -244,3 +250,9 @@ def events(record: Record, *, now: float) -> list[Event]:
         )
     out.sort(key=lambda e: (e.at, e.order))
     return out
+
+
+def duplicate(d: Delivery) -> bool:
+    """The provider confirmed more than one message for the delivery (a callback's
+    measured duplicate, named in its ``last_error``)."""
+    return d.status in CONFIRMED_DELIVERY and (d.last_error or "").startswith("measured duplicate")

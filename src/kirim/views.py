@@ -47,6 +47,8 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
         "status": str(a.status),
         "provider_message_id": a.provider_message_id,
         "worker_id": a.worker_id,
+        # the channel the request went to (the delivery's own, or a fallback)
+        "provider": a.provider,
         "error": a.error,
         "requested_at": iso(a.requested_at),
         "completed_at": iso(a.completed_at),

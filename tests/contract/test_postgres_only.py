@@ -102,6 +102,7 @@ async def begin_intent(conn: psycopg.AsyncConnection, c: Claim, request_id: str)
                         "requested_at": c.job.updated_at,
                         "send_deadline": None,
                         "settles_at": None,
+                        "provider": None,
                     }
                 ]
             }

@@ -222,3 +222,65 @@ def test_a_minimal_factory_provider_builds(factories: str) -> None:
     config = parse_config({"channels": {"push": {"provider": f"{factories}:minimal"}}})
     channel = config.channels["push"].build()
     assert channel.idempotent is False
+
+
+def _fallbacks(**fallback: object) -> dict[str, object]:
+    """Channels a, b and c (webhooks), with these ``fallback`` lists."""
+    hook = {"url": "http://127.0.0.1:9/x"}
+    return {
+        "channels": {
+            n: {**hook, **({"fallback": fallback[n]} if n in fallback else {})}
+            for n in ("a", "b", "c")
+        }
+    }
+
+
+def test_a_fallback_list_builds_into_the_channel_and_not_the_provider(factories: str) -> None:
+    """fallback names other channels, in order; it is the channel's, not an option
+    passed to a factory provider."""
+    config = parse_config(_fallbacks(a=["c", "b"]))
+    channel = config.channels["a"].build()
+    assert channel.fallback == ("c", "b")
+    assert channel.chain == ("a", "c", "b")
+    assert config.channels["b"].build().fallback == ()
+    data = {
+        "channels": {
+            "push": {"provider": f"{factories}:minimal", "fallback": ["b"]},
+            "b": {"url": "http://127.0.0.1:9/x"},
+        }
+    }
+    assert "fallback" not in parse_config(data).channels["push"].options
+    assert parse_config(data).channels["push"].build().fallback == ("b",)
+
+
+@pytest.mark.parametrize(
+    ("fallback", "message"),
+    [
+        ({"a": "b"}, r"channels\.a\.fallback must be a list of channel names"),
+        ({"a": ["b", 3]}, r"channels\.a\.fallback must be a list of channel names"),
+        ({"a": [""]}, r"channels\.a\.fallback must be a list of channel names"),
+        ({"a": ["a"]}, r"channels\.a\.fallback names the channel itself"),
+        ({"a": ["b", "c", "b"]}, r"channels\.a\.fallback names 'b' twice"),
+        ({"a": ["sms"]}, r"channels\.a\.fallback: no channel 'sms' is configured"),
+        ({"a": ["b"], "b": ["a"]}, r"channels\.a\.fallback: a cycle of fallbacks a -> b -> a"),
+        (
+            {"a": ["b"], "b": ["c"], "c": ["a"]},
+            r"channels\.a\.fallback: a cycle of fallbacks a -> b -> c -> a",
+        ),
+    ],
+)
+def test_bad_fallbacks_say_what_to_fix(fallback, message) -> None:
+    """A fallback names configured channels other than its own, each once, without a
+    cycle."""
+    with pytest.raises(ConfigError, match=f"^config: {message}$"):
+        parse_config(_fallbacks(**fallback))
+
+
+def test_a_channel_object_refuses_a_fallback_to_itself_or_twice() -> None:
+    """The library's Channel checks what the config checks for itself."""
+    from kirim.channels import Channel
+    from kirim.testing import FlakyProvider
+
+    for fallback in [("push",), ("b", "b")]:
+        with pytest.raises(ValueError, match="fallback names itself or a channel twice"):
+            Channel(name="push", provider=FlakyProvider(), fallback=fallback)

@@ -16,6 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "kirim"
 
 CORE = {
+    "callbacks",
     "channels",
     "clock",
     "errors",

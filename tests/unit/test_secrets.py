@@ -208,3 +208,90 @@ def test_no_secret_in_config_reprs_or_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as caught:
             parse_config({"channels": {"c": spec}}).channels["c"].build()
         assert_clean(f"the error of {sorted(spec)}", str(caught.value))
+
+
+CALLBACK_TOKEN = "callback-token-4e2b9c81d07a"
+CALLBACK_SECRETS = {"callback secret": SECRET, "callback token": CALLBACK_TOKEN, **SECRETS}
+
+
+def test_no_callback_secret_in_logs_answers_or_errors(tmp_path: Path) -> None:
+    """Delivery callbacks verified by a channel's callback_secret and callback_token,
+    good and bad, logged at debug level: no line, answer, repr or config error holds
+    either."""
+    import io
+
+    from standardwebhooks import Webhook
+
+    from kirim.observe.logging import configure
+
+    out = io.StringIO()
+    configure(fmt="json", level="debug", stream=out)
+    database = f"sqlite:///{tmp_path / 'kirim.db'}"
+    spec = {
+        "database": database,
+        "channels": {
+            "hook": {"url": "http://127.0.0.1:9/x", "callback_secret": [SECRET, SECRET]},
+            "sms": {"url": "http://127.0.0.1:9/x", "callback_token": CALLBACK_TOKEN},
+        },
+    }
+    config = parse_config(spec)
+    texts = [repr(config), repr(config.channels["hook"].build())]
+
+    async def run() -> list[str]:
+        app = Kirim(config)
+        await app.open(migrate=True)
+        try:
+            transport = httpx.ASGITransport(app=create_app(app))
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                raw = json.dumps({"message_id": "m-1", "status": "delivered"})
+                from datetime import UTC, datetime
+
+                now = datetime.now(UTC)
+                good = {
+                    "webhook-id": "msg_1",
+                    "webhook-timestamp": str(int(now.timestamp())),
+                    "webhook-signature": Webhook(SECRET).sign("msg_1", now, raw),
+                    "content-type": "application/json",
+                }
+                answers = [
+                    await client.post("/v1/callbacks/hook", content=raw, headers=good),
+                    await client.post("/v1/callbacks/hook", content=raw + " ", headers=good),
+                    await client.post(
+                        "/v1/callbacks/sms",
+                        content=raw,
+                        headers={
+                            "authorization": f"Bearer {CALLBACK_TOKEN}",
+                            "content-type": "application/json",
+                        },
+                    ),
+                    await client.post(
+                        "/v1/callbacks/sms",
+                        content=raw,
+                        headers={
+                            "authorization": f"Bearer {CALLBACK_TOKEN}x",
+                            "content-type": "application/json",
+                        },
+                    ),
+                ]
+        finally:
+            await app.close()
+        assert [a.status_code for a in answers] == [202, 401, 202, 401]
+        return [a.text + str(a.headers) for a in answers]
+
+    texts += asyncio.run(run())
+    configure(level="warning")
+    texts.append(out.getvalue())
+    assert "callback_unknown" in out.getvalue()
+    assert "callback_refused" in out.getvalue()
+    for bad in (
+        {"callback_secret": f"whsec_{CALLBACK_TOKEN}!!"},
+        {"callback_secret": f"whsec{CALLBACK_TOKEN}"},
+        {"callback_token": f"{CALLBACK_TOKEN} {CALLBACK_TOKEN}"},
+        {"callback_token": CALLBACK_TOKEN, "callback_secret": SECRET},
+    ):
+        with pytest.raises(ConfigError) as caught:
+            parse_config({"channels": {"c": {"url": "http://127.0.0.1:9/x", **bad}}})
+        texts.append(str(caught.value))
+    for text in texts:
+        for name, secret in CALLBACK_SECRETS.items():
+            assert secret not in text, f"the {name} appears in {text[:200]}"

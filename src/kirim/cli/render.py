@@ -47,6 +47,8 @@ STYLES = {
     DeliveryStatus.FAILED: "red",
     DeliveryStatus.CANCELED: "dim",
     DeliveryStatus.IN_DOUBT: "yellow",
+    DeliveryStatus.DELIVERED: "bold green",
+    DeliveryStatus.BOUNCED: "red",
     JobStatus.QUEUED: "cyan",
     JobStatus.RUNNING: "blue",
     JobStatus.RETRY_SCHEDULED: "yellow",

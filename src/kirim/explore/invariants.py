@@ -19,7 +19,10 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
 - ``final``: the run ended with every delivery final (or held ``in_doubt``), no
   job left to run, nothing in flight at the provider;
 - ``unreported_doubt``: a delivery whose last requests may have arrived is not
-  reported as certain (``failed``, or ``sent`` with no doubt and no success).
+  reported as certain (``failed``, or ``sent`` with no doubt and no success);
+- ``one_provider_in_doubt``: after an attempt to a provider that may have arrived
+  (it ends ``requested`` or ``unknown``), no later attempt of the delivery goes to
+  another provider (failover only after a definite non-acceptance), within an epoch.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ NAMES = (
     "no_request_after_cancel",
     "final",
     "unreported_doubt",
+    "one_provider_in_doubt",
 )
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")
@@ -142,6 +146,7 @@ def _delivery(
                 detail=f"{shown}; every attempt definitely failed: {statuses}",
             )
         )
+    out.extend(_one_provider(did, [a for a in attempts if a["requested_at"] >= since]))
     open_doubt = [a for a in attempts if a["status"] in DOUBTFUL and a["requested_at"] >= since]
     succeeded = any(a["status"] == "succeeded" for a in attempts)
     certain = status == "failed" or (status == "sent" and doubt is None and not succeeded)
@@ -154,6 +159,26 @@ def _delivery(
             )
         )
     return out
+
+
+def _one_provider(did: int, attempts: Sequence[dict[str, Any]]) -> list[Violation]:
+    """``one_provider_in_doubt``: once a request to P may have arrived, only P."""
+    first = next(
+        (a for a in sorted(attempts, key=lambda a: a["id"]) if a["status"] in DOUBTFUL), None
+    )
+    if first is None:
+        return []
+    to = first.get("provider")
+    return [
+        Violation(
+            name="one_provider_in_doubt",
+            delivery=did,
+            detail=f"attempt {a['provider_request_id']} went to {a.get('provider')} after "
+            f"{first['provider_request_id']} to {to}, which may have arrived",
+        )
+        for a in attempts
+        if a["id"] > first["id"] and a.get("provider") != to
+    ][:1]
 
 
 def _fenced(a: dict[str, Any]) -> bool:

@@ -13,10 +13,10 @@ from starlette.responses import Response
 
 from kirim.config import Config, ServeSettings
 from kirim.engine import Kirim
-from kirim.http import dashboard, errors, routes_notifications, routes_ops
+from kirim.http import dashboard, errors, routes_callbacks, routes_notifications, routes_ops
 from kirim.http.errors import ErrorBody, Unexpected
 from kirim.http.guard import FrameGuard
-from kirim.http.models import NotificationIn
+from kirim.http.models import CallbackIn, NotificationIn
 from kirim.http.service import AccessLog, Service, make_service
 from kirim.observe.metrics import Metrics
 
@@ -30,7 +30,9 @@ Every `/v1` route needs `Authorization: Bearer TOKEN` (`kirim token create --nam
 NAME`). `POST /v1/notifications` honours the `Idempotency-Key` header (IETF
 httpapi draft): a replay of a completed request answers the original response
 (with `Idempotent-Replayed: true`), a request whose key is still being processed
-gets 409, and the same key with another body gets 422. Errors share one format:
+gets 409, and the same key with another body gets 422. `POST /v1/callbacks/{channel}`
+takes providers' delivery callbacks instead, verified by the channel's own secret or
+token. Errors share one format:
 `{"error": {"code", "message", "details": [{"field", "message", "type"}]}}`.
 """
 
@@ -84,6 +86,7 @@ def create_app(
     app.include_router(routes_notifications.router)
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
+    app.include_router(routes_callbacks.router)
     app.include_router(dashboard.router)
     css = _css()
 
@@ -116,6 +119,17 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     body = NotificationIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas["NewNotification"] = body
+    callback = CallbackIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas["DeliveryCallback"] = callback
+    schemes = doc["components"].setdefault("securitySchemes", {})
+    schemes.setdefault(
+        "callbackToken",
+        {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A channel's `callback_token` (delivery callbacks only).",
+        },
+    )
     schemas.setdefault("ErrorBody", ErrorBody.model_json_schema())
     app.openapi_schema = doc
     return doc

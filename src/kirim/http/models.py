@@ -105,6 +105,9 @@ class AttemptOut(BaseModel):
     status: AttemptStatus
     provider_message_id: str | None
     worker_id: str
+    #: the channel the request went to: the delivery's own, or one of its fallbacks
+    #: (null: recorded before kirim recorded it, the delivery's own)
+    provider: str | None
     error: str | None
     requested_at: StrTime
     completed_at: StrTime | None
@@ -175,3 +178,39 @@ class Timeline(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok", "ready"]
+
+
+#: a callback's ``at`` as epoch seconds: from 1970 to the year 9999
+Epoch = Annotated[float, Field(ge=0, le=253402300799, allow_inf_nan=False)]
+
+
+class CallbackIn(BaseModel):
+    """A provider's delivery callback (``POST /v1/callbacks/{channel}``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="DeliveryCallback")
+
+    message_id: Key = Field(description="The provider's id of its message.")
+    status: Literal["delivered", "bounced", "failed"] = Field(
+        description="`delivered`: it reached the user; `bounced`: it was refused on the "
+        "way; `failed`: the provider, having accepted it, could not deliver it."
+    )
+    key: Key | None = Field(
+        default=None,
+        description="The idempotency key the provider was given (`Idempotency-Key`, "
+        "`webhook-id`): finds the delivery when kirim never learned the message id.",
+    )
+    reason: Text | None = Field(default=None, description="The provider's words, if any.")
+    at: Epoch | When | None = Field(
+        default=None,
+        description="When it happened: epoch seconds, or ISO-8601 with a timezone.",
+    )
+
+
+class CallbackOut(BaseModel):
+    """What a callback did (200), or that no delivery has its message id (202)."""
+
+    outcome: Literal["applied", "recorded", "repeated", "unknown"]
+    notification_id: int | None = None
+    status: DeliveryStatus | None = None
+    previous_status: DeliveryStatus | None = None
+    duplicate: bool = False

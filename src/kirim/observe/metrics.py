@@ -109,6 +109,13 @@ class Metrics:
             ["channel"],
             registry=r,
         )
+        self.failovers = Counter(
+            "kirim_failovers",
+            "Attempts sent to a fallback channel after the one before certainly did not "
+            "accept the delivery, by the delivery's channel and the fallback (to).",
+            ["channel", "to"],
+            registry=r,
+        )
         self.deliveries = Gauge(
             "kirim_deliveries", "Deliveries in the store, by status.", ["status"], registry=r
         )
@@ -142,12 +149,30 @@ class Metrics:
         self.dead_lettered = Counter(
             "kirim_dead_lettered", "Jobs dead-lettered, by channel.", ["channel"], registry=r
         )
+        self.callbacks = Counter(
+            "kirim_callbacks",
+            "Provider delivery callbacks verified, by channel, the status they reported "
+            "(delivered, bounced, failed) and their outcome (applied, recorded, repeated, "
+            "unknown).",
+            ["channel", "status", "outcome"],
+            registry=r,
+        )
+        self.confirmed_duplicates = Counter(
+            "kirim_confirmed_duplicates",
+            "Measured duplicates: a provider confirmed a second (third...) message id for "
+            "one notification.",
+            ["channel"],
+            registry=r,
+        )
         self._retries = _Children(self.retries.labels)
         self._conflicts = _Children(self.enqueue_conflicts.labels)
         self._latency = _Children(self.provider_latency.labels)
         self._requests = _Children(self.provider_requests.labels)
         self._multi = _Children(self.multi_request_deliveries.labels)
         self._dead = _Children(self.dead_lettered.labels)
+        self._failovers = _Children(self.failovers.labels)
+        self._callbacks = _Children(self.callbacks.labels)
+        self._duplicates = _Children(self.confirmed_duplicates.labels)
         self._server: Any = None
         #: the port /metrics is served on (after ``serve``)
         self.port: int | None = None
@@ -174,6 +199,14 @@ class Metrics:
 
     def dead_letter(self, channel: str) -> None:
         self._dead(channel).inc()
+
+    def failover(self, channel: str, to: str) -> None:
+        self._failovers(channel, to).inc()
+
+    def callback(self, channel: str, status: str, outcome: str, *, duplicate: bool) -> None:
+        self._callbacks(channel, status, outcome).inc()
+        if duplicate:
+            self._duplicates(channel).inc()
 
     def lease_expired(self) -> None:
         self.leases_expired.inc()

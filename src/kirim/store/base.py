@@ -22,6 +22,7 @@ from kirim.clock import Clock
 from kirim.model import (
     Attempt,
     AttemptStatus,
+    CallbackStatus,
     Delivery,
     DeliveryStatus,
     Doubt,
@@ -32,7 +33,7 @@ from kirim.model import (
     RecordFilter,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 6
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -77,6 +78,9 @@ class Claim:
     #: the latest ``settles_at`` of the doubtful attempts, when later than ``now``:
     #: until then an earlier request may still land (``Attempt.settled``)
     unsettled_until: float | None = None
+    #: every earlier attempt since the operator's last release, oldest first: the
+    #: failover route is read from them (``kirim.worker.decisions.route``)
+    history: tuple[Attempt, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +106,9 @@ class Intent:
     send_deadline: float | None = None
     #: ... and none can land after this (the deadline plus the request timeout)
     settles_at: float | None = None
+    #: the channel whose provider the request goes to: the delivery's own, or one of
+    #: its fallbacks (None: the delivery's own, tests of the store only)
+    provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +186,46 @@ class QueueStats:
 class DeadLetter:
     delivery: Delivery
     job: Job
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Callback:
+    """A provider's delivery callback, verified (``Operator.confirm``)."""
+
+    channel: str
+    #: the provider's id of its message
+    message_id: str
+    status: CallbackStatus
+    #: the idempotency key the provider was given, when its callback carries it: how a
+    #: message id kirim never learned (a request whose answer was lost) finds its delivery
+    key: str | None = None
+    reason: str | None = None
+    #: when the provider says it happened (epoch seconds), if it says
+    reported_at: float | None = None
+    now: float = 0.0
+
+
+class CallbackOutcome(enum.StrEnum):
+    APPLIED = "applied"  # the delivery's status changed
+    RECORDED = "recorded"  # a new message id, or the provider's new word: status unchanged
+    REPEATED = "repeated"  # said before (a resent callback): nothing changed
+    UNKNOWN = "unknown"  # no delivery of this channel has this message id (or key)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallbackResult:
+    outcome: CallbackOutcome
+    delivery_id: int | None = None
+    #: the delivery's status after the callback, and before it
+    status: DeliveryStatus | None = None
+    previous: DeliveryStatus | None = None
+    #: the doubt the callback settled (``assumed_sent`` or ``held``), if it settled one
+    resolved: Doubt | None = None
+    #: the callback confirmed a second (third…) message id for one delivery: the
+    #: provider holds two messages for one notification, a measured duplicate
+    duplicate: bool = False
+    #: every message id confirmed for the delivery so far, oldest first
+    message_ids: tuple[str, ...] = ()
 
 
 #: the most buckets one ``Operator.activity`` read gives (24 h by the minute: 1,440)
@@ -408,6 +455,10 @@ class Operator(Protocol):
         """Cancel a delivery that is not in flight and not sent."""
         ...
 
+    async def confirm(self, callback: Callback) -> CallbackResult:
+        """Apply a provider's delivery callback (``rules.confirmed``); never sends."""
+        ...
+
     async def counts(self) -> dict[str, dict[str, int]]:
         """{"deliveries": {status: n}, "jobs": {status: n}}."""
         ...
@@ -419,8 +470,9 @@ class Operator(Protocol):
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         """Every ``bucket`` seconds of ``[since, until)`` (store time), oldest first, empty
         ones included: the deliveries that reached an outcome then, each counted once, by
-        its current status, at the time it reached it. ``sent``: status sent or
-        confirmed, at ``sent_at``; ``failed``: status failed, at ``updated_at``;
+        its current status, at the time it reached it. ``sent``: status sent,
+        confirmed or delivered, at ``sent_at``; ``failed``: status failed or bounced, at
+        ``updated_at``;
         ``in_doubt``: status in_doubt, at ``updated_at``, and those sent under
         ``assumed_sent``, at ``sent_at`` (not counted as sent). A delivery that moved on
         since (a retried dead letter, a resolved doubt) counts where it is now, or not

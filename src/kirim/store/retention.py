@@ -11,7 +11,8 @@ the tombstone goes too and the key is free again.
 
 A delivery is finished, and may go, when all of these hold (``prunable``):
 
-- its status is sent, failed or canceled (never in_doubt: an operator owes it a look);
+- its status is sent, delivered, bounced, failed or canceled (never in_doubt: an
+  operator owes it a look);
 - none of its jobs is active (every one completed or dead);
 - none of its attempts is unsettled: one that may have reached the provider
   (requested, unknown) counts as settled only once its ``settles_at`` has passed (a
@@ -235,6 +236,7 @@ def _prune_deliveries(
     n_attempts = yield Query("prune_delete_attempts", args, count=True)
     n_jobs = yield Query("prune_delete_jobs", args, count=True)
     n_requests = yield Query("prune_delete_requests", args, count=True)
+    yield Query("prune_delete_confirmations", args, count=True)
     n_deliveries = yield Query("prune_delete_deliveries", args, count=True)
     return PruneResult(
         deliveries=int(n_deliveries),

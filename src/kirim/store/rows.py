@@ -107,6 +107,7 @@ def attempt_from(row: Row) -> Attempt:
         completed_at=row["completed_at"],
         send_deadline=row["send_deadline"],
         settles_at=row["settles_at"],
+        provider=row["provider"],
     )
 
 

@@ -11,8 +11,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
-from kirim.store.base import AttemptOutcome, ClaimKind, Finish, QueueStats
+from kirim.model import (
+    CONFIRMED_DELIVERY,
+    Attempt,
+    AttemptStatus,
+    CallbackStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+)
+from kirim.store.base import AttemptOutcome, Callback, ClaimKind, Finish, QueueStats
 from kirim.store.rows import Row, evolve
 
 
@@ -155,6 +165,13 @@ def doubtful(attempts: Iterable[Attempt], released_at: float | None) -> list[Att
     return [a for a in attempts if a.status in _MAYBE_SENT and a.requested_at >= since]
 
 
+def since_release(attempts: Iterable[Attempt], released_at: float | None) -> list[Attempt]:
+    """The attempts since the operator's last release (a retry by the operator starts
+    the delivery over: its failover route too)."""
+    since = released_at or 0.0
+    return [a for a in attempts if a.requested_at >= since]
+
+
 def first_success(attempts: Iterable[Attempt]) -> Attempt | None:
     """The earliest attempt that succeeded, if any."""
     found = [a for a in attempts if a.status is AttemptStatus.SUCCEEDED]
@@ -190,7 +207,12 @@ def revoked(d: Delivery, now: float) -> Delivery:
 
 
 def sent_late(d: Delivery, message_id: str | None, now: float) -> Delivery:
-    """A success reported after the claim was lost still makes the delivery sent."""
+    """A success reported after the claim was lost still makes the delivery sent (one
+    the provider already said delivered or bounced keeps the provider's word)."""
+    if d.status in CONFIRMED_DELIVERY:
+        return unclaimed(
+            d, provider_message_id=first_of(d.provider_message_id, message_id), updated_at=now
+        )
     return unclaimed(
         d,
         status=DeliveryStatus.SENT,
@@ -238,3 +260,52 @@ def cancelable(d: Delivery) -> bool:
     if d.status in (DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT):
         return True
     return d.status is DeliveryStatus.PROCESSING and d.claim_token is None
+
+
+# -- delivery callbacks (the provider's word on its messages) -------------------------
+
+
+def confirmed(d: Delivery, cb: Callback, message_ids: Sequence[str], now: float) -> Delivery:
+    """The delivery after a provider's callback about one of its messages.
+
+    ``message_ids``: every message id confirmed for it, this one included. The
+    provider's word outranks what kirim assumed: delivered once any message was
+    confirmed delivered (never taken back: a later bounce of a second copy is recorded,
+    the user had the first), else bounced (a ``bounced`` or ``failed`` callback: the
+    provider had the message and it did not reach the user; kirim never sends it again).
+    Any doubt is resolved; a claim is revoked, so a worker still on it writes nothing
+    and sends nothing more. ``last_error`` says why, and names a measured duplicate.
+    """
+    delivered = cb.status is CallbackStatus.DELIVERED or d.status is DeliveryStatus.DELIVERED
+    status = DeliveryStatus.DELIVERED if delivered else DeliveryStatus.BOUNCED
+    if len(message_ids) > 1:
+        note: str | None = (
+            f"measured duplicate: the provider confirmed {len(message_ids)} messages "
+            f"for one notification ({', '.join(message_ids)})"
+        )
+    elif status is DeliveryStatus.BOUNCED:
+        note = f"{cb.status} (provider callback)" + (f": {cb.reason}" if cb.reason else "")
+    else:
+        note = None
+    return unclaimed(
+        d,
+        status=status,
+        doubt=None if d.doubt is None else Doubt.RESOLVED,
+        provider_message_id=first_of(d.provider_message_id, cb.message_id),
+        last_error=note,
+        sent_at=d.sent_at if d.sent_at is not None else now,
+        updated_at=now,
+    )
+
+
+def settled_doubt(d: Delivery) -> Doubt | None:
+    """The doubt a provider's callback settles for ``d``, if it is in one."""
+    if d.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD):
+        return d.doubt
+    return Doubt.HELD if d.status is DeliveryStatus.IN_DOUBT else None
+
+
+def newer_word(old_reported: float | None, new_reported: float | None) -> bool:
+    """Whether a callback's word on a message replaces the one recorded: unless both
+    say when and the new one happened earlier (callbacks arrive out of order)."""
+    return old_reported is None or new_reported is None or new_reported >= old_reported

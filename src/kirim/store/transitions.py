@@ -24,6 +24,9 @@ from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt,
 from kirim.store import rules
 from kirim.store.base import (
     AttemptOutcome,
+    Callback,
+    CallbackOutcome,
+    CallbackResult,
     Claim,
     ClaimKind,
     Finish,
@@ -332,6 +335,11 @@ def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Oper
                 prior_requests=prior.get(delivery.id, 0),
                 now=now,
                 unsettled_until=rules.unsettled_until(found, now),
+                history=tuple(
+                    rules.since_release(
+                        ledger.attempts(delivery.id), ledger.released_at[delivery.id]
+                    )
+                ),
             )
         )
     yield ledger.writes()
@@ -364,6 +372,7 @@ def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
             "requested_at": at(it.requested_at),
             "send_deadline": it.send_deadline,
             "settles_at": it.settles_at,
+            "provider": it.provider,
         }
         for it in sorted(intents, key=lambda it: it.delivery_id)
     ]
@@ -734,12 +743,95 @@ def cancel(delivery_id: int, given: float) -> Operation[bool]:
     return True
 
 
+# -- delivery callbacks ------------------------------------------------------------------
+
+UNKNOWN = CallbackResult(outcome=CallbackOutcome.UNKNOWN)
+
+
+def confirm(cb: Callback) -> Operation[CallbackResult]:
+    """A provider's callback about one of its messages (``rules.confirmed``).
+
+    The delivery is found by the message id (or the callback's idempotency key), locked
+    with its jobs, and its confirmed message ids read after the lock: a concurrent
+    callback for it has committed, so a second message id is counted once. A callback
+    said before (the same message id and word) changes nothing; one that ends the
+    delivery completes its jobs (a dead letter too) and revokes any claim. Nothing here
+    can make kirim send: no job is ever scheduled.
+    """
+    found = yield Query(
+        "callback_find", {"channel": cb.channel, "message_id": cb.message_id, "key": cb.key}
+    )
+    if not found:
+        return UNKNOWN
+    delivery_id = int(found[0]["id"])
+    ledger = yield from _read([delivery_id])
+    at = yield TIME  # after the locks
+    now = at(cb.now)
+    d = ledger.delivery(delivery_id)
+    if d is None:  # pruned meanwhile
+        return UNKNOWN
+    rows = yield Query("confirmations_of", {"ids": [delivery_id]})
+    known = {r["message_id"]: r for r in rows}
+    ids = [r["message_id"] for r in rows]
+    before = known.get(cb.message_id)
+    if before is not None and (
+        before["status"] == cb.status or not rules.newer_word(before["reported_at"], cb.reported_at)
+    ):
+        return CallbackResult(
+            outcome=CallbackOutcome.REPEATED,
+            delivery_id=d.id,
+            status=d.status,
+            previous=d.status,
+            message_ids=tuple(ids),
+        )
+    duplicate = before is None and bool(ids)
+    if before is None:
+        ids.append(cb.message_id)
+    after = rules.confirmed(d, cb, ids, now)
+    ledger.set_delivery(after)
+    for job in ledger.jobs_of(d.id):
+        if job.status in rules.CARRYING:
+            ledger.set_job(
+                rules.unleased(
+                    job,
+                    status=JobStatus.COMPLETED,
+                    last_error=f"ended by the provider's callback ({cb.status})",
+                    updated_at=now,
+                )
+            )
+    yield ledger.writes(
+        Query(
+            "write_confirmation",
+            {
+                "delivery_id": d.id,
+                "message_id": cb.message_id,
+                "status": str(cb.status),
+                "reason": cb.reason,
+                "reported_at": cb.reported_at,
+                "now": now,
+            },
+            count=True,
+        )
+    )
+    changed = after.status is not d.status
+    return CallbackResult(
+        outcome=CallbackOutcome.APPLIED if changed else CallbackOutcome.RECORDED,
+        delivery_id=d.id,
+        status=after.status,
+        previous=d.status,
+        resolved=rules.settled_doubt(d),
+        duplicate=duplicate,
+        message_ids=tuple(ids),
+    )
+
+
 __all__ = [
     "LATE",
     "STALE",
     "Ledger",
     "cancel",
     "claim",
+    "confirm",
     "finish",
     "heartbeat",
     "reap",

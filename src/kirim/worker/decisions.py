@@ -9,19 +9,23 @@ Text from outside (errors, provider answers) is made fit for the ledger here.
 - ``Decisions.in_doubt``: the in-doubt policy, before a request is sent again while an
   earlier one may have reached the provider (step 4); the worker asks the provider
   first when ``asks_provider`` (its answer is a ``Lookup``), and logs the ``InDoubt``;
+- ``route``: which channel of ``[channel, *fallback]`` the next attempt goes to, read
+  from the delivery's attempts (failover only after a definite non-acceptance; after
+  an uncertain one, only the provider that may have it);
 - ``final``, ``hold``, ``retry``, ``wait_until_settled``: the ``Finish`` of each end.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kirim.channels import Channel
 from kirim.clock import Clock
 from kirim.errors import TransientFailure
-from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
+from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.providers.base import Reconcilable, Sent
 from kirim.store.base import AttemptOutcome, Claim, Finish
 from kirim.text import stored_text
@@ -78,6 +82,72 @@ class InDoubt:
         say("in_doubt", decision=self.decision, **self.fields)
 
 
+#: the outcomes that say the provider certainly did not accept the message
+REFUSED = (AttemptStatus.FAILED_TRANSIENT, AttemptStatus.FAILED_PERMANENT)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where the next attempt of a delivery goes, and why."""
+
+    #: the channel whose provider gets the request
+    to: str
+    #: ``first``: the first of the chain that has not refused it for good; ``pinned``:
+    #: an earlier request to ``to`` may have arrived, so only ``to`` may get it;
+    #: ``failover``: ``previous`` certainly did not accept it, ``to`` is next in the
+    #: chain; ``again``: the chain's end refused it for now, it starts over (after a
+    #: backoff) from the first that has not refused it for good
+    why: Literal["first", "pinned", "failover", "again"]
+    #: the channel of the attempt before, when the route moved on from it
+    previous: str | None = None
+
+
+def route(chain: Sequence[str], history: Sequence[Attempt], doubtful: Sequence[Attempt]) -> Route:
+    """The channel of ``chain`` (the delivery's own, then its fallbacks) that the next
+    attempt goes to, from the delivery's attempts since the operator's last release
+    (``history``, oldest first) and those of them that may have arrived (``doubtful``).
+
+    The ledger decides, not a worker's memory, so the route is the same on any worker
+    and after any crash. An attempt without a provider (written before schema 6) went to
+    the delivery's own channel.
+    """
+    home = chain[0]
+    if doubtful:  # never a second provider while the first one may have it
+        return Route(doubtful[-1].provider or home, "pinned")
+    last = history[-1] if history else None
+    if last is not None and last.status in REFUSED:
+        previous = last.provider or home
+        following = next_provider(chain, history, previous)
+        if following is not None:
+            return Route(following, "failover", previous)
+        return Route(_first(chain, history), "again", previous)
+    return Route(_first(chain, history), "first")
+
+
+def next_provider(
+    chain: Sequence[str], history: Sequence[Attempt], after: str, *, refused: bool = False
+) -> str | None:
+    """The channel after ``after`` in ``chain`` that has not refused for good (a
+    permanent failure in ``history``; ``refused``: ``after`` has just done so too);
+    None at the chain's end."""
+    gone = _refused_for_good(chain, history)
+    if refused:
+        gone.add(after)
+    rest = chain[chain.index(after) + 1 :] if after in chain else chain
+    return next((c for c in rest if c not in gone), None)
+
+
+def _refused_for_good(chain: Sequence[str], history: Sequence[Attempt]) -> set[str]:
+    return {a.provider or chain[0] for a in history if a.status is AttemptStatus.FAILED_PERMANENT}
+
+
+def _first(chain: Sequence[str], history: Sequence[Attempt]) -> str:
+    """The first channel of ``chain`` that has not refused for good (the delivery's own
+    when every one has)."""
+    gone = _refused_for_good(chain, history)
+    return next((c for c in chain if c not in gone), chain[0])
+
+
 def asks_provider(channel: Channel) -> bool:
     """Whether the in-doubt policy asks the provider (``lookup``) before it decides."""
     return bool(channel.lookup) and isinstance(channel.provider, Reconcilable)
@@ -90,9 +160,29 @@ class Decisions:
     rng: random.Random
 
     def after_request(
-        self, claim: Claim, channel: Channel, outcome: AttemptOutcome, error: Exception | None
+        self,
+        claim: Claim,
+        channel: Channel,
+        outcome: AttemptOutcome,
+        error: Exception | None,
+        chain: Sequence[str] = (),
     ) -> Finish:
-        """DESIGN step 7: what the outcome means for the delivery and the job."""
+        """DESIGN step 7: what the outcome means for the delivery and the job.
+
+        ``channel``: the one the request went to; ``chain``: the delivery's channel and
+        its fallbacks. A definite non-acceptance with a next channel in the chain, and
+        no earlier request in doubt, fails over: the next attempt, at once.
+        """
+        if outcome.status in REFUSED and not claim.doubtful and channel.name in chain:
+            permanent = outcome.status is AttemptStatus.FAILED_PERMANENT
+            following = next_provider(chain, claim.history, channel.name, refused=permanent)
+            if following is not None:
+                return self.retry(
+                    claim,
+                    outcome,
+                    f"not accepted by {channel.name}, failing over to {following}: {outcome.error}",
+                    immediate=True,
+                )
         if outcome.status is AttemptStatus.SUCCEEDED:
             return self.final(
                 claim, DeliveryStatus.SENT, outcome=outcome, message_id=outcome.provider_message_id
@@ -235,10 +325,11 @@ class Decisions:
         *,
         retry_after: float | None = None,
         exhausted: Exhausted = DeliveryStatus.FAILED,
+        immediate: bool = False,
     ) -> Finish:
-        """Try again after a backoff; when the attempts are over, a dead letter: held in
-        doubt if this or an earlier request may have arrived (or ``exhausted`` says so),
-        else failed."""
+        """Try again after a backoff (``immediate``: at once); when the attempts are
+        over, a dead letter: held in doubt if this or an earlier request may have arrived
+        (or ``exhausted`` says so), else failed."""
         job = claim.job
         if job.attempts >= job.max_attempts:
             doubtful = bool(claim.doubtful) or (
@@ -253,8 +344,8 @@ class Decisions:
                 job=JobStatus.DEAD,
                 error=f"attempts exhausted: {error}",
             )
-        delay = self.backoff(job.attempts)
-        if retry_after is not None:
+        delay = 0.0 if immediate else self.backoff(job.attempts)  # immediate: a failover
+        if retry_after is not None and not immediate:
             delay = max(delay, retry_after)
         return Finish(
             delivery_id=claim.delivery.id,

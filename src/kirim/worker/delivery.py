@@ -4,9 +4,10 @@
 runs many at once):
 
 - ``_deliver``: a no-op or busy claim ends here; a channel that is not configured
-  is retried; an earlier request in doubt goes through the in-doubt policy first
-  (``_in_doubt``: the provider is asked when it can be, ``Decisions.in_doubt``
-  decides);
+  is retried; the attempt's channel is routed from the ledger (``route``: the
+  delivery's own or one of its fallbacks); an earlier request in doubt goes through
+  the in-doubt policy of the channel that may have it first (``_in_doubt``: the
+  provider is asked when it can be, ``Decisions.in_doubt`` decides);
 - ``_send``: the attempt's intent is committed, fenced by the claim token and bounded
   in time (``_intent``); right before the request would leave, the local deadline
   and a lease the heartbeat found lost are checked (``_too_late``), and past either
@@ -64,7 +65,7 @@ from kirim.text import stored_text
 from kirim.worker.batching import Batcher
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.cutoff import Cutoffs
-from kirim.worker.decisions import Decisions, Lookup, asks_provider
+from kirim.worker.decisions import Decisions, Lookup, Route, asks_provider, route
 from kirim.worker.settings import WorkerSettings
 from kirim.worker.stats import WorkerStats
 
@@ -159,26 +160,38 @@ class Deliverer:
         log.info("job_claimed", token=claim.token[:8], retry=job.attempts > 1)
         try:
             await self._checkpoint("after_claim", claim)
-            channel = self.channels.get(d.channel)
-            if channel is None:
+            home = self.channels.get(d.channel)
+            way = None if home is None else route(home.chain, claim.history, claim.doubtful)
+            channel = None if way is None else self.channels.get(way.to)
+            if home is None or way is None or channel is None:
+                missing = d.channel if way is None else way.to
                 await self._commit(
                     log,
                     claim,
                     self.decide.retry(
-                        claim, None, f"channel {d.channel!r} is not configured on {self.worker_id}"
+                        claim, None, f"channel {missing!r} is not configured on {self.worker_id}"
                     ),
                 )
                 return
+            self._routed(log, d.channel, way)
             if claim.doubtful:
                 early = await self._in_doubt(log, claim, channel)
                 if early is not None:
                     await self._commit(log, claim, early)
                     return
-            await self._send(log, claim, channel)
+            await self._send(log, claim, channel, home.chain)
         except Exception as exc:  # a bug or a store failure: leave the lease to expire
             self.stats.errors += 1
             log.exception("delivery_error", error=str(exc))
             self.spans.outcome("error", error=str(exc))
+
+    def _routed(self, log: Any, home: str, way: Route) -> None:
+        """Log and count a failover (the route moved on from a channel that certainly
+        did not accept the delivery)."""
+        if way.why == "failover":
+            log.info("failover", from_channel=way.previous, to=way.to)
+            if self.metrics is not None:
+                self.metrics.failover(home, way.to)
 
     async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
         """DESIGN step 4: an earlier request may have reached the provider. Ask the
@@ -201,9 +214,10 @@ class Deliverer:
 
     # -- steps 5 to 7 ------------------------------------------------------------------
 
-    async def _send(self, log: Any, claim: Claim, channel: Channel) -> None:
+    async def _send(self, log: Any, claim: Claim, channel: Channel, chain: tuple[str, ...]) -> None:
         """DESIGN step 5: commit the intent, then send within its bound (``_request``),
-        or record that nothing was sent (``_not_sent``)."""
+        or record that nothing was sent (``_not_sent``). ``channel``: the one routed to;
+        ``chain``: the delivery's channel and its fallbacks."""
         job = claim.job
         request_id = new_request_id()
         log = log.bind(provider_request_id=request_id)
@@ -225,7 +239,8 @@ class Deliverer:
         if late is not None:  # the bound of the intent: nothing leaves after it
             await self._not_sent(log, claim, request_id, late)
             return
-        await self._request(log, claim, channel, self._message(claim, request_id), timeout)
+        message = self._message(claim, request_id)
+        await self._request(log, claim, channel, message, timeout, chain)
 
     def _intent(self, claim: Claim, channel: Channel, request_id: str, timeout: float) -> Intent:
         """The write-ahead attempt row: no request of it leaves after ``send_deadline``
@@ -243,6 +258,7 @@ class Deliverer:
             requested_at=self.clock.now(),
             send_deadline=send_deadline,
             settles_at=send_deadline + timeout + lag + self.settings.settle_allowance,
+            provider=channel.name,
         )
 
     def _too_late(self, job_id: int, deadline: float) -> str | None:
@@ -282,12 +298,18 @@ class Deliverer:
         )
 
     async def _request(
-        self, log: Any, claim: Claim, channel: Channel, message: Message, limit: float
+        self,
+        log: Any,
+        claim: Claim,
+        channel: Channel,
+        message: Message,
+        limit: float,
+        chain: tuple[str, ...] = (),
     ) -> None:
         """The provider request (step 5), cut off after ``limit`` seconds, and what its
         answer means (step 7), committed."""
         metrics = self.metrics
-        log.info("provider_request")
+        log.info("provider_request", provider=channel.name)
         self.stats.requests += 1
         started = self.clock.now()
         t0 = time.perf_counter() if metrics is not None else 0.0
@@ -315,7 +337,7 @@ class Deliverer:
             error=None if error is None else stored_text(str(error)),
             completed_at=self.clock.now(),
         )
-        finish = self.decide.after_request(claim, channel, outcome, error)
+        finish = self.decide.after_request(claim, channel, outcome, error, chain)
         await self._commit(log, claim, finish, answered=answered)
 
     async def call(

@@ -39,6 +39,8 @@ from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
+    Callback,
+    CallbackResult,
     Claim,
     DeadLetter,
     Finish,
@@ -377,6 +379,9 @@ class PostgresStore:
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
         return await self._op(transitions.cancel(delivery_id, now))
+
+    async def confirm(self, callback: Callback) -> CallbackResult:
+        return await self._op(transitions.confirm(callback))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         async with self._tx() as cur:

@@ -34,6 +34,8 @@ from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
+    Callback,
+    CallbackResult,
     Claim,
     DeadLetter,
     Finish,
@@ -246,6 +248,8 @@ class SQLiteStore:
                 if version > current:
                     for statement in _statements(sql):
                         conn.execute(statement)
+                    if "writable_schema" in sql:
+                        _reload_schema(conn)
                     conn.execute(Q["set_schema_version"], {"version": str(version)})
                     current = version
             return current
@@ -377,6 +381,9 @@ class SQLiteStore:
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
         return await self._op(transitions.cancel(delivery_id, now))
 
+    async def confirm(self, callback: Callback) -> CallbackResult:
+        return await self._op(transitions.confirm(callback))
+
     async def counts(self) -> dict[str, dict[str, int]]:
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
             d = conn.execute(Q["count_deliveries"]).fetchall()
@@ -470,6 +477,17 @@ class SQLiteStore:
 def _version(conn: sqlite3.Connection) -> int:
     row = conn.execute(Q["schema_version"]).fetchone()
     return parse_version(row["value"]) if row else 0
+
+
+def _reload_schema(conn: sqlite3.Connection) -> None:
+    """After a migration that edited the schema's text (``PRAGMA writable_schema``):
+    bump SQLite's schema cookie, so that this connection and every other one read it
+    again (the step SQLite's ALTER TABLE documentation gives)."""
+    cookie = int(conn.execute("PRAGMA schema_version").fetchone()[0])
+    conn.execute(f"PRAGMA schema_version = {cookie + 1}")
+    check = conn.execute("PRAGMA quick_check").fetchone()[0]
+    if check != "ok":
+        raise SchemaError(f"the schema is damaged after a migration: {check}")
 
 
 def _statements(sql: str) -> list[str]:

@@ -2,20 +2,20 @@
 
 -- name: activity
 -- Deliveries per bucket of [since, until) and kind, each counted once, by its current
--- status, at the time it reached it: sent and confirmed at sent_at (those sent under
--- assumed_sent as in_doubt), failed and in_doubt at updated_at. Scans the deliveries,
--- as the overview's counts do.
+-- status, at the time it reached it: sent, confirmed and delivered at sent_at (those
+-- sent under assumed_sent as in_doubt), failed (bounced too) and in_doubt at updated_at.
+-- Scans the deliveries, as the overview's counts do.
 SELECT floor((at - %(since)s::float8) / %(bucket)s::float8)::bigint AS i, kind, count(*) AS n
 FROM (
     SELECT sent_at AS at,
            CASE WHEN doubt = 'assumed_sent' THEN 'in_doubt' ELSE 'sent' END AS kind
     FROM kirim_deliveries
-    WHERE status IN ('sent', 'confirmed')
+    WHERE status IN ('sent', 'confirmed', 'delivered')
       AND sent_at >= %(since)s::float8 AND sent_at < %(until)s::float8
     UNION ALL
-    SELECT updated_at AS at, status AS kind
+    SELECT updated_at AS at, CASE WHEN status = 'bounced' THEN 'failed' ELSE status END AS kind
     FROM kirim_deliveries
-    WHERE status IN ('failed', 'in_doubt')
+    WHERE status IN ('failed', 'bounced', 'in_doubt')
       AND updated_at >= %(since)s::float8 AND updated_at < %(until)s::float8
 ) AS happened
 GROUP BY i, kind

@@ -33,8 +33,9 @@ FOR NO KEY UPDATE OF d;
 
 -- name: claim_history
 -- After the claim's locks (a new snapshot): per delivery about to be claimed, how many
--- attempt rows it already had, with its attempts that succeeded or may have reached
--- the provider (one row with NULL attempt columns when it has none of those).
+-- attempt rows it already had, with every one of its attempts (the failover route
+-- and the in-doubt policy read them; one row with NULL attempt columns when it has
+-- none).
 SELECT c.claimed_id, c.prior_requests, a.*
 FROM (
     SELECT d.id AS claimed_id,
@@ -43,8 +44,7 @@ FROM (
     FROM kirim_deliveries d
     WHERE d.id = ANY (%(ids)s::bigint[])
 ) c
-LEFT JOIN kirim_attempts a
-  ON a.delivery_id = c.claimed_id AND a.status IN ('succeeded', 'requested', 'unknown')
+LEFT JOIN kirim_attempts a ON a.delivery_id = c.claimed_id
 ORDER BY c.claimed_id, a.id;
 
 -- name: lock_jobs
@@ -128,23 +128,24 @@ FROM unnest(
 
 -- name: insert_intents
 -- Write-ahead attempt intents, each only while its claim token holds (the fence),
--- bounded in time (no request after send_deadline; none can land after settles_at).
+-- bounded in time (no request after send_deadline; none can land after settles_at),
+-- with the channel each request goes to (provider: failover).
 -- FOR SHARE makes a concurrent claim wait for this commit, so that it sees the intent;
 -- deliveries are locked in id order, as everywhere.
 INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
-     send_deadline, settles_at)
+     send_deadline, settles_at, provider)
 SELECT l.delivery_id, l.job_id, l.number, l.request_id, l.worker_id, 'requested',
-       l.requested_at, l.send_deadline, l.settles_at
+       l.requested_at, l.send_deadline, l.settles_at, l.provider
 FROM (
     SELECT u.*
     FROM unnest(
         %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
         %(i_number)s::int[], %(i_request_id)s::text[], %(i_worker_id)s::text[],
         %(i_requested_at)s::float8[], %(i_send_deadline)s::float8[],
-        %(i_settles_at)s::float8[]
+        %(i_settles_at)s::float8[], %(i_provider)s::text[]
     ) AS u (delivery_id, job_id, token, number, request_id, worker_id, requested_at,
-        send_deadline, settles_at)
+        send_deadline, settles_at, provider)
     JOIN kirim_deliveries d
       ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
     ORDER BY d.id

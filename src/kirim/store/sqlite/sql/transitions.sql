@@ -25,9 +25,9 @@ JOIN kirim_deliveries d ON d.id = j.delivery_id
 ORDER BY j.run_at, j.id;
 
 -- name: claim_history
--- Per delivery about to be claimed: how many attempt rows it already had, with its
--- attempts that succeeded or may have reached the provider (one row with NULL attempt
--- columns when it has none of those).
+-- Per delivery about to be claimed: how many attempt rows it already had, with every
+-- one of its attempts (the failover route and the in-doubt policy read them; one row
+-- with NULL attempt columns when it has none).
 SELECT c.claimed_id, c.prior_requests, a.*
 FROM (
     SELECT d.id AS claimed_id,
@@ -36,8 +36,7 @@ FROM (
     FROM kirim_deliveries d
     WHERE d.id IN (SELECT value FROM json_each(:ids))
 ) c
-LEFT JOIN kirim_attempts a
-  ON a.delivery_id = c.claimed_id AND a.status IN ('succeeded', 'requested', 'unknown')
+LEFT JOIN kirim_attempts a ON a.delivery_id = c.claimed_id
 ORDER BY c.claimed_id, a.id;
 
 -- name: lock_jobs
@@ -98,12 +97,12 @@ VALUES (:delivery_id, 'queued', :run_at, :max_attempts, :now, :now);
 -- name: insert_intents
 -- Write-ahead attempt intents (executemany), each only while its claim token holds (the
 -- fence), bounded in time: no request after send_deadline, none can land after
--- settles_at.
+-- settles_at; provider: the channel the request goes to (failover).
 INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
-     send_deadline, settles_at)
+     send_deadline, settles_at, provider)
 SELECT :delivery_id, :job_id, :number, :request_id, :worker_id, 'requested', :requested_at,
-       :send_deadline, :settles_at
+       :send_deadline, :settles_at, :provider
 WHERE EXISTS (SELECT 1 FROM kirim_deliveries
               WHERE id = :delivery_id AND claim_token = :token AND status = 'processing');
 

@@ -1,0 +1,43 @@
+-- Delivery callbacks (kirim.store.transitions.confirm), SQLite. Named parameters (:name);
+-- a set is one JSON parameter (:ids, json_each). These statements only find, read and
+-- write rows: what a callback does to a delivery is decided in rules.confirmed.
+
+-- name: callback_find
+-- The delivery of :channel a callback names: by the provider's message id (the
+-- delivery's, an attempt's, or one an earlier callback confirmed), else by the
+-- idempotency key the callback carries (:key, may be null). The best match first.
+SELECT id, rank FROM (
+    SELECT d.id, 1 AS rank FROM kirim_deliveries d
+    WHERE d.channel = :channel AND d.provider_message_id = :message_id
+    UNION ALL
+    SELECT a.delivery_id, 2 FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
+    WHERE a.provider_message_id = :message_id AND d.channel = :channel
+    UNION ALL
+    SELECT c.delivery_id, 3 FROM kirim_confirmations c
+    JOIN kirim_deliveries d ON d.id = c.delivery_id
+    WHERE c.message_id = :message_id AND d.channel = :channel
+    UNION ALL
+    SELECT d.id, 4 FROM kirim_deliveries d
+    WHERE :key IS NOT NULL AND d.idempotency_key = :key AND d.channel = :channel
+) AS found
+ORDER BY rank, id
+LIMIT 1;
+
+-- name: confirmations_of
+-- Every message id confirmed for these deliveries, oldest first.
+SELECT * FROM kirim_confirmations
+WHERE delivery_id IN (SELECT value FROM json_each(:ids))
+ORDER BY delivery_id, id;
+
+-- name: write_confirmation
+-- A message id confirmed for a delivery, or the provider's new word on one it had.
+INSERT INTO kirim_confirmations
+    (delivery_id, message_id, status, reason, reported_at, received_at, updated_at)
+VALUES (:delivery_id, :message_id, :status, :reason, :reported_at, :now, :now)
+ON CONFLICT (delivery_id, message_id) DO UPDATE
+SET status = excluded.status, reason = excluded.reason, reported_at = excluded.reported_at,
+    updated_at = excluded.updated_at;
+
+-- name: prune_delete_confirmations
+-- The confirmations of these deliveries (retention, before the deliveries).
+DELETE FROM kirim_confirmations WHERE delivery_id IN (SELECT value FROM json_each(:ids));
