@@ -500,7 +500,8 @@ def test_list_shows_the_newest_first_and_after_pages_on_to_older_ones(
     cli: Cli, database_url: str
 ) -> None:
     """list shows the newest deliveries first; --after the last id shown gives the older
-    ones, and a full page says on stderr how to get the next one (both backends)."""
+    ones, and a page with more after it says on stderr how to get the next one (the
+    last page, full or not, says nothing; both backends)."""
     ready = Cli(config=cli.config, database=database_url)
     assert ready("init").exit_code == 0
     for event in "abcde":
@@ -515,6 +516,10 @@ def test_list_shows_the_newest_first_and_after_pages_on_to_older_ones(
     assert [d["event_id"] for d in last] == ["a"]
     oldest = ready.json("list", "--limit", "2", "--oldest-first")
     assert [d["event_id"] for d in oldest] == ["a", "b"]
+    # a page that is full but the last one says nothing more
+    exact = ready("list", "--limit", "1", "--after", str(second[-1]["id"]))
+    assert exact.exit_code == 0
+    assert "more:" not in exact.stderr
 
 
 def test_worker_starts_with_a_banner_naming_database_config_and_channels(

@@ -121,3 +121,14 @@ def test_the_rules_see_an_upward_import(tmp_path: Path) -> None:
     bad.write_text("from kirim.cli.runner import fail\nimport kirim.testing\n")
     assert imports(bad) == {"cli.runner", "testing"}
     assert layer("cli.runner") > layer("store.rules")
+
+
+@pytest.mark.parametrize("module", ["kirim.explore.command", "kirim.cli.doctor", "kirim.worker"])
+def test_each_command_module_imports_first(module: str) -> None:
+    """A module imported on its own, before the CLI (a fresh interpreter): no import
+    cycle (kirim.explore.command once failed unless kirim.cli came first)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
