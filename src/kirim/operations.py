@@ -100,3 +100,5 @@ def _not_dead(record: Record) -> str:
 
 
 IN_DOUBT = RecordFilter(status=DeliveryStatus.IN_DOUBT)
+#: every delivery, oldest first (a report that reads them all, page by page)
+EVERY = RecordFilter(oldest_first=True)

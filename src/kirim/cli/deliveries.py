@@ -11,6 +11,7 @@ from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page
+from kirim.validation import MAX_ID
 
 
 @click.command()
@@ -168,7 +169,7 @@ def list_(
       kirim list --oldest-first --after 200
     """
     state.setup_logging()
-    mark = min(after, runner.MAX_ID)
+    mark = min(after, MAX_ID)
 
     async def go() -> Page:
         async with state.app(read_only=True) as app:

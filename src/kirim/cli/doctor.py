@@ -25,6 +25,7 @@ from kirim.doctor.audit import (
 from kirim.doctor.checks import diagnose
 from kirim.doctor.probes import Database
 from kirim.errors import NotFound
+from kirim.text import redact_url
 
 # -- the command -----------------------------------------------------------------------
 
@@ -105,6 +106,6 @@ def doctor(
     if as_json:
         render.emit_json(report_json(checks))
     else:
-        render_text(runner.safe_url(url) + (f" table {table}" if table else ""), checks)
+        render_text(redact_url(url) + (f" table {table}" if table else ""), checks)
     if any(c.status is PROBLEM for c in checks):
         raise click.exceptions.Exit(runner.EXIT_FAILED)

@@ -39,7 +39,6 @@ from kirim.errors import (
 from kirim.observe.logging import configure
 from kirim.operations import By, not_found
 from kirim.store import open_store
-from kirim.text import redact_url
 from kirim.validation import DURATION, DURATION_UNITS, MAX_EPOCH, as_id
 from kirim.views import Record
 
@@ -47,7 +46,6 @@ T = TypeVar("T")
 
 EXIT_FAILED = 1  # a failed check, a missing record
 EXIT_USAGE = 2  # a bad flag, config, URL or schema: something the caller must fix
-MAX_ID = 2**63 - 1  # the largest id a store holds
 _USAGE_ERRORS = (ConfigError, SchemaError, InvalidNotification, IdempotencyKeyReused)
 _DURATION, _UNITS = DURATION, DURATION_UNITS  # the one grammar of durations
 
@@ -120,10 +118,6 @@ class State:
 
 
 pass_state = click.make_pass_decorator(State, ensure=True)
-
-
-#: the URL without its password (kept: commands and extensions call it)
-safe_url = redact_url
 
 
 def delivery_ref(text: str) -> tuple[str, By]:

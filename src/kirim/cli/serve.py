@@ -15,6 +15,7 @@ from kirim.config import Config, ServeSettings
 from kirim.errors import ConfigError
 from kirim.http.guard import loopback
 from kirim.observe.logging import get_logger
+from kirim.text import redact_url
 
 if TYPE_CHECKING:
     import uvicorn
@@ -165,7 +166,7 @@ def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
     log.info(
         "serving",
         url=f"http://{shown}:{bound[1]}",
-        database=runner.safe_url(config.database),
+        database=redact_url(config.database),
         protect_metrics=config.serve.protect_metrics,
         protect_dashboard=config.serve.protect_dashboard,
     )

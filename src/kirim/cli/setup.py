@@ -9,6 +9,7 @@ import click
 
 from kirim.cli import render, runner
 from kirim.cli.runner import State, pass_state, run
+from kirim.text import redact_url
 
 # -- init, send ------------------------------------------------------------------------
 
@@ -40,7 +41,7 @@ def init(state: State) -> None:
             return await app.store.migrate(), app.store.url
 
     version, url = run(go)
-    click.echo(f"schema version {version} at {runner.safe_url(url)}")
+    click.echo(f"schema version {version} at {redact_url(url)}")
 
 
 # -- demo, bench -----------------------------------------------------------------------

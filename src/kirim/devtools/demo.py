@@ -28,6 +28,7 @@ from kirim.config import load_config
 from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.engine import Kirim, NotifyRequest
 from kirim.model import DeliveryStatus, Doubt, JobStatus
+from kirim.operations import EVERY
 
 LEASE = 2.0
 CONFIG = """\
@@ -217,10 +218,10 @@ async def _report(
     await app.open()
     try:
         in_doubt = retries = dead = lost = unfinished = 0
-        after = 0
-        while page := await app.store.list_deliveries(after_id=after, limit=500):
-            for d in page:
-                job = await app.store.get_job(d.id)
+        cursor: int | None = None
+        while True:  # every delivery with its job, a page at a time
+            page = await app.records(EVERY, cursor=cursor, limit=500)
+            for d, job, _ in page.records:
                 if job is not None:
                     retries += max(0, job.attempts - 1)
                     dead += job.status is JobStatus.DEAD
@@ -234,7 +235,8 @@ async def _report(
                     and (d.status is not DeliveryStatus.FAILED)
                 ):
                     lost += 1
-            after = page[-1].id
+            if (cursor := page.next_cursor) is None:
+                break
     finally:
         await app.close()
     return DemoResult(

@@ -39,11 +39,12 @@ from kirim.http import browse, chart
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
 from kirim.http.guard import host_allowed, writable
-from kirim.http.routes_notifications import MAX_ID, read_body, record_of
+from kirim.http.routes_notifications import read_body, record_of
 from kirim.http.service import Service, service
 from kirim.model import Delivery, DeliveryStatus, Doubt, Job, JobStatus, RecordFilter
 from kirim.operations import Page
 from kirim.timeline import events
+from kirim.validation import MAX_ID
 from kirim.views import Record, iso
 
 router = APIRouter(include_in_schema=False)

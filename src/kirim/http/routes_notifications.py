@@ -25,9 +25,9 @@ from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timelin
 from kirim.http.service import Service, service
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.timeline import events
+from kirim.validation import MAX_ID
 from kirim.views import Record, delivery_json
 
-MAX_ID = 2**63 - 1
 #: the request body's schema, documented by hand: the body is read and validated by
 #: the route itself (size limit, JSON errors, fingerprint)
 #: (as are its header and its security: the hot route resolves no dependency)

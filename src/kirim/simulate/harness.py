@@ -45,6 +45,7 @@ from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError
 from kirim.keys import default_key
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.operations import EVERY
 from kirim.simulate import naive
 from kirim.simulate.options import STRATEGIES, SimOptions
 from kirim.simulate.result import Outcome, SimResult, percentile, rounded
@@ -217,11 +218,10 @@ class _KirimSide(_Side):
         await app.open()
         out = []
         try:
-            after = 0
-            while page := await app.store.list_deliveries(after_id=after, limit=500):
-                for d in page:
-                    job = await app.store.get_job(d.id)
-                    attempts = await app.store.get_attempts(d.id)
+            cursor: int | None = None
+            while True:  # every delivery, a page (deliveries, jobs, attempts) at a time
+                page = await app.records(EVERY, cursor=cursor, limit=500)
+                for d, job, attempts in page.records:
                     doubtful = any(a.status.in_doubt for a in attempts)
                     succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
                     # a lookup that found the key settles the doubt: known sent
@@ -241,7 +241,8 @@ class _KirimSide(_Side):
                             dead=job is not None and job.status is JobStatus.DEAD,
                         )
                     )
-                after = page[-1].id
+                if (cursor := page.next_cursor) is None:
+                    break
         finally:
             await app.close()
         return out

@@ -427,10 +427,9 @@ class Operator(Protocol):
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
-        before_id: int | None = None,
     ) -> list[Delivery]:
-        """Deliveries with ids above ``after_id``, oldest first; with ``before_id``, those
-        below it, newest first."""
+        """Deliveries with ids above ``after_id``, oldest first (an operator's pages,
+        with jobs and attempts, are ``records``)."""
         ...
 
     async def records(

@@ -20,6 +20,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.store.base import ApiToken, RequestSlot, RequestState
+from kirim.validation import MAX_ID
 
 Row = Mapping[str, Any]
 T = TypeVar("T")
@@ -153,10 +154,17 @@ def must_job(row: Row) -> Job:
 def records_from(rows: Sequence[Row], attempts: Sequence[Row]) -> list[Record]:
     """A page's records: each delivery row (joined with its latest job's ``job_``
     columns) with its attempts, from ``attempts_of_many``'s rows."""
-    by_delivery: dict[int, list[Attempt]] = {r["id"]: [] for r in rows}
-    for a in attempts:
-        by_delivery[a["delivery_id"]].append(attempt_from(a))
+    by_delivery = attempts_by_delivery([r["id"] for r in rows], attempts)
     return [(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
+
+
+def attempts_by_delivery(ids: Sequence[int], attempts: Sequence[Row]) -> dict[int, list[Attempt]]:
+    """``attempts_of_many``'s rows by delivery, oldest first (an empty list for a
+    delivery without attempts)."""
+    found: dict[int, list[Attempt]] = {i: [] for i in ids}
+    for a in attempts:
+        found[a["delivery_id"]].append(attempt_from(a))
+    return found
 
 
 def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[str, dict[str, Any]]:
@@ -173,7 +181,3 @@ def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[st
         "limit": limit,
     }
     return ("records_newest" if newest else "records_oldest"), args
-
-
-#: the largest id a store holds
-MAX_ID = 2**63 - 1

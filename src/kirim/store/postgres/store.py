@@ -62,6 +62,7 @@ from kirim.store.postgres.driver import Cursor, drive, one, rows
 from kirim.store.postgres.listen import Listener
 from kirim.store.rows import (
     attempt_from,
+    attempts_by_delivery,
     delivery_from,
     job_from,
     must,
@@ -75,10 +76,10 @@ from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
 from kirim.text import redact_url as redact
+from kirim.validation import MAX_ID
 
 T = TypeVar("T")
 _POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
-_MAX_ID = 2**63 - 1
 
 Conn = psycopg.AsyncConnection[DictRow]
 
@@ -342,18 +343,14 @@ class PostgresStore:
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
-        before_id: int | None = None,
     ) -> list[Delivery]:
-        # before_id: the page below it, newest first (kirim list); else oldest first
         args = {
             "status": None if status is None else str(status),
             "channel": channel,
             "limit": _limit(limit),
             "after_id": after_id,
-            "before_id": None if before_id is None else min(before_id, _MAX_ID),
         }
-        name = "deliveries_after" if before_id is None else "deliveries_before"
-        return [delivery_from(r) for r in await self._rows(name, args)]
+        return [delivery_from(r) for r in await self._rows("deliveries_after", args)]
 
     async def records(
         self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
@@ -365,10 +362,9 @@ class PostgresStore:
             return records_from(found, await rows(cur, "attempts_of_many", {"ids": ids}))
 
     async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
-        found: dict[int, list[Attempt]] = {i: [] for i in delivery_ids}
-        for r in await self._rows("attempts_of_many", {"ids": list(delivery_ids)}):
-            found[r["delivery_id"]].append(attempt_from(r))
-        return found
+        return attempts_by_delivery(
+            delivery_ids, await self._rows("attempts_of_many", {"ids": list(delivery_ids)})
+        )
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         found = await self._rows("dead_letters", {"limit": _limit(limit)})
@@ -483,7 +479,7 @@ def _as_id(text: str) -> int | None:
         number = int(text)
     except ValueError:
         return None
-    return number if number <= _MAX_ID else None
+    return number if number <= MAX_ID else None
 
 
 def _limit(limit: int) -> int | None:

@@ -55,6 +55,7 @@ from kirim.store.base import (
 from kirim.store.rows import (
     Row,
     attempt_from,
+    attempts_by_delivery,
     delivery_from,
     job_from,
     must,
@@ -340,18 +341,14 @@ class SQLiteStore:
         channel: str | None = None,
         after_id: int = 0,
         limit: int = 100,
-        before_id: int | None = None,
     ) -> list[Delivery]:
-        # before_id: the page below it, newest first (kirim list); else oldest first
         args = {
             "status": None if status is None else str(status),
             "channel": channel,
             "limit": limit,
             "after_id": after_id,
-            "before_id": before_id,
         }
-        name = "deliveries_after" if before_id is None else "deliveries_before"
-        return [delivery_from(r) for r in await self._all(name, args)]
+        return [delivery_from(r) for r in await self._all("deliveries_after", args)]
 
     async def records(
         self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
@@ -366,10 +363,10 @@ class SQLiteStore:
         return await self._tx(run, write=False)
 
     async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
-        found: dict[int, list[Attempt]] = {i: [] for i in delivery_ids}
-        for r in await self._all("attempts_of_many", {"ids": json.dumps(list(delivery_ids))}):
-            found[r["delivery_id"]].append(attempt_from(r))
-        return found
+        return attempts_by_delivery(
+            delivery_ids,
+            await self._all("attempts_of_many", {"ids": json.dumps(list(delivery_ids))}),
+        )
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
         rows = await self._all("dead_letters", {"limit": limit})

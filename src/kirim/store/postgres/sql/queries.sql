@@ -33,14 +33,6 @@ WHERE id > %(after_id)s::bigint
   AND (%(channel)s::text IS NULL OR channel = %(channel)s::text)
 ORDER BY id LIMIT %(limit)s;
 
--- name: deliveries_before
--- A page of deliveries below an id, newest first (filters: NULL for any).
-SELECT * FROM kirim_deliveries
-WHERE id < %(before_id)s::bigint
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s::text)
-ORDER BY id DESC LIMIT %(limit)s;
-
 -- name: tokens
 -- API tokens, oldest first; the revoked ones only when %(all)s.
 SELECT * FROM kirim_tokens WHERE %(all)s::boolean OR revoked_at IS NULL ORDER BY id;

@@ -67,13 +67,6 @@ WHERE id > :after_id AND (:status IS NULL OR status = :status)
   AND (:channel IS NULL OR channel = :channel)
 ORDER BY id LIMIT :limit;
 
--- name: deliveries_before
--- A page of deliveries below an id, newest first (filters: NULL for any).
-SELECT * FROM kirim_deliveries
-WHERE id < :before_id AND (:status IS NULL OR status = :status)
-  AND (:channel IS NULL OR channel = :channel)
-ORDER BY id DESC LIMIT :limit;
-
 -- name: dead_letters
 -- Dead jobs, oldest first, each with its delivery.
 SELECT d.*,
