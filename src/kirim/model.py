@@ -24,6 +24,9 @@ class DeliveryStatus(enum.StrEnum):
     #: the provider said, in a delivery callback, that the message did not reach the
     #: user (a bounce, or a failure after it had accepted the message)
     BOUNCED = "bounced"
+    #: recipient preferences or a throttle stopped it before any request left; the
+    #: delivery's ``reason`` says which (``kirim.preferences.Reason``)
+    SUPPRESSED = "suppressed"
 
     @property
     def is_final(self) -> bool:
@@ -37,6 +40,7 @@ FINAL_DELIVERY = frozenset(
         DeliveryStatus.CANCELED,
         DeliveryStatus.DELIVERED,
         DeliveryStatus.BOUNCED,
+        DeliveryStatus.SUPPRESSED,
     }
 )
 
@@ -117,6 +121,13 @@ class Delivery:
     created_at: float
     updated_at: float
     sent_at: float | None
+    #: the notification type of a delivery ``notify_event`` made (None: ``notify``)
+    type: str | None = None
+    #: the recipient whose preferences and throttle rule it (``notify_event``), which
+    #: may differ from ``recipient``, the address of the channel
+    recipient_id: str | None = None
+    #: why it is ``suppressed`` (``opted_out``, ``channel_opted_out``, ``throttled``...)
+    reason: str | None = None
 
     @property
     def status_label(self) -> str:

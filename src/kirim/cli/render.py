@@ -49,6 +49,7 @@ STYLES = {
     DeliveryStatus.IN_DOUBT: "yellow",
     DeliveryStatus.DELIVERED: "bold green",
     DeliveryStatus.BOUNCED: "red",
+    DeliveryStatus.SUPPRESSED: "magenta",
     JobStatus.QUEUED: "cyan",
     JobStatus.RUNNING: "blue",
     JobStatus.RETRY_SCHEDULED: "yellow",

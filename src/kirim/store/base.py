@@ -33,7 +33,7 @@ from kirim.model import (
     RecordFilter,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -54,6 +54,46 @@ class NewDelivery:
     #: app host whose clock runs ahead does not delay it)
     run_at: float | None
     max_attempts: int
+    #: ``notify_event``: the notification type, and the recipient whose preferences
+    #: and throttle rule the delivery (``recipient`` is the channel's address)
+    type: str | None = None
+    recipient_id: str | None = None
+    #: recorded at once as ``suppressed`` with this reason (``kirim.preferences.Reason``);
+    #: its job is written completed, so no worker runs it
+    suppressed: str | None = None
+    #: at most ``limit`` deliveries per window of the throttle's scope (``Throttle``)
+    throttle: Throttle | None = None
+    #: one event of a digest (``DigestEvent``): the store adds it to the stream's open
+    #: digest and returns that digest's delivery (its key derived from stream + window)
+    digest: DigestEvent | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Throttle:
+    """At most ``limit`` deliveries per fixed ``window`` (seconds, windows aligned on
+    the epoch, in store time) in ``scope`` (e.g. ``recipient:u1``), counted in the
+    ledger (``kirim_throttle``) in the enqueue's transaction, so exact across hosts.
+    Over the limit: ``suppress`` records the delivery suppressed (reason ``throttled``);
+    ``defer`` moves its ``run_at`` to the first later window with room."""
+
+    scope: str
+    limit: int
+    window: float
+    over: Literal["suppress", "defer"] = "suppress"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DigestEvent:
+    """One event for the digest of ``stream`` (type, digest key, channel): the store
+    puts it in the stream's digest for the window that holds ``now`` (store time,
+    windows of ``window`` seconds aligned on the epoch), or the next one if that digest
+    is already sealed; the digest's delivery is due when its window ends. Each
+    ``event_id`` goes into one digest of its stream, once."""
+
+    stream: str
+    window: float
+    event_id: str
+    data_json: str
 
 
 class ClaimKind(enum.StrEnum):

@@ -72,6 +72,9 @@ def delivery_from(row: Row, *, payload: bool = True) -> Delivery:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         sent_at=row["sent_at"],
+        type=row["type"],
+        recipient_id=row["recipient_id"],
+        reason=row["reason"],
     )
 
 

@@ -20,7 +20,7 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
 -- active job, no attempt that may still land, nor one of the newest ids (%(newest)s);
 -- no locks (judged again under them).
 SELECT d.id FROM kirim_deliveries d
-WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced') AND d.updated_at < %(before)s::float8
+WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < %(before)s::float8
   AND d.id <> ALL (%(newest)s::bigint[])
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
                   WHERE j.delivery_id = d.id AND j.status NOT IN ('completed', 'dead'))
@@ -38,7 +38,7 @@ SELECT count(*) AS deliveries,
        sum((SELECT count(*) FROM kirim_attempts a WHERE a.delivery_id = d.id)) AS attempts,
        sum((SELECT count(*) FROM kirim_requests r WHERE r.delivery_id = d.id)) AS requests
 FROM kirim_deliveries d
-WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced') AND d.updated_at < %(before)s::float8
+WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < %(before)s::float8
   AND d.id <> ALL (%(newest)s::bigint[])
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
                   WHERE j.delivery_id = d.id AND j.status NOT IN ('completed', 'dead'))

@@ -19,7 +19,7 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
 -- BY: without statistics the planner would take kirim_deliveries_status, then read and
 -- sort every finished delivery (seconds on a ledger of a million, under the write lock).
 SELECT d.id FROM kirim_deliveries AS d INDEXED BY kirim_deliveries_finished
-WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced') AND d.updated_at < :before
+WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < :before
   AND d.id NOT IN (SELECT value FROM json_each(:newest))
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
                   WHERE j.delivery_id = d.id AND j.status NOT IN ('completed', 'dead'))
@@ -37,7 +37,7 @@ SELECT COUNT(*) AS deliveries,
        SUM((SELECT COUNT(*) FROM kirim_attempts a WHERE a.delivery_id = d.id)) AS attempts,
        SUM((SELECT COUNT(*) FROM kirim_requests r WHERE r.delivery_id = d.id)) AS requests
 FROM kirim_deliveries AS d INDEXED BY kirim_deliveries_finished
-WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced') AND d.updated_at < :before
+WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < :before
   AND d.id NOT IN (SELECT value FROM json_each(:newest))
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
                   WHERE j.delivery_id = d.id AND j.status NOT IN ('completed', 'dead'))
