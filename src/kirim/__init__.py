@@ -29,6 +29,7 @@ from kirim.model import (
     JobStatus,
     OnUnknown,
 )
+from kirim.preferences import Preferences, Window
 from kirim.providers import Message, Provider, Reconcilable, Sent
 from kirim.providers.webhook import WebhookProvider
 from kirim.version import __version__
@@ -57,6 +58,7 @@ __all__ = [
     "OnUnknown",
     "PayloadTooLarge",
     "PermanentFailure",
+    "Preferences",
     "Provider",
     "ProviderError",
     "Reconcilable",
@@ -67,6 +69,7 @@ __all__ = [
     "TransientFailure",
     "UnknownChannel",
     "WebhookProvider",
+    "Window",
     "Worker",
     "WorkerSettings",
     "__version__",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 
 from kirim.callbacks import CallbackAuth
@@ -27,6 +28,9 @@ class Channel:
     fallback: tuple[str, ...] = ()
     #: how its providers' delivery callbacks are verified (None: callbacks are off)
     callback: CallbackAuth | None = field(default=None, repr=False)
+    #: the provider's request rate, requests per second, shared by every worker on the
+    #: database (``kirim.store.rates``); None: as fast as the workers go
+    rate: float | None = None
 
     def __post_init__(self) -> None:
         if (problem := provider_problem(self.provider)) is not None:
@@ -35,6 +39,10 @@ class Channel:
             raise ValueError(f"channel {self.name!r}: its provider has no lookup()")
         if self.name in self.fallback or len(set(self.fallback)) != len(self.fallback):
             raise ValueError(f"channel {self.name!r}: fallback names itself or a channel twice")
+        if self.rate is not None and not (
+            isinstance(self.rate, int | float) and 0 < self.rate < math.inf
+        ):
+            raise ValueError(f"channel {self.name!r}: rate must be a positive number")
 
     @property
     def idempotent(self) -> bool:

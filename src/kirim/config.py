@@ -14,6 +14,7 @@ on_unknown = "assume_sent"   # or "hold", "retry"
 # lookup = true               # a webhook needs lookup_url = "http://…/lookup/{key}"
 ```
 
+``[types.NAME]`` tables are notification types (``kirim.notify.types``).
 ``KIRIM_DATABASE_URL`` overrides ``database``.
 """
 
@@ -31,6 +32,7 @@ from kirim.callbacks import CallbackAuth, token_problem
 from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
+from kirim.notify.types import NotificationType, parse_types
 from kirim.providers.base import Provider
 from kirim.providers.dedup import window_of
 from kirim.providers.signing import decode_secret
@@ -51,6 +53,7 @@ CHANNEL_RULES: Mapping[str, Number] = {
     "timeout": Number(minimum=0, above=True, maximum=DAY, unit="seconds"),
     "dedup_window": Number(minimum=0, above=True, maximum=3650 * DAY, unit="seconds"),
     "lookup_lag": Number(minimum=0, maximum=DAY, unit="seconds"),
+    "rate": Number(minimum=0, above=True, maximum=1_000_000, unit="requests per second"),
 }
 #: ``[serve] allowed_hosts`` by default: the loopback names
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -71,6 +74,8 @@ class ChannelConfig:
     #: delivery callbacks (``kirim.callbacks``): Standard Webhooks secrets, or a token
     callback_secret: tuple[str, ...] = field(default=(), repr=False)
     callback_token: str | None = field(default=None, repr=False)
+    #: the provider's request rate (requests per second), shared by every worker
+    rate: float | None = None
 
     def build(self) -> Channel:
         return Channel(
@@ -81,6 +86,7 @@ class ChannelConfig:
             dedup_window=self.dedup_window,
             fallback=self.fallback,
             callback=self.callback_auth(),
+            rate=self.rate,
         )
 
     def callback_auth(self) -> CallbackAuth | None:
@@ -116,6 +122,8 @@ class Config:
     channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
     source: str | None = None
     serve: ServeSettings = field(default_factory=ServeSettings)
+    #: notification types (``[types.NAME]``, ``kirim.notify.types``): notify_event's
+    types: Mapping[str, NotificationType] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_rules(
@@ -130,6 +138,7 @@ _RETENTION_KEYS = {"keep": "retention_keep", "keys": "retention_keys"}
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} - set(_RETENTION_KEYS.values())
 _WORKER_KEYS.add("max_attempts")
 _CHANNEL_KEYS = {
+    "rate",
     "provider",
     "on_unknown",
     "lookup",
@@ -206,6 +215,7 @@ def parse_config(
         "channels",
         "serve",
         "retention",
+        "types",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -230,6 +240,7 @@ def parse_config(
         name: _channel(name, spec, where) for name, spec in _table(data, "channels", where).items()
     }
     _check_fallbacks(channels, where)
+    types = _types(_table(data, "types", where), channels, where, source)
     limit = _valid(
         RULES["max_payload_bytes"],
         data.get("max_payload_bytes", DEFAULT_MAX_PAYLOAD),
@@ -244,7 +255,22 @@ def parse_config(
         channels=channels,
         source=source,
         serve=_serve(_table(data, "serve", where), where),
+        types=types,
     )
+
+
+def _types(
+    table: Mapping[str, Any], channels: Mapping[str, ChannelConfig], where: str, source: str | None
+) -> dict[str, NotificationType]:
+    """``[types.NAME]`` (template_dir read beside the config file); each type's
+    channels are configured ones."""
+    base = None if source is None else Path(source).parent
+    types = parse_types(table, where=where, base=base)
+    for name, ntype in types.items():
+        for channel in ntype.channels:
+            if channel not in channels:
+                raise ConfigError(f"{where}: types.{name}: no channel {channel!r} is configured")
+    return types
 
 
 def _retention(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -323,7 +349,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         for k, v in spec.items()
         if k
         not in (
-            *("provider", "on_unknown", "lookup", "dedup_window", "dedup", "fallback"),
+            *("provider", "on_unknown", "lookup", "dedup_window", "dedup", "fallback", "rate"),
             *("callback_secret", "callback_token"),
         )
     }
@@ -336,6 +362,8 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         raise ConfigError(f"{prefix}.idempotent must be true or false")
     if "timeout" in spec:
         _valid(CHANNEL_RULES["timeout"], spec["timeout"], f"channels.{name}.timeout", where)
+    if "rate" in spec:
+        _valid(CHANNEL_RULES["rate"], spec["rate"], f"channels.{name}.rate", where)
     window = spec.get("dedup_window")
     if window is not None:
         _valid(CHANNEL_RULES["dedup_window"], window, f"channels.{name}.dedup_window", where)
@@ -388,6 +416,7 @@ def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
         fallback=_fallback(name, spec.get("fallback", []), prefix),
         callback_secret=secrets,
         callback_token=token,
+        rate=None if spec.get("rate") is None else float(spec["rate"]),
     )
 
 

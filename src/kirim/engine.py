@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,9 +27,20 @@ from kirim.errors import (
     UnknownChannel,
 )
 from kirim.keys import canonical_json, default_key, payload_hash
-from kirim.model import CallbackStatus, Delivery, DeliveryStatus, Record, RecordFilter
+from kirim.model import (
+    CallbackStatus,
+    Delivery,
+    DeliveryStatus,
+    EnqueueResult,
+    Record,
+    RecordFilter,
+)
+from kirim.notify import fanout, messages
+from kirim.notify.fanout import EventResult
+from kirim.notify.types import NotificationType
 from kirim.observe.logging import get_logger
 from kirim.operations import By, Page
+from kirim.preferences import Preferences, check_recipient_id
 from kirim.store import open_store
 from kirim.store.base import (
     ActivityBucket,
@@ -38,6 +49,7 @@ from kirim.store.base import (
     EnqueuesIn,
     NewDelivery,
     Store,
+    StoredResponse,
 )
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
@@ -84,8 +96,11 @@ class Kirim:
         channels: Mapping[str, Channel] | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
+        types: Iterable[NotificationType] = (),
     ) -> None:
         self.config = config or Config()
+        #: notification types by name: the configuration's, then those given here
+        self.types = {**self.config.types, **{t.name: t for t in types}}
         #: counts enqueue conflicts here; given to the workers of ``worker()``
         self.metrics = metrics
         # Without a clock of its own the app keeps time by the database's clock, so that
@@ -174,34 +189,11 @@ class Kirim:
         """Record many notifications in one transaction (all validated first)."""
         now = self.clock.now()
         items = [self._validate(r, now) for r in requests]
-        if connection is None:
-            results = await self.store.enqueue(items, now=now)
-        else:
-            store = self.store
-            if not isinstance(store, EnqueuesIn):
-                raise ConfigError(
-                    "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
-                )
-            results = await store.enqueue_in(connection, items, now=now)
+        results = await self._enqueue(items, now, connection)
         out = []
         for item, result in zip(items, results, strict=True):
+            self._recorded(item, result, connection)
             d = result.delivery
-            if not result.created and self.metrics is not None:
-                self.metrics.enqueue_conflict(item.channel)
-            # a pruned delivery's fields are gone: whether the key was reused is unknown
-            if not result.created and not result.pruned and (field := reused_field(d, item)):
-                raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
-            # In the caller's transaction the delivery is only staged: it exists once
-            # (and if) the caller commits, which kirim does not see.
-            created = "enqueued" if connection is None else "staged"
-            self.log.info(
-                created if result.created else "enqueue_conflict",
-                notification_id=d.id,
-                event_id=d.event_id,
-                idempotency_key=d.idempotency_key,
-                channel=d.channel,
-                job_id=None if result.job is None else result.job.id,
-            )
             out.append(
                 Notification(
                     delivery_id=d.id,
@@ -212,6 +204,146 @@ class Kirim:
                 )
             )
         return out
+
+    async def _enqueue(
+        self, items: list[NewDelivery], now: float, connection: Any
+    ) -> list[EnqueueResult]:
+        """One transaction: the store's, or the caller's (``connection``)."""
+        if connection is None:
+            return await self.store.enqueue(items, now=now)
+        store = self.store
+        if not isinstance(store, EnqueuesIn):
+            raise ConfigError(
+                "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
+            )
+        return await store.enqueue_in(connection, items, now=now)
+
+    def _recorded(
+        self, item: NewDelivery, result: EnqueueResult, connection: Any, *, check: bool = True
+    ) -> None:
+        """Count, check (``check``: the key's delivery is this one) and log one result."""
+        d = result.delivery
+        if not result.created and self.metrics is not None:
+            self.metrics.enqueue_conflict(item.channel)
+        if result.created and d.status == DeliveryStatus.SUPPRESSED and self.metrics is not None:
+            self.metrics.suppressed(d.channel, d.reason or "")
+        # a pruned delivery's fields are gone: whether the key was reused is unknown
+        if check and not result.created and not result.pruned and (field := reused_field(d, item)):
+            raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
+        # In the caller's transaction the delivery is only staged: it exists once
+        # (and if) the caller commits, which kirim does not see.
+        created = "enqueued" if connection is None else "staged"
+        self.log.info(
+            created if result.created else "enqueue_conflict",
+            notification_id=d.id,
+            event_id=d.event_id,
+            idempotency_key=d.idempotency_key,
+            channel=d.channel,
+            job_id=None if result.job is None else result.job.id,
+        )
+
+    # -- notification types (kirim.notify) ---------------------------------------------
+
+    def notification_type(self, name: str) -> NotificationType:
+        """The type named ``name``; ``InvalidNotification`` naming the known ones."""
+        found = self.types.get(name) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(sorted(self.types)) or "none configured"
+            raise InvalidNotification(f"unknown notification type {name!r} (known: {known})")
+        return found
+
+    async def notify_event(
+        self,
+        type: str,
+        recipients: Any,
+        data: Mapping[str, Any],
+        *,
+        event_id: str,
+        connection: Any = None,
+    ) -> EventResult:
+        """One event of a notification type to every recipient, one delivery per
+        recipient x channel, in one transaction (``connection`` as for ``notify``).
+
+        Every template is rendered first: a template error or a missing variable raises
+        ``RenderError`` (an ``InvalidNotification``) and nothing is written. Then the
+        recipients' preferences suppress or defer deliveries, and throttles and digests
+        apply (``kirim.notify.fanout``). The same event again returns the deliveries it
+        made (created false). ``recipients``: ids, ``{"id", "locale", "to"}`` mappings or
+        ``kirim.notify.Recipient``; ``to`` maps a channel to the address on it."""
+        event = self.prepare_event(type, recipients, data, event_id=event_id)
+        return await self.record_event(event, connection=connection)
+
+    def prepare_event(
+        self, type: str, recipients: Any, data: Mapping[str, Any], *, event_id: str
+    ) -> fanout.Event:
+        """``notify_event``'s first half: the event checked and every template rendered,
+        nothing read or written. Raises ``InvalidNotification`` (``RenderError``)."""
+        return fanout.prepare(
+            self.notification_type(type),
+            recipients,
+            data,
+            event_id=event_id,
+            channels=self.channel_names,
+            max_payload_bytes=self.config.max_payload_bytes,
+        )
+
+    async def record_event(
+        self,
+        event: fanout.Event,
+        *,
+        connection: Any = None,
+        request: tuple[str, str] | None = None,
+        respond: Callable[[EventResult], tuple[int, str]] | None = None,
+    ) -> EventResult:
+        """``notify_event``'s second half: preferences read, deliveries planned and
+        recorded in one transaction. ``request`` (the HTTP service's key and lock token,
+        with ``respond``: the status and body to keep for replays): that request's row
+        is completed in the same transaction, or released when a key was reused."""
+        prefs = await self.store.preferences_of(event.recipient_ids)
+        now = self.clock.now()
+        planned = fanout.plan(event, prefs, now=now, max_attempts=self.config.max_attempts)
+        items = [p.delivery for p in planned]
+
+        def result_of(results: Sequence[EnqueueResult]) -> EventResult:
+            return EventResult(
+                type=event.type.name,
+                event_id=event.event_id,
+                deliveries=tuple(
+                    fanout.outcome(p, r, now=now) for p, r in zip(planned, results, strict=True)
+                ),
+            )
+
+        if request is None:
+            results = await self._enqueue(items, now, connection)
+        else:
+            key, token = request
+
+            def kept(results: Sequence[EnqueueResult]) -> StoredResponse | None:
+                if any(_reused(p.delivery, r) for p, r in zip(planned, results, strict=True)):
+                    return None  # refused below: nothing is kept to replay
+                status, body = (respond or _no_response)(result_of(results))
+                return StoredResponse(status_code=status, body=body)
+
+            results = await self.store.enqueue_request(
+                items, key=key, token=token, now=now, respond=kept
+            )
+        for p, result in zip(planned, results, strict=True):
+            # a digest's delivery is the digest's, and its payload a placeholder
+            self._recorded(p.delivery, result, connection, check=p.delivery.digest is None)
+        return result_of(results)
+
+    def render(
+        self,
+        type: str,
+        data: Any,
+        *,
+        locale: str | None = None,
+        channel: str | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """The payloads ``notify_event`` would record for ``data`` (channel -> payload),
+        rendered in ``locale`` (None: the type's default); nothing is read or written.
+        A digest type's ``data``: one event's data or a list of them."""
+        return messages.preview(self.notification_type(type), data, locale=locale, channel=channel)
 
     def prepare(self, request: NotifyRequest, *, now: float | None = None) -> NewDelivery:
         """Validate one request as ``notify`` does and return what it would write
@@ -300,6 +432,26 @@ class Kirim:
         doubt); the record after. Raises ``NotFound``, ``ActionRefused`` or ``NotSettled``."""
         return await operations.retry(self.store, key_or_id, now=self.clock.now(), by=by)
 
+    # -- recipients' preferences (kirim prefs, /v1/recipients/{id}/preferences) --------
+
+    async def preferences(self, recipient_id: str) -> Preferences | None:
+        """The recipient's preferences; None when they set none (each type's defaults
+        apply). BadValue (a ValueError) for an id that cannot be one."""
+        return await self.store.get_preferences(check_recipient_id(recipient_id))
+
+    async def set_preferences(self, prefs: Preferences) -> Preferences:
+        """Replace the recipient's preferences, all of them (a field left at its default
+        is reset); returns them as stored, with ``updated_at``. Checked first (a
+        ``Preferences`` built by hand too): BadValue naming the field. Deliveries
+        already queued follow the new preferences when they are claimed."""
+        checked = Preferences.from_json(prefs.recipient_id, prefs.to_json())
+        return await self.store.set_preferences(checked, now=self.clock.now())
+
+    async def delete_preferences(self, recipient_id: str) -> bool:
+        """Forget the recipient's preferences (each type's defaults apply again); False
+        when there were none."""
+        return await self.store.delete_preferences(check_recipient_id(recipient_id))
+
     # -- delivery callbacks (POST /v1/callbacks/{channel}) ------------------------------
 
     def callback_auth(self, channel: str) -> CallbackAuth | None:
@@ -364,6 +516,8 @@ class Kirim:
             clock=self.clock,
             checkpoints=checkpoints,
             metrics=metrics if metrics is not None else self.metrics,
+            policies={name: t.policy for name, t in self.types.items()},
+            digests=messages.composers(self.types),
         )
 
 
@@ -383,6 +537,18 @@ def reused_field(existing: Delivery, item: NewDelivery) -> str | None:
     if existing.payload_hash != item.payload_hash:
         return "payload"
     return None
+
+
+def _reused(item: NewDelivery, result: EnqueueResult) -> bool:
+    """Whether ``result`` is a delivery of another notification under ``item``'s key
+    (a digest's payload is a placeholder until sealed: only its event counts)."""
+    if result.created or result.pruned or item.digest is not None:
+        return False
+    return reused_field(result.delivery, item) is not None
+
+
+def _no_response(result: EventResult) -> tuple[int, str]:
+    raise AssertionError("record_event(request=...) needs respond")
 
 
 def _as_text(value: Any) -> Any:
@@ -478,6 +644,28 @@ class SyncKirim:
         first); ``connection`` as for ``notify``."""
         return self._run(self.app.notify_many(requests, connection=_async_view(connection)))
 
+    def notify_event(
+        self,
+        type: str,
+        recipients: Any,
+        data: Mapping[str, Any],
+        *,
+        event_id: str,
+        connection: Any = None,
+    ) -> EventResult:
+        """``Kirim.notify_event``; ``connection`` as for ``notify``."""
+        return self._run(
+            self.app.notify_event(
+                type, recipients, data, event_id=event_id, connection=_async_view(connection)
+            )
+        )
+
+    def render(
+        self, type: str, data: Any, *, locale: str | None = None, channel: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """``Kirim.render``."""
+        return self.app.render(type, data, locale=locale, channel=channel)
+
     def get(self, key_or_id: str | int, *, by: By = "auto") -> Record | None:
         """``Kirim.get``."""
         return self._run(self.app.get(key_or_id, by=by))
@@ -503,6 +691,18 @@ class SyncKirim:
     def retry(self, key_or_id: str | int, *, by: By = "auto") -> Record:
         """``Kirim.retry``."""
         return self._run(self.app.retry(key_or_id, by=by))
+
+    def preferences(self, recipient_id: str) -> Preferences | None:
+        """``Kirim.preferences``."""
+        return self._run(self.app.preferences(recipient_id))
+
+    def set_preferences(self, prefs: Preferences) -> Preferences:
+        """``Kirim.set_preferences``."""
+        return self._run(self.app.set_preferences(prefs))
+
+    def delete_preferences(self, recipient_id: str) -> bool:
+        """``Kirim.delete_preferences``."""
+        return self._run(self.app.delete_preferences(recipient_id))
 
 
 def _async_view(connection: Any) -> Any:

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kirim.model import Attempt, Job, Record
+from kirim.preferences import Preferences
 from kirim.store.base import ApiToken
 
 
@@ -64,9 +65,14 @@ def delivery_json(record: Record) -> dict[str, Any]:
         "event_id": d.event_id,
         "recipient": d.recipient,
         "channel": d.channel,
+        # notify_event's: the notification type, and the recipient whose preferences rule it
+        "type": d.type,
+        "recipient_id": d.recipient_id,
         "payload": d.payload,
         "status": str(d.status),
         "doubt": None if d.doubt is None else str(d.doubt),
+        # why it is suppressed (kirim.preferences.Reason), else null
+        "reason": d.reason,
         "provider_message_id": d.provider_message_id,
         "last_error": d.last_error,
         "claimed_by": d.claimed_by,
@@ -76,6 +82,15 @@ def delivery_json(record: Record) -> dict[str, Any]:
         "sent_at": iso(d.sent_at),
         "job": job_json(job),
         "attempts": [attempt_json(a) for a in attempts],
+    }
+
+
+def preferences_json(prefs: Preferences) -> dict[str, Any]:
+    """A recipient's preferences: its id, the stored document, when it was set."""
+    return {
+        "recipient_id": prefs.recipient_id,
+        **prefs.to_json(),
+        "updated_at": iso(prefs.updated_at),
     }
 
 
@@ -89,4 +104,12 @@ def token_json(token: ApiToken) -> dict[str, Any]:
     }
 
 
-__all__ = ["Record", "attempt_json", "delivery_json", "iso", "job_json", "token_json"]
+__all__ = [
+    "Record",
+    "attempt_json",
+    "delivery_json",
+    "iso",
+    "job_json",
+    "preferences_json",
+    "token_json",
+]

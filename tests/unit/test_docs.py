@@ -566,9 +566,9 @@ def test_every_toml_example_loads() -> None:
 
 def test_the_channel_examples_cover_the_three_providers() -> None:
     """docs/channels.md has one TOML example per built-in provider (and one of delivery
-    callbacks, one of failover), each builds."""
+    callbacks, one of a request rate, one of failover), each builds."""
     blocks = [b for b in split((ROOT / "docs" / "channels.md").read_text())[1] if b.lang == "toml"]
-    assert len(blocks) == 5
+    assert len(blocks) == 6
     kinds = set()
     for block in blocks:
         for spec in parse_config(tomllib.loads(block.body)).channels.values():

@@ -86,8 +86,12 @@ KirimGroup.lazy = {
     **KirimGroup.lazy,
     "serve": ("kirim.cli.serve", "serve"),
     "token": ("kirim.cli.tokens", "token"),
+    # `kirim prefs`: recipients' preferences
+    "prefs": ("kirim.cli.prefs", "prefs"),
     # `kirim explore` (its module imports kirim.cli: loaded after the group)
     "explore": ("kirim.explore.command", "explore"),
+    # `kirim render` (notification types' templates, kirim.notify)
+    "render": ("kirim.cli.events", "render"),
 }
 
 

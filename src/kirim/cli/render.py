@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kirim.engine import Kirim
-from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+from kirim.model import AttemptStatus, Delivery, DeliveryStatus, JobStatus
 from kirim.observe.logging import Sink
 from kirim.text import redact_url
 from kirim.timeline import events
@@ -85,8 +85,9 @@ def show_status(console: Console, record: Record) -> None:
     facts.add_row("event", _text(d.event_id))
     facts.add_row("recipient", _text(d.recipient))
     facts.add_row("channel", _text(d.channel))
-    status = Text(d.status_label, style=STYLES.get(d.status, ""))
-    facts.add_row("status", status)
+    if d.type is not None:
+        facts.add_row("type", _text(f"{d.type} for {d.recipient_id}"))
+    facts.add_row("status", _status(d))
     facts.add_row("provider message", _text(d.provider_message_id))
     if d.last_error:
         facts.add_row("last error", _text(d.last_error))
@@ -113,6 +114,12 @@ def show_status(console: Console, record: Record) -> None:
     console.print(table)
 
 
+def _status(d: Delivery) -> Text:
+    """The status as people read it, with why a suppressed one is: ``suppressed (opted_out)``."""
+    label = d.status_label if d.reason is None else f"{d.status_label} ({d.reason})"
+    return Text(label, style=STYLES.get(d.status, ""))
+
+
 def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("id", no_wrap=True, justify="right")
@@ -128,7 +135,7 @@ def show_deliveries(console: Console, records: Sequence[Record], *, title: str) 
             _text(d.event_id),
             _text(d.recipient),
             _text(d.channel),
-            Text(d.status_label, style=STYLES.get(d.status, "")),
+            _status(d),
             _text(None) if job is None else styled(job.status),
             str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}",
             _text(d.last_error or (job.last_error if job is not None else None)),

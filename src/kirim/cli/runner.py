@@ -145,9 +145,10 @@ async def resolve(app: Kirim, value: str, by: By = "auto") -> Record:
 # -- input -----------------------------------------------------------------------------
 
 
-def parse_payload(text: str) -> Any:
-    """JSON text, ``@file`` for a file's contents, or ``-`` for stdin."""
-    source = "--payload"
+def parse_payload(text: str, flag: str = "--payload") -> Any:
+    """JSON text, ``@file`` for a file's contents, or ``-`` for stdin (``flag``: the
+    option's name, for the messages)."""
+    source = flag
     if text == "-":
         text, source = sys.stdin.read(), "stdin"
     elif text.startswith("@"):
@@ -155,7 +156,7 @@ def parse_payload(text: str) -> Any:
             with open(text[1:], encoding="utf-8") as f:
                 text, source = f.read(), text[1:]
         except (OSError, ValueError) as exc:  # ValueError: a NUL, a file not in UTF-8
-            fail(f"cannot read the payload file: {exc}", EXIT_USAGE)
+            fail(f"cannot read the {flag} file: {exc}", EXIT_USAGE)
     try:
         return json.loads(text)
     except ValueError as exc:  # JSONDecodeError, or a number past Python's digit limit

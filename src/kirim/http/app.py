@@ -13,10 +13,18 @@ from starlette.responses import Response
 
 from kirim.config import Config, ServeSettings
 from kirim.engine import Kirim
-from kirim.http import dashboard, errors, routes_callbacks, routes_notifications, routes_ops
+from kirim.http import (
+    dashboard,
+    errors,
+    routes_callbacks,
+    routes_events,
+    routes_notifications,
+    routes_ops,
+    routes_recipients,
+)
 from kirim.http.errors import ErrorBody, Unexpected
 from kirim.http.guard import FrameGuard
-from kirim.http.models import CallbackIn, NotificationIn
+from kirim.http.models import CallbackIn, EventIn, NotificationIn, PreferencesIn
 from kirim.http.service import AccessLog, Service, make_service
 from kirim.observe.metrics import Metrics
 
@@ -32,7 +40,9 @@ httpapi draft): a replay of a completed request answers the original response
 (with `Idempotent-Replayed: true`), a request whose key is still being processed
 gets 409, and the same key with another body gets 422. `POST /v1/callbacks/{channel}`
 takes providers' delivery callbacks instead, verified by the channel's own secret or
-token. Errors share one format:
+token. `/v1/recipients/{id}/preferences` reads, replaces (`PUT`, the whole
+document) and forgets a recipient's preferences, which workers read again when they
+claim a delivery. Errors share one format:
 `{"error": {"code", "message", "details": [{"field", "message", "type"}]}}`.
 """
 
@@ -87,6 +97,8 @@ def create_app(
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
     app.include_router(routes_callbacks.router)
+    app.include_router(routes_recipients.router)
+    app.include_router(routes_events.router)
     app.include_router(dashboard.router)
     css = _css()
 
@@ -121,6 +133,12 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas["NewNotification"] = body
     callback = CallbackIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas["DeliveryCallback"] = callback
+    prefs = PreferencesIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(prefs.pop("$defs", {}))
+    schemas["PreferencesIn"] = prefs
+    event = EventIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(event.pop("$defs", {}))
+    schemas["NewEvent"] = event
     schemes = doc["components"].setdefault("securitySchemes", {})
     schemes.setdefault(
         "callbackToken",

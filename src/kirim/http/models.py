@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.preferences import Reason
 
 #: send_after must land between these (UTC), so that every time kirim prints is valid.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -136,9 +137,18 @@ class DeliveryOut(BaseModel):
     event_id: str
     recipient: str
     channel: str
+    type: str | None = Field(description="The notification type (`POST /v1/events`), else null.")
+    recipient_id: str | None = Field(
+        description="The recipient whose preferences rule it (`POST /v1/events`), else null."
+    )
     payload: Any
     status: DeliveryStatus
     doubt: Doubt | None
+    reason: Reason | None = Field(
+        description="Why it is `suppressed`: the recipient opted out (of everything, or "
+        "of this type on this channel), the type is off by default on this channel "
+        "(`not_opted_in`), or it was over the type's throttle; else null."
+    )
     provider_message_id: str | None
     last_error: str | None
     claimed_by: str | None
@@ -214,3 +224,134 @@ class CallbackOut(BaseModel):
     status: DeliveryStatus | None = None
     previous_status: DeliveryStatus | None = None
     duplicate: bool = False
+
+
+# -- recipients' preferences (/v1/recipients/{recipient_id}/preferences) --------------
+
+#: a local time of day, 24-hour ``HH:MM``
+ClockTime = Annotated[str, StringConstraints(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")]
+
+
+class WindowJson(BaseModel):
+    """A daily span of the recipient's local time (over midnight when `end` is earlier)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: ClockTime = Field(description="HH:MM, such as 22:00.")
+    end: ClockTime = Field(description="HH:MM, such as 07:00 (not equal to start).")
+
+
+class PreferencesIn(BaseModel):
+    """A recipient's preferences, all of them (a field left out is reset to its default).
+
+    Only documents the body: the route checks it with ``kirim.preferences``, the rules
+    of the CLI and the Python API."""
+
+    model_config = ConfigDict(extra="forbid", title="PreferencesIn")
+
+    opt_out: bool = Field(
+        default=False, description="Opted out of everything (critical types still go)."
+    )
+    channels: dict[str, bool] = Field(
+        default_factory=dict,
+        description='On or off per `"type:channel"`, `"type:*"` or `"*:channel"` (the most '
+        "specific wins, and beats the type's own default).",
+    )
+    timezone: str | None = Field(
+        default=None,
+        max_length=64,
+        description="An IANA time zone (`Asia/Jakarta`) for the quiet hours and the types' "
+        "send windows; null: UTC.",
+    )
+    quiet_hours: WindowJson | None = Field(
+        default=None,
+        description="Nothing but critical types is sent then: deliveries wait for the end.",
+    )
+
+
+class PreferencesOut(BaseModel):
+    """A recipient's preferences as stored."""
+
+    recipient_id: str
+    opt_out: bool
+    channels: dict[str, bool]
+    timezone: str | None
+    quiet_hours: WindowJson | None
+    updated_at: StrTime | None
+
+
+RecipientName = Annotated[
+    str, StringConstraints(min_length=1, max_length=255), AfterValidator(clean_text)
+]
+
+
+class RecipientIn(BaseModel):
+    """A recipient with its locale and its address on each channel."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="EventRecipient")
+
+    id: RecipientName = Field(description="Whose preferences and throttle rule it.")
+    locale: Annotated[str, StringConstraints(min_length=1, max_length=35)] | None = Field(
+        default=None, description="The locale its messages are written in (`id`, `pt_BR`)."
+    )
+    to: dict[ChannelName, Text] = Field(
+        default_factory=dict,
+        description="Its address on each channel (absent: the id).",
+    )
+
+
+class EventIn(BaseModel):
+    """One event of a notification type (``POST /v1/events``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="NewEvent")
+
+    type: ChannelName = Field(description="A notification type configured on the server.")
+    recipients: list[RecipientName | RecipientIn] = Field(
+        min_length=1,
+        max_length=1000,
+        description="Recipient ids, or recipients with a locale and addresses.",
+    )
+    data: dict[str, Any] = Field(description="The templates' variables.")
+    event_id: Text | None = Field(
+        default=None,
+        description="The business event's id (each delivery's key comes from it). "
+        "Default: the `Idempotency-Key` header.",
+    )
+
+    def as_call(self) -> dict[str, Any]:
+        """The arguments of ``Kirim.prepare_event``."""
+        recipients = [
+            r if isinstance(r, str) else {"id": r.id, "locale": r.locale, "to": r.to}
+            for r in self.recipients
+        ]
+        return {
+            "type": self.type,
+            "recipients": recipients,
+            "data": self.data,
+            "event_id": self.event_id,
+        }
+
+
+class EventDeliveryOut(BaseModel):
+    """What became of the event for one recipient on one channel."""
+
+    recipient_id: str
+    channel: str
+    delivery_id: int
+    idempotency_key: str
+    created: bool
+    status: DeliveryStatus
+    reason: Reason | None = Field(description="Why it is suppressed.")
+    run_at: float | None = Field(
+        description="When it is due (epoch seconds), if later: a send window, a "
+        "throttle's next window, or the end of its digest's window."
+    )
+    digest: str | None = Field(description="The digest stream it went into.")
+
+
+class EventOut(BaseModel):
+    """The deliveries one event made (or had made before)."""
+
+    type: str
+    event_id: str
+    deliveries: list[EventDeliveryOut]

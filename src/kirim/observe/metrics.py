@@ -164,6 +164,14 @@ class Metrics:
             ["channel"],
             registry=r,
         )
+        self.suppressed_deliveries = Counter(
+            "kirim_suppressed",
+            "Deliveries suppressed by the notification layer, by channel and reason "
+            "(opted_out, channel_opted_out, not_opted_in: the recipient's preferences, at "
+            "enqueue or at claim time; throttled: over the type's throttle).",
+            ["channel", "reason"],
+            registry=r,
+        )
         self._retries = _Children(self.retries.labels)
         self._conflicts = _Children(self.enqueue_conflicts.labels)
         self._latency = _Children(self.provider_latency.labels)
@@ -173,6 +181,7 @@ class Metrics:
         self._failovers = _Children(self.failovers.labels)
         self._callbacks = _Children(self.callbacks.labels)
         self._duplicates = _Children(self.confirmed_duplicates.labels)
+        self._suppressed = _Children(self.suppressed_deliveries.labels)
         self._server: Any = None
         #: the port /metrics is served on (after ``serve``)
         self.port: int | None = None
@@ -207,6 +216,10 @@ class Metrics:
         self._callbacks(channel, status, outcome).inc()
         if duplicate:
             self._duplicates(channel).inc()
+
+    def suppressed(self, channel: str, reason: str) -> None:
+        """A delivery recorded ``suppressed`` (``kirim.preferences.Reason``)."""
+        self._suppressed(channel, reason).inc()
 
     def lease_expired(self) -> None:
         self.leases_expired.inc()

@@ -32,6 +32,7 @@ from kirim.model import (
     Record,
     RecordFilter,
 )
+from kirim.preferences import Preferences, TypePolicy
 
 SCHEMA_VERSION = 7
 
@@ -88,12 +89,20 @@ class DigestEvent:
     puts it in the stream's digest for the window that holds ``now`` (store time,
     windows of ``window`` seconds aligned on the epoch), or the next one if that digest
     is already sealed; the digest's delivery is due when its window ends. Each
-    ``event_id`` goes into one digest of its stream, once."""
+    ``event_id`` goes into one digest of its stream, once. The enqueue's result is the
+    digest delivery's; its ``created`` says whether this event was new (added now)."""
 
     stream: str
     window: float
     event_id: str
     data_json: str
+
+
+#: The payload of a digest's delivery (``Notifications.seal_digest``), from the delivery
+#: (its placeholder payload, type, recipient, channel) and its events, oldest first:
+#: each ``{"event_id": str, "data": <the event's data>, "at": <store time it came>}``.
+#: Called inside the seal's transaction: pure and quick; what it raises rolls it back.
+Compose = Callable[[Delivery, list[dict[str, Any]]], Any]
 
 
 class ClaimKind(enum.StrEnum):
@@ -121,6 +130,9 @@ class Claim:
     #: every earlier attempt since the operator's last release, oldest first: the
     #: failover route is read from them (``kirim.worker.decisions.route``)
     history: tuple[Attempt, ...] = ()
+    #: a NOOP claim whose delivery the claim-time check of the recipient's preferences
+    #: just suppressed: the reason (``kirim.preferences.Reason``)
+    suppressed: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,8 +414,19 @@ class Lifecycle(Protocol):
 class Queue(Protocol):
     """What a worker needs: claim due jobs, record their attempts, finish them."""
 
-    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
-        """Lease up to ``limit`` due jobs and claim their deliveries."""
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        now: float,
+        lease: float,
+        limit: int,
+        policies: Mapping[str, TypePolicy] | None = None,
+    ) -> list[Claim]:
+        """Lease up to ``limit`` due jobs and claim their deliveries. A delivery whose
+        type is in ``policies`` is checked again against its recipient's preferences,
+        in the same transaction (``rules.preference_check``): suppressed (a NOOP
+        claim), or deferred to its send window (not returned)."""
         ...
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
@@ -569,9 +592,66 @@ class Ledger(Protocol):
         """
         ...
 
+    async def enqueue_request(
+        self,
+        items: Sequence[NewDelivery],
+        *,
+        key: str,
+        token: str,
+        now: float,
+        respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+    ) -> list[EnqueueResult]:
+        """Record many deliveries for one HTTP request (an event's, ``POST /v1/events``)
+        and, in the same transaction, complete that request's row with
+        ``respond(results)`` (fenced by its lock token; None releases it). The row
+        names the first delivery, so that it goes when retention prunes that one."""
+        ...
+
 
 @runtime_checkable
-class Store(Lifecycle, Queue, Operator, Ledger, Tokens, Protocol):
+class Recipients(Protocol):
+    """Recipients' preferences (``kirim.preferences``, schema version 7): one JSON
+    document per recipient id, read by the fan-out and again at claim time."""
+
+    async def get_preferences(self, recipient_id: str) -> Preferences | None: ...
+
+    async def preferences_of(self, recipient_ids: Sequence[str]) -> dict[str, Preferences]:
+        """The preferences of those of ``recipient_ids`` that have any (one statement)."""
+        ...
+
+    async def set_preferences(self, prefs: Preferences, *, now: float) -> Preferences:
+        """Replace the recipient's whole document; returns it with its ``updated_at``
+        (store time)."""
+        ...
+
+    async def delete_preferences(self, recipient_id: str) -> bool:
+        """Forget the recipient's preferences; False when there were none."""
+        ...
+
+
+@runtime_checkable
+class Notifications(Protocol):
+    """What the worker needs of the notification layer (schema version 7): seal a
+    digest before its delivery is sent, and pace a channel's provider requests."""
+
+    async def seal_digest(
+        self, delivery_id: int, token: str, *, now: float, compose: Compose
+    ) -> Delivery | None:
+        """Seal the digest of a claimed delivery and write its payload, ``compose`` of
+        its events, fenced by the claim token (``kirim.store.digests.seal``). None: the
+        claim no longer holds; a digest sealed before (or no digest): the delivery as
+        recorded."""
+        ...
+
+    async def take_rate_slot(self, channel: str, rate: float, *, now: float) -> float:
+        """Take the channel's next request slot at ``rate`` requests per second, shared
+        by every worker on the database (``kirim_rates``, one statement): the seconds
+        from now (store time) until it (0: at once)."""
+        ...
+
+
+@runtime_checkable
+class Store(Lifecycle, Queue, Operator, Ledger, Tokens, Recipients, Notifications, Protocol):
     """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
 
 

@@ -1,13 +1,14 @@
 """The rules of the delivery state machine, written once for both backends (no I/O).
 
 What status follows what, when a success outranks a failure, when a doubt decision
-loses its premise, when a late refusal withdraws an assumption: pure functions of the
-rows a transition read under its locks (``transitions`` does the reading and writing).
+loses its premise, when a late refusal withdraws an assumption, whether a recipient's
+preferences still let a claimed delivery go: pure functions of the rows a transition
+read under its locks (``transitions`` does the reading and writing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,6 +23,7 @@ from kirim.model import (
     Job,
     JobStatus,
 )
+from kirim.preferences import Preferences, Reason, TypePolicy, Verdict, decide
 from kirim.store.base import AttemptOutcome, Callback, ClaimKind, Finish, QueueStats
 from kirim.store.rows import Row, evolve
 
@@ -188,6 +190,40 @@ def claim_kind(d: Delivery, now: float) -> ClaimKind:
         expired = d.claim_expires_at is None or d.claim_expires_at < now
         return ClaimKind.CLAIMED if expired else ClaimKind.BUSY
     return ClaimKind.NOOP
+
+
+def recipients_to_check(
+    claimed: Iterable[Delivery | None], policies: Mapping[str, TypePolicy] | None
+) -> list[str]:
+    """The recipients whose preferences the claim-time check of ``claimed`` reads."""
+    if not policies:
+        return []
+    found = {d.recipient_id for d in claimed if d is not None and d.type in policies}
+    return sorted(r for r in found if r is not None)
+
+
+def preference_check(
+    d: Delivery,
+    policies: Mapping[str, TypePolicy] | None,
+    prefs: Mapping[str, Preferences],
+    now: float,
+) -> Verdict | None:
+    """The claim-time check: what the recipient's preferences say now about a delivery
+    of a type in ``policies`` (``kirim.preferences.decide``); None when it goes (or is
+    no such delivery). A preference changed since the enqueue wins. The caller skips
+    a delivery that an earlier request may have reached: suppressing it would claim
+    it was never sent."""
+    policy = None if not policies or d.type is None else policies.get(d.type)
+    if policy is None:
+        return None
+    found = None if d.recipient_id is None else prefs.get(d.recipient_id)
+    verdict = decide(policy, d.channel, found, now)
+    return None if verdict.action == "send" else verdict
+
+
+def suppressed(d: Delivery, reason: Reason, now: float) -> Delivery:
+    """The delivery stopped by its recipient's preferences: final, with the reason."""
+    return unclaimed(d, status=DeliveryStatus.SUPPRESSED, reason=str(reason), updated_at=now)
 
 
 def unclaimed(d: Delivery, **changes: Any) -> Delivery:

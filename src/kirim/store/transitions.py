@@ -15,12 +15,13 @@ writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kirim.errors import NotSettled
 from kirim.keys import new_token
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.preferences import Preferences, TypePolicy, Verdict
 from kirim.store import rules
 from kirim.store.base import (
     AttemptOutcome,
@@ -35,6 +36,7 @@ from kirim.store.base import (
     Lease,
     Reaped,
 )
+from kirim.store.recipients import preferences_from
 from kirim.store.rows import Row, attempt_from, delivery_from, evolve, job_from, job_of
 from kirim.store.sequence import TIME, Group, Operation, Query
 
@@ -185,6 +187,7 @@ _DELIVERY_COLUMNS = (
     "last_error",
     "sent_at",
     "released_at",
+    "reason",
     "updated_at",
 )
 _JOB_COLUMNS = (
@@ -249,13 +252,23 @@ def _read(ids: Sequence[int], job_ids: Sequence[int] = ()) -> Operation[Ledger]:
 # -- claim (DESIGN steps 1–3) --------------------------------------------------------
 
 
-def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Operation[list[Claim]]:
+def claim(
+    worker_id: str,
+    given: float,
+    lease: float,
+    limit: int | None,
+    policies: Mapping[str, TypePolicy] | None = None,
+) -> Operation[list[Claim]]:
     """Lease up to ``limit`` due jobs (None: every one) and claim their deliveries.
 
     A delivery already final completes its job (noop); one that another worker holds
     puts the job back without counting it (busy); one whose earlier attempt succeeded
-    is marked sent (noop). A claim reports the earlier attempts that may have reached
-    the provider, and until when one may still land.
+    is marked sent (noop). A delivery whose type is in ``policies`` is checked against
+    its recipient's preferences as they are now (``rules.preference_check``): it is
+    suppressed (noop, ``Claim.suppressed``), or deferred to its send window (its job
+    back in the queue without counting the claim; not returned). A claim reports the
+    earlier attempts that may have reached the provider, and until when one may still
+    land.
     """
     at = yield TIME
     now = at(given)
@@ -270,11 +283,16 @@ def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Oper
     kinds = {r["job_id"]: rules.claim_kind(_present(current_of[r["id"]]), now) for r in rows}
     ours = sorted({r["id"] for r in rows if kinds[r["job_id"]] is ClaimKind.CLAIMED})
     prior: dict[int, int] = {}
+    prefs: dict[str, Preferences] = {}
     if ours:
-        for a in (yield Query("claim_history", {"ids": ours})):
+        asked = rules.recipients_to_check(map(current_of.__getitem__, ours), policies)
+        read = (Query("preferences_of", {"ids": asked}),) if asked else ()
+        history, *found = yield (Query("claim_history", {"ids": ours}), *read)
+        for a in history:
             prior[a["claimed_id"]] = int(a["prior_requests"])
             if a["id"] is not None:
                 ledger.attempt_rows.setdefault(a["delivery_id"], []).append(a)
+        prefs = {r["recipient_id"]: preferences_from(r) for r in (found[0] if found else ())}
     claims = []
     for row in rows:
         job = job_of(row)
@@ -314,6 +332,11 @@ def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Oper
             ledger.set_job(rules.unleased(leased, status=JobStatus.COMPLETED, last_error=reason))
             claims.append(_claim(ClaimKind.NOOP, leased, done, token, now, reason=reason))
             continue
+        verdict = rules.preference_check(current, policies, prefs, now)
+        if verdict is not None and not ledger.doubtful(current.id):
+            if (stopped := _stopped(ledger, current, job, verdict, token, now)) is not None:
+                claims.append(stopped)
+            continue
         delivery = evolve(
             current,
             status=DeliveryStatus.PROCESSING,
@@ -344,6 +367,32 @@ def claim(worker_id: str, given: float, lease: float, limit: int | None) -> Oper
         )
     yield ledger.writes()
     return claims
+
+
+def _stopped(
+    ledger: Ledger, d: Delivery, job: Job, verdict: Verdict, token: str, now: float
+) -> Claim | None:
+    """The claim-time check said no: the delivery suppressed (a NOOP claim, its job
+    completed), or deferred to its send window (None: not returned; its job back in the
+    queue at the opening, in the status it had, the claim not counted)."""
+    if verdict.action == "defer" or verdict.reason is None:
+        ledger.set_delivery(rules.unclaimed(d, updated_at=now))
+        ledger.set_job(rules.unleased(job, run_at=verdict.until, updated_at=now))
+        return None
+    note = f"suppressed: {verdict.reason}"
+    done = rules.suppressed(d, verdict.reason, now)
+    closed = rules.unleased(job, status=JobStatus.COMPLETED, last_error=note, updated_at=now)
+    ledger.set_delivery(done)
+    ledger.set_job(closed)
+    return Claim(
+        kind=ClaimKind.NOOP,
+        job=closed,
+        delivery=done,
+        token=token,
+        reason=note,
+        now=now,
+        suppressed=str(verdict.reason),
+    )
 
 
 def _claim(

@@ -5,13 +5,14 @@ runs many at once):
 
 - ``_deliver``: a no-op or busy claim ends here; a channel that is not configured
   is retried; the attempt's channel is routed from the ledger (``route``: the
-  delivery's own or one of its fallbacks); an earlier request in doubt goes through
+  delivery's own or one of its fallbacks); a digest is sealed (``prepare``: its
+  payload composed of its events); an earlier request in doubt goes through
   the in-doubt policy of the channel that may have it first (``_in_doubt``: the
   provider is asked when it can be, ``Decisions.in_doubt`` decides);
-- ``_send``: the attempt's intent is committed, fenced by the claim token and bounded
-  in time (``_intent``); right before the request would leave, the local deadline
-  and a lease the heartbeat found lost are checked (``_too_late``), and past either
-  nothing leaves (``_not_sent``);
+- ``_send``: the channel's request rate is kept (``prepare``); the attempt's intent
+  is committed, fenced by the claim token and bounded in time (``_intent``); right
+  before the request would leave, the local deadline and a lease the heartbeat found
+  lost are checked (``_too_late``), and past either nothing leaves (``_not_sent``);
 - ``_request``: the provider call (``call``, cut off at its request timeout and
   classified, step 7), measured and logged, then decided (``Decisions``);
 - ``_commit``: outcome, delivery status and job in one transaction, fenced by the
@@ -56,6 +57,7 @@ from kirim.store.base import (
     AttemptOutcome,
     Claim,
     ClaimKind,
+    Compose,
     Finish,
     FinishResult,
     Intent,
@@ -66,6 +68,7 @@ from kirim.worker.batching import Batcher
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.cutoff import Cutoffs
 from kirim.worker.decisions import Decisions, Lookup, Route, asks_provider, route
+from kirim.worker.prepare import Prepare
 from kirim.worker.settings import WorkerSettings
 from kirim.worker.stats import WorkerStats
 
@@ -105,10 +108,12 @@ class Deliverer:
         claimed_at: dict[int, float],
         finishing: set[int],
         lost: set[int],
+        digests: Mapping[str, Compose] | None = None,
     ) -> None:
         """``claimed_at``, ``finishing``, ``lost``: the worker's bookkeeping of its work
         in flight (shared, not copied): when each claim was asked for (this host's
-        monotonic time), the jobs being committed, the jobs whose lease was lost."""
+        monotonic time), the jobs being committed, the jobs whose lease was lost.
+        ``digests``: the compose function of each digest type (``prepare``)."""
         self.channels = channels
         self.settings = settings
         self.worker_id = worker_id
@@ -125,6 +130,9 @@ class Deliverer:
         self._lost = lost
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
+        self.prepare = Prepare(
+            store, digests=digests or {}, decide=decide, clock=clock, monotonic=monotonic
+        )
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
 
@@ -174,6 +182,11 @@ class Deliverer:
                 )
                 return
             self._routed(log, d.channel, way)
+            if self.prepare.carries_digest(claim):
+                sealed = await self._seal(log, claim)
+                if sealed is None:
+                    return
+                claim = sealed
             if claim.doubtful:
                 early = await self._in_doubt(log, claim, channel)
                 if early is not None:
@@ -184,6 +197,21 @@ class Deliverer:
             self.stats.errors += 1
             log.exception("delivery_error", error=str(exc))
             self.spans.outcome("error", error=str(exc))
+
+    async def _seal(self, log: Any, claim: Claim) -> Claim | None:
+        """The claim with its digest's payload (``Prepare.seal``); None: ended here."""
+        sealed = await self.prepare.seal(claim)
+        if isinstance(sealed, Finish):
+            log.error("digest_not_composed", error=sealed.error)
+            await self._commit(log, claim, sealed)
+            return None
+        if sealed is None:
+            self.stats.claims_lost += 1
+            log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
+            self.spans.outcome("claim_lost")
+            return None
+        log.info("digest_sealed", payload_hash=sealed.delivery.payload_hash[:12])
+        return sealed
 
     def _routed(self, log: Any, home: str, way: Route) -> None:
         """Log and count a failover (the route moved on from a channel that certainly
@@ -222,10 +250,15 @@ class Deliverer:
         request_id = new_request_id()
         log = log.bind(provider_request_id=request_id)
         timeout = request_timeout(channel, self.settings)
-        intent = self._intent(claim, channel, request_id, timeout)
         # The same bound on this host's monotonic clock, from before the claim was asked
         # for: earlier than the stored deadline, whatever this host's wall clock says.
         deadline = self._claimed_at.get(job.id, self._monotonic()) + self.settings.send_within
+        later = await self.prepare.pace(claim, channel, deadline)
+        if later is not None:  # the channel's rate: its next slot is too far for this claim
+            log.info("rate_wait", error=later.error)
+            await self._commit(log, claim, later)
+            return
+        intent = self._intent(claim, channel, request_id, timeout)
         if not await self._intents.submit(intent):
             self.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")

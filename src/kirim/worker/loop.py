@@ -43,6 +43,8 @@ from kirim.worker.stats import WorkerStats
 if TYPE_CHECKING:
     from kirim.model import AttemptStatus
     from kirim.observe.metrics import Metrics
+    from kirim.preferences import TypePolicy
+    from kirim.store.base import Compose
 
 __all__ = ["Worker"]
 
@@ -63,12 +65,20 @@ class Worker:
         rng: random.Random | None = None,
         metrics: Metrics | None = None,
         tracer: tracing.Tracer | None = None,
+        policies: Mapping[str, TypePolicy] | None = None,
+        digests: Mapping[str, Compose] | None = None,
     ) -> None:
         """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
         global OpenTelemetry SDK provider when one is set, else none (the worker's spans
-        are then ``tracing.NO_SPANS``, which do nothing)."""
+        are then ``tracing.NO_SPANS``, which do nothing). ``policies``: the notification
+        types (name -> ``TypePolicy``) whose deliveries the claim checks again against
+        their recipients' preferences (a preference changed since the enqueue wins).
+        ``digests``: the digest types (name -> compose function, ``kirim.store.base.
+        Compose``), whose deliveries are sealed before they are sent."""
         self.store = store
         self.channels = dict(channels)
+        self.policies = dict(policies or {})
+        self.digests = dict(digests or {})
         self.settings = settings or WorkerSettings()
         self.worker_id = worker_id or default_worker_id()
         self.clock = clock or SystemClock()
@@ -116,6 +126,7 @@ class Worker:
             claimed_at=self._claimed_at,
             finishing=self._finishing,
             lost=self._lost,
+            digests=self.digests,
         )
         heartbeat = Heartbeat(
             store,
@@ -291,15 +302,37 @@ class Worker:
                 now=self.clock.now(),
                 lease=self.settings.lease,
                 limit=min(free, self.settings.batch_size),
+                policies=self.policies or None,
             )
         except StoreError as exc:
             self.log.error("claim_failed", error=str(exc))
             await self.clock.sleep(self.settings.poll_interval)
             return 0
         for claim in claims:
+            if claim.suppressed is not None:
+                self._suppressed(claim)
             self._claimed_at[claim.job.id] = asked
             self._start(claim)
         return len(claims)
+
+    def _suppressed(self, claim: Claim) -> None:
+        """The claim-time check stopped a delivery: say so, and count it by reason."""
+        d, reason = claim.delivery, str(claim.suppressed)
+        self.stats.suppressed += 1
+        if self.metrics is not None:
+            self.metrics.suppressed(d.channel, reason)
+        self.log.info(
+            "delivery_suppressed",
+            notification_id=d.id,
+            event_id=d.event_id,
+            job_id=claim.job.id,
+            idempotency_key=d.idempotency_key,
+            channel=d.channel,
+            type=d.type,
+            recipient_id=d.recipient_id,
+            reason=reason,
+            at="claim",
+        )
 
     def _start(self, claim: Claim) -> None:
         job_id = claim.job.id

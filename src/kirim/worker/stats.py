@@ -12,6 +12,8 @@ from kirim.store.base import Finish
 class WorkerStats:
     claimed: int = 0
     noops: int = 0
+    #: deliveries the claim-time check of their recipients' preferences suppressed
+    suppressed: int = 0
     requests: int = 0
     sent: int = 0
     failed: int = 0

@@ -80,7 +80,7 @@ async def together(cur: Cursor, steps: Group) -> list[Any]:
                     raise KeyError(f"PostgreSQL has no query named {q.name!r}")
                 cursors.append(None)
                 continue
-            c = conn.cursor()
+            c = conn.cursor(row_factory=cur.row_factory)
             await c.execute(Q[q.name], bind(q.args))
             cursors.append(c)
         await pipeline.sync()

@@ -1,14 +1,15 @@
 """PostgreSQL: what comes in. Enqueue (deliveries and their jobs, once per idempotency
-key, one statement per batch) and the HTTP service's idempotent requests, over one
-cursor that the caller opened."""
+key, one statement per batch; digests and throttles by ``kirim.store.admission``) and
+the HTTP service's idempotent requests, over one cursor that the caller opened."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kirim.errors import StoreError
 from kirim.model import Delivery, EnqueueResult, Job, JobStatus
+from kirim.store import admission
 from kirim.store.base import (
     NewDelivery,
     RequestBegin,
@@ -18,7 +19,7 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
 )
-from kirim.store.postgres.driver import Cursor, one, rows, run
+from kirim.store.postgres.driver import Cursor, drive, one, rows, run
 from kirim.store.retention import delivery_from_tombstone, key_hash
 from kirim.store.rows import delivery_from, job_of, request_slot_from
 
@@ -30,6 +31,24 @@ async def enqueue(
 ) -> list[EnqueueResult]:
     """Insert deliveries and jobs; a known key returns the existing row (``created=False``),
     a pruned one whose tombstone is kept the delivery rebuilt from it (``pruned=True``).
+    Events for digests and throttles: ``kirim.store.admission``, in the same
+    transaction (``now`` None: the database's clock, read once for it).
+    """
+    if not items:
+        return []
+    plain = [it for it in items if admission.plain(it)]
+    found = iter(await _insert(cur, plain, now))
+    inserted = [next(found) if admission.plain(it) else None for it in items]
+    if not admission.needed(items):
+        return [r for r in inserted if r is not None]
+    op = admission.admit(items, inserted, 0.0 if now is None else now)
+    return await drive(op, cur, "database" if now is None else None)
+
+
+async def _insert(
+    cur: Cursor, items: Sequence[NewDelivery], now: float | None
+) -> list[EnqueueResult]:
+    """The plain items' deliveries and jobs, one statement.
 
     Not prepared: a generic plan would not know how many items the arrays hold (the
     caller's own connection, in ``enqueue_in``, is not set to plan every time).
@@ -52,6 +71,9 @@ async def enqueue(
             "run_ats": [None if it.run_at is None else float(it.run_at) for it in items],
             "max_attempts": [it.max_attempts for it in items],
             "key_hashes": [key_hash(it.idempotency_key) for it in items],
+            "types": [it.type for it in items],
+            "recipient_ids": [it.recipient_id for it in items],
+            "suppressed": [it.suppressed for it in items],
             "now": now,
         },
         prepare=False,
@@ -62,14 +84,14 @@ async def enqueue(
         job = Job(
             id=job_id,
             delivery_id=row["id"],
-            status=JobStatus.QUEUED,
+            status=JobStatus.QUEUED if it.suppressed is None else JobStatus.COMPLETED,
             run_at=float(row["created_at"] if it.run_at is None else it.run_at),
             attempts=0,
             max_attempts=it.max_attempts,
             lease_owner=None,
             lease_token=None,
             lease_expires_at=None,
-            last_error=None,
+            last_error=None if it.suppressed is None else f"suppressed ({it.suppressed})",
             created_at=float(row["created_at"]),
             updated_at=float(row["created_at"]),
         )
@@ -140,6 +162,33 @@ async def begin_requests(
         else:
             raise StoreError(f"the request row of key {it.idempotency_key!r} keeps vanishing")
     return [slots[i] for i in range(len(items))]
+
+
+async def enqueue_request(
+    cur: Cursor,
+    items: Sequence[NewDelivery],
+    key: str,
+    token: str,
+    now: float | None,
+    respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+) -> list[EnqueueResult]:
+    """``Store.enqueue_request``: the deliveries, then the one request's row."""
+    results = await enqueue(cur, items, now)
+    kept = respond(results)
+    if kept is None:
+        await run(cur, "release_requests", {"keys": [key], "tokens": [token]})
+    else:
+        first = results[0].delivery.id if results else None
+        done = {
+            "keys": [key],
+            "tokens": [token],
+            "codes": [kept.status_code],
+            "responses": [kept.body],
+            "delivery_ids": [first],
+            "now": now,
+        }
+        await run(cur, "complete_requests", done)
+    return results
 
 
 async def enqueue_requests(

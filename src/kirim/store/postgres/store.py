@@ -13,7 +13,7 @@ Beyond the Store protocol: ``wait_for_jobs`` (LISTEN/NOTIFY wake-ups) and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -34,7 +34,8 @@ from kirim.model import (
     Record,
     RecordFilter,
 )
-from kirim.store import retention, transitions
+from kirim.preferences import Preferences, TypePolicy
+from kirim.store import digests, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -42,6 +43,7 @@ from kirim.store.base import (
     Callback,
     CallbackResult,
     Claim,
+    Compose,
     DeadLetter,
     Finish,
     FinishResult,
@@ -255,10 +257,18 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
-    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        now: float,
+        lease: float,
+        limit: int,
+        policies: Mapping[str, TypePolicy] | None = None,
+    ) -> list[Claim]:
         if limit == 0:
             return []
-        return await self._op(transitions.claim(worker_id, now, lease, _limit(limit)))
+        return await self._op(transitions.claim(worker_id, now, lease, _limit(limit), policies))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
         if not leases:
@@ -453,6 +463,47 @@ class PostgresStore:
             done = await intake.enqueue_requests(cur, enqueue, t, respond) if enqueue else []
             slots = await intake.begin_requests(cur, begin, t, hold) if begin else []
         return slots, done
+
+    async def enqueue_request(
+        self,
+        items: Sequence[NewDelivery],
+        *,
+        key: str,
+        token: str,
+        now: float,
+        respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+    ) -> list[EnqueueResult]:
+        async with self._tx() as cur:
+            return await intake.enqueue_request(cur, items, key, token, self._t(now), respond)
+
+    # -- recipients' preferences (``kirim.store.recipients``) ----------------------
+
+    async def get_preferences(self, recipient_id: str) -> Preferences | None:
+        return (await self.preferences_of([recipient_id])).get(recipient_id)
+
+    async def preferences_of(self, recipient_ids: Sequence[str]) -> dict[str, Preferences]:
+        ids = [r for r in recipient_ids if "\x00" not in r]  # text cannot hold NUL: none has one
+        if not ids:
+            return {}
+        return await self._op(recipients.preferences_of(ids))
+
+    async def set_preferences(self, prefs: Preferences, *, now: float) -> Preferences:
+        return await self._op(recipients.set_preferences(prefs, now))
+
+    async def delete_preferences(self, recipient_id: str) -> bool:
+        if "\x00" in recipient_id:
+            return False
+        return await self._op(recipients.delete_preferences(recipient_id))
+
+    # -- the notification layer: digests and provider request rates -----------------
+
+    async def seal_digest(
+        self, delivery_id: int, token: str, *, now: float, compose: Compose
+    ) -> Delivery | None:
+        return await self._op(digests.seal(delivery_id, token, now, compose))
+
+    async def take_rate_slot(self, channel: str, rate: float, *, now: float) -> float:
+        return await self._op(rates.take_slot(channel, rate, now))
 
     # -- retention ----------------------------------------------------------------
 

@@ -1,13 +1,15 @@
-"""SQLite: what comes in. Enqueue (deliveries and their jobs, once per idempotency key)
-and the HTTP service's idempotent requests, inside the caller's transaction."""
+"""SQLite: what comes in. Enqueue (deliveries and their jobs, once per idempotency key;
+digests and throttles by ``kirim.store.admission``) and the HTTP service's idempotent
+requests, inside the caller's transaction."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kirim.model import EnqueueResult, Job
+from kirim.store import admission
 from kirim.store.base import (
     NewDelivery,
     RequestBegin,
@@ -19,7 +21,8 @@ from kirim.store.base import (
 )
 from kirim.store.retention import delivery_from_tombstone, key_hash
 from kirim.store.rows import Row, delivery_from, job_from, must, request_slot_from
-from kirim.store.sqlite.driver import Q
+from kirim.store.sequence import callers_time
+from kirim.store.sqlite.driver import Q, drive
 
 
 def begin_requests(
@@ -71,17 +74,59 @@ def enqueue_requests(
     return out
 
 
+def enqueue_request(
+    conn: sqlite3.Connection,
+    items: Sequence[NewDelivery],
+    key: str,
+    token: str,
+    now: float,
+    respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+) -> list[EnqueueResult]:
+    """``Store.enqueue_request``: the deliveries, then the one request's row."""
+    results = enqueue(conn, items, now)
+    kept = respond(results)
+    args = {"key": key, "token": token, "now": now}
+    if kept is None:
+        conn.execute(Q["release_request"], args)
+    else:
+        first = results[0].delivery.id if results else None
+        conn.execute(
+            Q["complete_request"],
+            {**args, "status_code": kept.status_code, "response": kept.body, "delivery_id": first},
+        )
+    return results
+
+
 def enqueue(
     conn: sqlite3.Connection, items: Sequence[NewDelivery], now: float
 ) -> list[EnqueueResult]:
     """Insert deliveries and their jobs, two statements for the batch; an existing key
     returns the existing row, a pruned one (its tombstone kept) the delivery rebuilt
-    from the tombstone."""
+    from the tombstone. Events for digests and throttles: ``kirim.store.admission``,
+    in the same transaction."""
     if not items:
         return []
+    inserted = _insert(conn, items, now)
+    if not admission.needed(items):
+        return [_given(r) for r in inserted]
+    return drive(admission.admit(items, inserted, now), conn, callers_time)
+
+
+def _given(result: EnqueueResult | None) -> EnqueueResult:
+    assert result is not None
+    return result
+
+
+def _insert(
+    conn: sqlite3.Connection, items: Sequence[NewDelivery], now: float
+) -> list[EnqueueResult | None]:
+    """The plain items' results (``admission.plain``; None for the others)."""
     first: dict[str, NewDelivery] = {}
     for it in items:
-        first.setdefault(it.idempotency_key, it)
+        if admission.plain(it):
+            first.setdefault(it.idempotency_key, it)
+    if not first:
+        return [None] * len(items)
     given = [
         {
             "key": it.idempotency_key,
@@ -91,6 +136,9 @@ def enqueue(
             "channel": it.channel,
             "payload": it.payload_json,
             "payload_hash": it.payload_hash,
+            "type": it.type,
+            "recipient_id": it.recipient_id,
+            "suppressed": it.suppressed,
         }
         for it in first.values()
     ]
@@ -99,25 +147,34 @@ def enqueue(
     jobs: dict[int, Row] = {}
     if created:
         wanted = [
-            {
-                "delivery_id": row["id"],
-                "run_at": now if first[key].run_at is None else first[key].run_at,
-                "max_attempts": first[key].max_attempts,
-            }
+            _job_of(first[key], row["id"], now)
             for key, row in sorted(created.items(), key=lambda kv: kv[1]["id"])
         ]
         args = {"items": json.dumps(wanted), "now": now}
         jobs = {j["delivery_id"]: j for j in conn.execute(Q["insert_jobs_of"], args)}
-    out = []
+    out: list[EnqueueResult | None] = []
     for it in items:
         key = it.idempotency_key
         row = created.get(key)
-        if row is not None and it is first[key]:  # both rows as inserted: nothing to read
+        if not admission.plain(it):
+            out.append(None)
+        elif row is not None and it is first[key]:  # both rows as inserted: nothing to read
             job = job_from(jobs[row["id"]])
             out.append(EnqueueResult(delivery=delivery_from(row), job=job, created=True))
         else:  # known before, or the same key again in this batch
             out.append(_known(conn, key, key_hash(key)))
     return out
+
+
+def _job_of(it: NewDelivery, delivery_id: int, now: float) -> dict[str, object]:
+    """The job of a delivery just inserted: queued, or completed if it is suppressed."""
+    return {
+        "delivery_id": delivery_id,
+        "status": "queued" if it.suppressed is None else "completed",
+        "run_at": now if it.run_at is None else it.run_at,
+        "max_attempts": it.max_attempts,
+        "last_error": None if it.suppressed is None else f"suppressed ({it.suppressed})",
+    }
 
 
 def _known(conn: sqlite3.Connection, key: str, digest: str) -> EnqueueResult:

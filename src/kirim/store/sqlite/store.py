@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import time as _time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -29,7 +29,8 @@ from kirim.model import (
     Record,
     RecordFilter,
 )
-from kirim.store import retention, transitions
+from kirim.preferences import Preferences, TypePolicy
+from kirim.store import digests, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -37,6 +38,7 @@ from kirim.store.base import (
     Callback,
     CallbackResult,
     Claim,
+    Compose,
     DeadLetter,
     Finish,
     FinishResult,
@@ -270,8 +272,16 @@ class SQLiteStore:
     async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
         return await self._tx(lambda conn: intake.enqueue(conn, items, self._t(now)))
 
-    async def claim(self, *, worker_id: str, now: float, lease: float, limit: int) -> list[Claim]:
-        return await self._op(transitions.claim(worker_id, now, lease, limit))
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        now: float,
+        lease: float,
+        limit: int,
+        policies: Mapping[str, TypePolicy] | None = None,
+    ) -> list[Claim]:
+        return await self._op(transitions.claim(worker_id, now, lease, limit, policies))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
         return await self._op(transitions.heartbeat(leases, now, lease))
@@ -457,6 +467,44 @@ class SQLiteStore:
             return intake.begin_requests(conn, begin, t, hold), done
 
         return await self._tx(run)
+
+    async def enqueue_request(
+        self,
+        items: Sequence[NewDelivery],
+        *,
+        key: str,
+        token: str,
+        now: float,
+        respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+    ) -> list[EnqueueResult]:
+        return await self._tx(
+            lambda conn: intake.enqueue_request(conn, items, key, token, self._t(now), respond)
+        )
+
+    # -- recipients' preferences (``kirim.store.recipients``) ----------------------
+
+    async def get_preferences(self, recipient_id: str) -> Preferences | None:
+        return (await self.preferences_of([recipient_id])).get(recipient_id)
+
+    async def preferences_of(self, recipient_ids: Sequence[str]) -> dict[str, Preferences]:
+        op = recipients.preferences_of(recipient_ids)
+        return await self._tx(lambda conn: drive(op, conn, self._at()), write=False)
+
+    async def set_preferences(self, prefs: Preferences, *, now: float) -> Preferences:
+        return await self._op(recipients.set_preferences(prefs, now))
+
+    async def delete_preferences(self, recipient_id: str) -> bool:
+        return await self._op(recipients.delete_preferences(recipient_id))
+
+    # -- the notification layer: digests and provider request rates -----------------
+
+    async def seal_digest(
+        self, delivery_id: int, token: str, *, now: float, compose: Compose
+    ) -> Delivery | None:
+        return await self._op(digests.seal(delivery_id, token, now, compose))
+
+    async def take_rate_slot(self, channel: str, rate: float, *, now: float) -> float:
+        return await self._op(rates.take_slot(channel, rate, now))
 
     # -- retention ----------------------------------------------------------------
 

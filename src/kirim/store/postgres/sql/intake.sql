@@ -4,14 +4,17 @@
 -- name: enqueue
 -- Insert deliveries and their jobs; a key that exists is left alone (returned later),
 -- and so is a key whose delivery was pruned while its tombstone is kept (%(key_hashes)s:
--- each key's sha256).
+-- each key's sha256). An item with a reason in %(suppressed)s is recorded suppressed
+-- with it, its job completed.
 WITH u AS (
     SELECT * FROM unnest(
         %(keys)s::text[], %(event_ids)s::text[], %(recipients)s::text[], %(channels)s::text[],
         %(payloads)s::text[], %(hashes)s::text[], %(run_ats)s::float8[],
-        %(max_attempts)s::int[], %(key_hashes)s::text[]
+        %(max_attempts)s::int[], %(key_hashes)s::text[], %(types)s::text[],
+        %(recipient_ids)s::text[], %(suppressed)s::text[]
     ) WITH ORDINALITY AS u (idempotency_key, event_id, recipient, channel, payload,
-                            payload_hash, run_at, max_attempts, key_hash, idx)
+                            payload_hash, run_at, max_attempts, key_hash, type,
+                            recipient_id, suppressed, idx)
 ),
 firsts AS (
     SELECT DISTINCT ON (idempotency_key) * FROM u ORDER BY idempotency_key, idx
@@ -21,9 +24,11 @@ ins AS (
     -- ON CONFLICT covers a key inserted concurrently by another transaction.
     INSERT INTO kirim_deliveries
         (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
-         created_at, updated_at)
+         type, recipient_id, reason, created_at, updated_at)
     SELECT f.idempotency_key, f.event_id, f.recipient, f.channel, f.payload, f.payload_hash,
-           'pending', kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
+           CASE WHEN f.suppressed IS NULL THEN 'pending' ELSE 'suppressed' END,
+           f.type, f.recipient_id, f.suppressed,
+           kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
     FROM firsts f
     WHERE NOT EXISTS (
         SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = f.idempotency_key)
@@ -34,8 +39,11 @@ ins AS (
     RETURNING *
 ),
 jobs AS (
-    INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
-    SELECT ins.id, 'queued', COALESCE(f.run_at, kirim_now(%(now)s::float8)), f.max_attempts,
+    INSERT INTO kirim_jobs
+        (delivery_id, status, run_at, max_attempts, last_error, created_at, updated_at)
+    SELECT ins.id, CASE WHEN f.suppressed IS NULL THEN 'queued' ELSE 'completed' END,
+           COALESCE(f.run_at, kirim_now(%(now)s::float8)), f.max_attempts,
+           'suppressed (' || f.suppressed || ')',
            kirim_now(%(now)s::float8), kirim_now(%(now)s::float8)
     FROM ins JOIN firsts f ON f.idempotency_key = ins.idempotency_key
     ORDER BY ins.id

@@ -91,15 +91,16 @@ UPDATE kirim_deliveries d
 SET status = u.status, doubt = u.doubt, claim_token = u.claim_token,
     claimed_by = u.claimed_by, claim_expires_at = u.claim_expires_at,
     provider_message_id = u.provider_message_id, last_error = u.last_error,
-    sent_at = u.sent_at, released_at = u.released_at, updated_at = u.updated_at
+    sent_at = u.sent_at, released_at = u.released_at, reason = u.reason,
+    updated_at = u.updated_at
 FROM unnest(
     %(i_id)s::bigint[], %(i_status)s::text[], %(i_doubt)s::text[],
     %(i_claim_token)s::text[], %(i_claimed_by)s::text[],
     %(i_claim_expires_at)s::float8[], %(i_provider_message_id)s::text[],
     %(i_last_error)s::text[], %(i_sent_at)s::float8[], %(i_released_at)s::float8[],
-    %(i_updated_at)s::float8[]
+    %(i_reason)s::text[], %(i_updated_at)s::float8[]
 ) AS u (id, status, doubt, claim_token, claimed_by, claim_expires_at,
-    provider_message_id, last_error, sent_at, released_at, updated_at)
+    provider_message_id, last_error, sent_at, released_at, reason, updated_at)
 WHERE d.id = u.id;
 
 -- name: write_jobs

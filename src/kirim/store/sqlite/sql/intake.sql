@@ -14,12 +14,15 @@ RETURNING *;
 
 -- name: insert_deliveries
 -- The same for a batch (:items, in order: ids follow it), each key unless it exists or
--- its tombstone is kept; a key twice in the batch is inserted once.
+-- its tombstone is kept; a key twice in the batch is inserted once. An item with a
+-- reason in `suppressed` is recorded suppressed, with that reason.
 INSERT INTO kirim_deliveries
     (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
-     created_at, updated_at)
+     type, recipient_id, reason, created_at, updated_at)
 SELECT u.value ->> 'key', u.value ->> 'event_id', u.value ->> 'recipient',
-       u.value ->> 'channel', u.value ->> 'payload', u.value ->> 'payload_hash', 'pending',
+       u.value ->> 'channel', u.value ->> 'payload', u.value ->> 'payload_hash',
+       CASE WHEN u.value ->> 'suppressed' IS NULL THEN 'pending' ELSE 'suppressed' END,
+       u.value ->> 'type', u.value ->> 'recipient_id', u.value ->> 'suppressed',
        :now, :now
 FROM json_each(:items) AS u
 WHERE NOT EXISTS (
@@ -29,10 +32,12 @@ ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING *;
 
 -- name: insert_jobs_of
--- The jobs of deliveries just inserted (:items, in order).
-INSERT INTO kirim_jobs (delivery_id, status, run_at, max_attempts, created_at, updated_at)
-SELECT u.value ->> 'delivery_id', 'queued', u.value ->> 'run_at',
-       u.value ->> 'max_attempts', :now, :now
+-- The jobs of deliveries just inserted (:items, in order): queued, or completed (with
+-- the reason as its last error) for a suppressed delivery, so that no worker runs it.
+INSERT INTO kirim_jobs
+    (delivery_id, status, run_at, max_attempts, last_error, created_at, updated_at)
+SELECT u.value ->> 'delivery_id', u.value ->> 'status', u.value ->> 'run_at',
+       u.value ->> 'max_attempts', u.value ->> 'last_error', :now, :now
 FROM json_each(:items) AS u
 ORDER BY u.key
 RETURNING *;

@@ -78,7 +78,7 @@ UPDATE kirim_deliveries
 SET status = :status, doubt = :doubt, claim_token = :claim_token, claimed_by = :claimed_by,
     claim_expires_at = :claim_expires_at, provider_message_id = :provider_message_id,
     last_error = :last_error, sent_at = :sent_at, released_at = :released_at,
-    updated_at = :updated_at
+    reason = :reason, updated_at = :updated_at
 WHERE id = :id;
 
 -- name: write_jobs

@@ -1,0 +1,83 @@
+"""``kirim render``: a notification type's messages for some data, as ``notify_event``
+would record them (``kirim.notify``). Reads the configuration only: no database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from kirim.cli import params, runner
+from kirim.cli import render as output
+from kirim.cli.runner import EXIT_USAGE, State, pass_state
+from kirim.notify.messages import preview
+
+
+@click.command(name="render")
+@click.argument("type_name", metavar="TYPE", type=params.TextParam())
+@click.option(
+    "--data",
+    default="{}",
+    show_default=True,
+    metavar="JSON",
+    help="The event's data: JSON text, @FILE to read a file, - for stdin (a digest "
+    "type: one event's data or a list of them).",
+)
+@click.option(
+    "--locale",
+    metavar="LOCALE",
+    help="Write it for this locale (id, id_ID, pt-BR).  [default: the type's default_locale]",
+)
+@click.option("--channel", type=params.TextParam(), help="Only this channel's message.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: channel -> payload.")
+@pass_state
+def render(
+    state: State,
+    type_name: str,
+    data: str,
+    locale: str | None,
+    channel: str | None,
+    as_json: bool,
+) -> None:
+    """Preview a notification type's messages: its templates rendered per channel.
+
+    TYPE is a [types.NAME] table of kirim.toml. The templates are rendered as
+    notify_event renders them (sandboxed, strict: a variable the data lacks is an
+    error, exit 2), with each part from the locale's variant, else the type's
+    default locale. Nothing is read from or written to the database.
+
+    \b
+    Examples:
+      kirim render order_shipped --data '{"order_id": "48291"}' --locale id
+      kirim render order_shipped --data @event.json --channel email --json
+    """
+    state.setup_logging()
+    value = runner.parse_payload(data, "--data")
+    with runner.reported():
+        types = state.config().types
+        ntype = types.get(type_name)
+        if ntype is None:
+            known = ", ".join(sorted(types)) or "none in the configuration"
+            runner.fail(f"no notification type {type_name!r} (known: {known})", EXIT_USAGE)
+        payloads = preview(ntype, value, locale=locale, channel=channel)  # errors: exit 2
+    if as_json:
+        output.emit_json(payloads)
+        return
+    for name, payload in payloads.items():
+        _show(name, payload)
+
+
+def _show(channel: str, payload: dict[str, Any]) -> None:
+    """One channel's message: a heading, then each part (a text of many lines below
+    its name, indented)."""
+    click.echo(f"[{channel}] locale {payload['locale']}")
+    for part, text in payload.items():
+        if part in ("type", "locale"):
+            continue
+        lines = str(text).splitlines() or [""]
+        if len(lines) == 1:
+            click.echo(f"  {part}: {lines[0]}")
+        else:
+            click.echo(f"  {part}:")
+            for line in lines:
+                click.echo(f"    {line}")

@@ -1,0 +1,150 @@
+"""``POST /v1/events`` with the ``Idempotency-Key`` semantics of ``/v1/notifications``.
+
+One request is one event of a notification type (``Kirim.notify_event``): one
+delivery per recipient x channel. The request's key is the ``Idempotency-Key``
+header, else the event's type and id; the event's id is the body's ``event_id``,
+else the header's key. Like a notification, an event goes through two transactions:
+
+1. *begin*: take the key (a ``kirim_requests`` row in progress), or find who has it:
+   in progress with the same body, 409; completed with the same body, the stored
+   response replayed; another body, 422.
+2. *record*: the event's deliveries and, in the same transaction, the response kept
+   for replays (``Kirim.record_event`` with the request's hold).
+
+The event is checked and rendered before its key is taken (a template error is a
+422 and takes nothing). Each delivery's own key comes from the event id, so the
+same event sent again under another ``Idempotency-Key`` still makes no delivery
+twice: its answer lists them with ``created: false``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from kirim.engine import Kirim
+from kirim.errors import IdempotencyKeyReused, InvalidNotification, PayloadTooLarge
+from kirim.http.errors import ApiError, detail
+from kirim.http.idempotency import HOLD, fingerprint, header_key, reused
+from kirim.notify.fanout import Event, EventResult
+from kirim.store.base import RequestBegin, RequestState
+
+#: seconds a request holds its key before another server may take it over
+HOLD_SECONDS = HOLD
+
+#: a request key of an event (no Idempotency-Key header) is kept under this prefix,
+#: so that it never meets a delivery's key in the requests table
+EVENT_KEY_PREFIX = "event\x1f"
+
+
+@dataclass(frozen=True, slots=True)
+class EventAnswer:
+    status_code: int
+    body: str
+    replayed: bool = False
+
+
+def response_of(result: EventResult) -> tuple[int, str]:
+    """201 when the event made a delivery, 200 when every one existed before."""
+    created = any(d.created for d in result.deliveries)
+    return (201 if created else 200), json.dumps(result.to_json(), ensure_ascii=False)
+
+
+def request_key(key_header: str | None, type_: str, event_id: str) -> str:
+    if key_header is not None:
+        return key_header
+    return f"{EVENT_KEY_PREFIX}{type_}\x1f{event_id}"
+
+
+class EventIntake:
+    """Accepts events for one server (see the module's docstring)."""
+
+    def __init__(self, kirim: Kirim, *, hold: float) -> None:
+        self.kirim = kirim
+        self.hold = hold
+
+    def prepare(self, body: dict[str, Any], key_header: str | None) -> tuple[Event, str]:
+        """The event checked and rendered, and its request key; refusals as 422."""
+        key = header_key(key_header)
+        event_id = body.get("event_id")
+        if event_id is None:
+            if key is None:
+                raise ApiError(
+                    422,
+                    "validation_error",
+                    "send the event's id as event_id, or an Idempotency-Key header",
+                    details=[
+                        detail("body.event_id", "required without Idempotency-Key", "missing")
+                    ],
+                )
+            event_id = key
+        try:
+            event = self.kirim.prepare_event(
+                body["type"], body["recipients"], body["data"], event_id=event_id
+            )
+        except PayloadTooLarge as exc:
+            raise ApiError(
+                413,
+                "payload_too_large",
+                str(exc),
+                details=[detail("body.data", str(exc), "payload_too_large")],
+            ) from None
+        except InvalidNotification as exc:
+            raise ApiError(422, "validation_error", str(exc), details=_invalid(exc)) from None
+        return event, request_key(key, event.type.name, event.event_id)
+
+    async def accept(self, body: dict[str, Any], raw: Any, key_header: str | None) -> EventAnswer:
+        """The answer to one request: ``body`` the checked call's arguments, ``raw`` the
+        JSON as sent (its fingerprint tells a replay from another body)."""
+        event, key = self.prepare(body, key_header)
+        print_ = fingerprint(raw)
+        token = secrets.token_hex(16)
+        begin = RequestBegin(idempotency_key=key, fingerprint=print_, lock_token=token)
+        slots, _ = await self.kirim.store.handle_requests(
+            [begin], [], now=self.kirim.clock.now(), hold=self.hold, respond=_nothing
+        )
+        slot = slots[0]
+        if slot.state is not RequestState.ACQUIRED:
+            if slot.fingerprint != print_:
+                raise reused(key if key_header is not None else event.event_id)
+            if slot.state is RequestState.IN_PROGRESS:
+                raise ApiError(
+                    409,
+                    "request_in_progress",
+                    "a request with this idempotency key is still being processed; "
+                    "retry in a moment",
+                    headers={"Retry-After": "1"},
+                )
+            return EventAnswer(slot.status_code or 200, slot.response or "", True)
+        try:
+            result = await self.kirim.record_event(event, request=(key, token), respond=response_of)
+        except IdempotencyKeyReused as exc:
+            raise ApiError(
+                422,
+                "idempotency_key_reused",
+                f"event {event.event_id!r} was recorded before with a different {exc.field}; "
+                "use a new event id for a new event",
+                details=[detail(f"body.{_body_field(exc.field)}", "differs", "key_reused")],
+            ) from None
+        status, text = response_of(result)
+        return EventAnswer(status, text)
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+def _body_field(field: str) -> str:
+    """The body's field a delivery's differing field comes from."""
+    return {"payload": "data", "recipient": "recipients"}.get(field, field)
+
+
+_FIELDS = ("type", "recipients", "data", "event_id")
+
+
+def _invalid(exc: InvalidNotification) -> list[dict[str, str]]:
+    message = str(exc)
+    name = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
+    return [detail(f"body.{name}", message, "value_error")] if name in _FIELDS else []

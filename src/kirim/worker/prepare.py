@@ -1,0 +1,116 @@
+"""What the notification layer adds between a claim and its intent (``Deliverer``):
+the digest a delivery carries is sealed, and its channel's request rate is kept.
+
+- ``seal``: a delivery whose type is a digest type gets its payload from its events
+  (``Notifications.seal_digest``, fenced by the claim token) before anything can be
+  sent; a later claim of it (a retry) finds the payload recorded. A compose function
+  that fails is the delivery's failure (nothing was sent): it is dead-lettered, for an
+  operator to retry once the template is fixed.
+- ``pace``: a channel with a ``rate`` takes its next request slot, shared by every
+  worker on the database, and waits for it. A slot further away than half of what
+  the claim has left before its send deadline puts the job back until then instead
+  (the claim is not counted as an attempt; the slot is given up, so the channel runs
+  a little below its rate, never above).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kirim.channels import Channel
+from kirim.clock import Clock
+from kirim.errors import StoreError
+from kirim.model import Delivery, DeliveryStatus, JobStatus
+from kirim.store.base import Claim, Compose, Finish, Notifications, Queue
+from kirim.worker.decisions import Decisions
+
+__all__ = ["Prepare"]
+
+
+class Prepare:
+    """The digest seal and the rate slot of one worker's claims."""
+
+    def __init__(
+        self,
+        store: Queue,
+        *,
+        digests: Mapping[str, Compose],
+        decide: Decisions,
+        clock: Clock,
+        monotonic: Callable[[], float],
+    ) -> None:
+        """``digests``: the compose function of each digest type, by type name."""
+        self.store = store
+        self.digests = dict(digests)
+        self.decide = decide
+        self.clock = clock
+        self._monotonic = monotonic
+
+    def _notifications(self) -> Notifications:
+        store = self.store
+        if not isinstance(store, Notifications):
+            raise StoreError(f"{type(store).__name__} cannot seal digests or keep rates")
+        return store
+
+    def carries_digest(self, claim: Claim) -> bool:
+        return claim.delivery.type is not None and claim.delivery.type in self.digests
+
+    async def seal(self, claim: Claim) -> Claim | Finish | None:
+        """The claim with its digest sealed and its payload composed; a ``Finish`` that
+        dead-letters it when its events cannot be composed; None when the claim no
+        longer holds (nothing is sent)."""
+        compose = self.digests[claim.delivery.type or ""]
+        failed: list[Exception] = []
+
+        def guarded(delivery: Delivery, events: list[dict[str, Any]]) -> Any:
+            try:
+                return compose(delivery, events)
+            except Exception as exc:
+                failed.append(exc)
+                raise
+
+        try:
+            sealed = await self._notifications().seal_digest(
+                claim.delivery.id, claim.token, now=self.clock.now(), compose=guarded
+            )
+        except Exception as exc:
+            if not failed:
+                raise
+            return self.decide.final(
+                claim,
+                DeliveryStatus.FAILED,
+                job=JobStatus.DEAD,
+                error=f"the digest's events could not be composed: {exc}",
+            )
+        if sealed is None:
+            return None
+        return dataclasses.replace(claim, delivery=sealed)
+
+    async def pace(self, claim: Claim, channel: Channel, deadline: float) -> Finish | None:
+        """Wait for a request slot of ``channel`` (when it has a ``rate``); a ``Finish``
+        that puts the job back until the slot when it is too far for this claim
+        (``deadline``: the claim's local send deadline, monotonic)."""
+        if channel.rate is None:
+            return None
+        wait = await self._notifications().take_rate_slot(
+            channel.name, channel.rate, now=self.clock.now()
+        )
+        if wait <= 0:
+            return None
+        if wait > (deadline - self._monotonic()) / 2:
+            return Finish(
+                delivery_id=claim.delivery.id,
+                job_id=claim.job.id,
+                token=claim.token,
+                now=self.clock.now(),
+                attempt=None,
+                delivery_status=DeliveryStatus.PENDING,
+                error=f"waiting {wait:.3g} s for channel {channel.name!r}'s request rate",
+                job_status=JobStatus.RETRY_SCHEDULED,
+                delay=wait,
+                refund_attempt=True,
+            )
+        await self.clock.sleep(wait)
+        return None
