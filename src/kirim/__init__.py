@@ -29,6 +29,7 @@ from kirim.model import (
     JobStatus,
     OnUnknown,
 )
+from kirim.notify import EventResult, NotificationType, Recipient, RenderError
 from kirim.preferences import Preferences, Window
 from kirim.providers import Message, Provider, Reconcilable, Sent
 from kirim.providers.webhook import WebhookProvider
@@ -45,6 +46,7 @@ __all__ = [
     "Delivery",
     "DeliveryStatus",
     "Doubt",
+    "EventResult",
     "IdempotencyKeyReused",
     "InvalidNotification",
     "Job",
@@ -54,6 +56,7 @@ __all__ = [
     "Message",
     "NotFound",
     "Notification",
+    "NotificationType",
     "NotifyRequest",
     "OnUnknown",
     "PayloadTooLarge",
@@ -61,7 +64,9 @@ __all__ = [
     "Preferences",
     "Provider",
     "ProviderError",
+    "Recipient",
     "Reconcilable",
+    "RenderError",
     "SchemaError",
     "Sent",
     "StoreError",

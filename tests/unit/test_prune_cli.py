@@ -139,3 +139,15 @@ def test_doctor_warns_when_keep_is_shorter_than_a_dedup_window_or_the_horizon(
     assert "retry horizon" in short.message
     assert _retention(parse_config({"retention": {"keep": "30d"}})).status == "ok"
     assert _retention(parse_config({})).status == "skipped"
+
+
+def test_the_summary_names_the_notification_rows_only_when_there_were_any() -> None:
+    from kirim.cli.prune import summary
+    from kirim.store.retention import PruneResult
+
+    plain = summary(PruneResult(deliveries=2, tombstones_written=2))
+    assert "digests" not in plain
+    assert "throttle" not in plain
+    some = summary(PruneResult(digests=1, digest_events=3, throttle_expired=4, dry_run=True))
+    assert "1 digests (3 events emptied, 0 expired), 4 throttle counters" in some
+    assert some.endswith("(nothing was deleted: --dry-run)")

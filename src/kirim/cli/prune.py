@@ -22,9 +22,29 @@ def summary(result: PruneResult) -> str:
     if result.dry_run:
         return (
             f"would prune {_line(result)}; {result.tombstones_written:,} keys would be kept "
-            "as tombstones (nothing was deleted: --dry-run)"
+            f"as tombstones{_notify_line(result)} (nothing was deleted: --dry-run)"
         )
-    return f"pruned {_line(result)}; {result.tombstones_written:,} keys kept as tombstones"
+    return (
+        f"pruned {_line(result)}; {result.tombstones_written:,} keys kept as tombstones"
+        f"{_notify_line(result)}"
+    )
+
+
+def _notify_line(result: PruneResult) -> str:
+    """The notification layer's rows (digests, their events, throttle counters), when
+    there were any."""
+    if not (
+        result.digests
+        or result.digest_events
+        or result.digest_events_expired
+        or result.throttle_expired
+    ):
+        return ""
+    return (
+        f"; {result.digests:,} digests ({result.digest_events:,} events emptied, "
+        f"{result.digest_events_expired:,} expired), "
+        f"{result.throttle_expired:,} throttle counters"
+    )
 
 
 @click.command()

@@ -27,7 +27,7 @@ from typing import Any
 from kirim.engine import Kirim
 from kirim.errors import IdempotencyKeyReused, InvalidNotification, PayloadTooLarge
 from kirim.http.errors import ApiError, detail
-from kirim.http.idempotency import HOLD, fingerprint, header_key, reused
+from kirim.http.idempotency import HOLD, fingerprint, header_key, in_progress, reused
 from kirim.notify.fanout import Event, EventResult
 from kirim.store.base import RequestBegin, RequestState
 
@@ -110,13 +110,7 @@ class EventIntake:
             if slot.fingerprint != print_:
                 raise reused(key if key_header is not None else event.event_id)
             if slot.state is RequestState.IN_PROGRESS:
-                raise ApiError(
-                    409,
-                    "request_in_progress",
-                    "a request with this idempotency key is still being processed; "
-                    "retry in a moment",
-                    headers={"Retry-After": "1"},
-                )
+                raise in_progress()
             return EventAnswer(slot.status_code or 200, slot.response or "", True)
         try:
             result = await self.kirim.record_event(event, request=(key, token), respond=response_of)

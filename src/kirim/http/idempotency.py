@@ -145,6 +145,16 @@ def _respond(result: EnqueueResult) -> StoredResponse | None:
     )
 
 
+def in_progress() -> ApiError:
+    """409 ``request_in_progress``: another request holds the key and has not answered."""
+    return ApiError(
+        409,
+        "request_in_progress",
+        "a request with this idempotency key is still being processed; retry in a moment",
+        headers={"Retry-After": "1"},
+    )
+
+
 def reused(key: str, field: str | None = None) -> ApiError:
     """422 ``idempotency_key_reused``; ``field`` names the body's field that differs from
     the delivery the key names (None: the body differs, the delivery is not known yet)."""
@@ -260,12 +270,7 @@ class Intake:
         if slot.fingerprint != print_:
             raise await self._reused(item)
         if slot.state is RequestState.IN_PROGRESS:
-            raise ApiError(
-                409,
-                "request_in_progress",
-                "a request with this idempotency key is still being processed; retry in a moment",
-                headers={"Retry-After": "1"},
-            )
+            raise in_progress()
         stored = slot.response or ""
         return Answer(slot.status_code or 200, stored, True, _delivery_id(stored))
 

@@ -20,6 +20,13 @@ locks the digest's row first, so a seal and an event never interleave: an event
 committed before the seal is in the payload; one that comes after finds the digest
 sealed and goes to the next. Each event is in exactly one digest, once.
 
+Retention (``kirim.store.retention``): when a digest's delivery is pruned, the digest
+goes and its events' data with it, but each event's row stays (``pruned_at`` set) for
+as long as the delivery's key tombstone: an event given again finds its row, then the
+tombstone, and is answered ``pruned`` (nothing made). Once the tombstone has expired,
+a row still kept (prune deletes them in bounded batches) is forgotten here and the
+event is new again: the tombstone is the one clock of both.
+
 Lock order: digests in stream order, then the deliveries they make (the enqueue);
 the digest, then its delivery (the seal).
 """
@@ -79,9 +86,16 @@ def _event(item: NewDelivery) -> DigestEvent:
 def _gather_one(item: NewDelivery, now: float) -> Operation[tuple[EnqueueResult, bool]]:
     """One event into its digest: its result, and whether it made the delivery."""
     ev = _event(item)
-    key = yield from _taken(ev)
-    if key is not None:  # given before (a retried enqueue): where it went
-        return (yield from _delivery_of(key)), False
+    held = yield from _held(ev)
+    if held is not None:  # given before (a retried enqueue): where it went
+        key = str(held["digest_key"])
+        found = yield from _find(key)
+        if found is not None:
+            return found, False
+        if held["pruned_at"] is None:
+            raise StoreError(f"the delivery of digest {key!r} vanished during enqueue; try again")
+        # its digest was pruned and the tombstone has expired since: the event is free
+        yield Query("forget_digest_event", {"id": held["id"]}, count=True)
     digest = yield from _open(ev, now)
     added = yield Query(
         "add_digest_event",
@@ -94,20 +108,21 @@ def _gather_one(item: NewDelivery, now: float) -> Operation[tuple[EnqueueResult,
         },
     )
     if not added:  # another transaction took it meanwhile (its insert was waited for)
-        key = yield from _taken(ev)
-        if key is None:
+        held = yield from _held(ev)
+        if held is None:
             raise StoreError(f"digest event {ev.event_id!r} vanished during enqueue; try again")
-        return (yield from _delivery_of(key)), False
+        return (yield from _delivery_of(str(held["digest_key"]))), False
     if digest["delivery_id"] is not None:
         found = yield from _delivery_of(digest["key"])
         return evolve(found, created=True), False
     return (yield from _make(item, digest["key"], float(digest["window_start"]), now)), True
 
 
-def _taken(ev: DigestEvent) -> Operation[str | None]:
-    """The key of the digest that holds this event already, if one does."""
+def _held(ev: DigestEvent) -> Operation[Any]:
+    """The row of this event, if a digest holds it already (``digest_key``, and
+    ``pruned_at`` when that digest was pruned), else None."""
     rows = yield Query("digest_event", {"stream": ev.stream, "event_id": ev.event_id})
-    return str(rows[0]["digest_key"]) if rows else None
+    return rows[0] if rows else None
 
 
 def _open(ev: DigestEvent, now: float) -> Operation[Any]:
@@ -119,6 +134,7 @@ def _open(ev: DigestEvent, now: float) -> Operation[Any]:
             "key": digest_key(ev.stream, start),
             "stream": ev.stream,
             "window_start": start,
+            "window_end": start + ev.window,
             "now": now,
         }
         [row] = yield Query("open_digest", args)
@@ -150,6 +166,9 @@ def _make(item: NewDelivery, key: str, start: float, now: float) -> Operation[En
     if not rows:  # the key is taken (a digest row lost, a tombstone kept): use what is there
         found = yield from _delivery_of(key)
         yield Query("link_digest", {"key": key, "delivery_id": found.delivery.id}, count=True)
+        if found.pruned:  # a digest made again for a pruned one: it is pruned too
+            args = {"key": key, "key_hash": key_hash(key)}
+            yield Query("mark_digest_pruned", args, count=True)
         return evolve(found, created=True)
     delivery = delivery_from(rows[0])
     due = max(start + ev.window, item.run_at or 0.0)
@@ -172,6 +191,14 @@ def _make(item: NewDelivery, key: str, start: float, now: float) -> Operation[En
 def _delivery_of(key: str) -> Operation[EnqueueResult]:
     """The digest delivery of ``key`` with its latest job (``created=False``), or the
     tombstone it left when it was pruned."""
+    found = yield from _find(key)
+    if found is None:
+        raise StoreError(f"the delivery of digest {key!r} vanished during enqueue; try again")
+    return found
+
+
+def _find(key: str) -> Operation[EnqueueResult | None]:
+    """``_delivery_of``, or None when the delivery is gone and so is its tombstone."""
     rows = yield Query("digest_delivery", {"key": key})
     if rows:
         return EnqueueResult(delivery=delivery_from(rows[0]), job=job_of(rows[0]), created=False)
@@ -179,7 +206,7 @@ def _delivery_of(key: str) -> Operation[EnqueueResult]:
     if rows:
         pruned = delivery_from_tombstone(rows[0], key)
         return EnqueueResult(delivery=pruned, job=None, created=False, pruned=True)
-    raise StoreError(f"the delivery of digest {key!r} vanished during enqueue; try again")
+    return None
 
 
 # -- the seal (the worker, after its claim) ------------------------------------------

@@ -11,8 +11,8 @@ the tombstone goes too and the key is free again.
 
 A delivery is finished, and may go, when all of these hold (``prunable``):
 
-- its status is sent, delivered, bounced, failed or canceled (never in_doubt: an
-  operator owes it a look);
+- its status is sent, delivered, bounced, failed, canceled or suppressed (never
+  in_doubt: an operator owes it a look);
 - none of its jobs is active (every one completed or dead);
 - none of its attempts is unsettled: one that may have reached the provider
   (requested, unknown) counts as settled only once its ``settles_at`` has passed (a
@@ -22,20 +22,48 @@ A delivery is finished, and may go, when all of these hold (``prunable``):
   largest id of its table plus one, so pruning the newest row would hand its id out
   again (a tombstone's id, a ``Location`` a client kept, would name another delivery).
   The rule is the same on PostgreSQL, whose identities never repeat: at most three
-  deliveries wait for the next ones.
+  deliveries wait for the next ones;
+- if it is a digest's delivery, the digest's window is closed (``closed``: it ended
+  more than ``WINDOW_GRACE`` ago), so no event can still join the digest, nor make it
+  again once it is gone.
 
-The candidates are found without locks, then locked (PostgreSQL: jobs before
-deliveries, each table in id order, ``FOR UPDATE SKIP LOCKED``: prune never waits for
-a worker, nor makes one wait; what it skips goes in a later round), then judged again
-here on the rows read under the locks, so that a delivery revived meanwhile (an
-operator's retry, a late answer) stays.
+The candidates are found without locks, then locked (PostgreSQL: jobs, then the
+digests, then the deliveries, each table in id (key) order, ``FOR UPDATE SKIP
+LOCKED``: prune never waits for a worker, nor makes one wait; what it skips goes in a
+later round), then judged again here on the rows read under the locks, so that a
+delivery revived meanwhile (an operator's retry, a late answer) stays.
+
+The notification layer's tables are pruned in the same rounds, each step bounded by
+``limit`` and counted in ``PruneResult``:
+
+- **Digests** (``kirim_digests``, ``kirim_digest_events``). A digest goes with its
+  delivery, its events' data too, but not their dedup: ``UNIQUE (stream, event_id)``
+  is what keeps an event given again out of a second digest, so it lasts as long as
+  the delivery's key tombstone, as the delivery's own key does. When the delivery is
+  pruned, its digest is marked (``pruned_at``: the tombstone's time). Then, each round,
+  up to ``limit`` events of marked digests lose their data (``data`` becomes
+  ``null``; the row keeps stream, event id and digest key, and takes the digest's
+  ``pruned_at``), and up to ``limit`` marked digests none of whose events holds data
+  any more are deleted: a digest of any size goes in bounded steps. An event given
+  again finds its row, then the tombstone of its digest's key, and is answered
+  ``pruned`` (``kirim.store.digests``): no digest, no delivery. Its row is deleted
+  (up to ``limit`` a round) once that ``pruned_at`` is ``keys`` old: the tombstone's
+  own cutoff. The tombstone is the one clock: a row that outlives it (the batches are
+  bounded apart) finds neither delivery nor tombstone, and the enqueue forgets it
+  there: the event is new again, as the key is.
+- **Throttle counters** (``kirim_throttle``): a counter goes once its window ended more
+  than ``WINDOW_GRACE`` ago. Nothing counts into a window after its end (the throttle
+  takes the window of the enqueue's time or later), so the limit of every window that
+  can still be counted into stays exact; the grace covers an enqueue whose time was
+  read before the end and whose transaction waited for a lock past it, and a host
+  whose clock is a little behind.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from kirim.model import (
@@ -51,6 +79,10 @@ from kirim.store.sequence import TIME, Operation, Query
 
 #: deliveries per prune transaction, by default
 BATCH = 500
+#: how long after its end a fixed window (a throttle counter's, a digest's) is closed:
+#: no enqueue can still count into it or add to it (one that read its time before the
+#: end and waited for a lock since, a host whose clock is behind)
+WINDOW_GRACE = 3600.0
 #: the job statuses that carry nothing any more
 _SETTLED_JOBS = (JobStatus.COMPLETED, JobStatus.DEAD)
 
@@ -71,6 +103,14 @@ class PruneResult:
     requests: int = 0
     tombstones_written: int = 0
     tombstones_expired: int = 0
+    #: digests deleted, their deliveries pruned and their events' data gone
+    digests: int = 0
+    #: events of pruned digests whose data went (the row stays for its dedup)
+    digest_events: int = 0
+    #: those rows deleted, ``keys`` after their digest was pruned
+    digest_events_expired: int = 0
+    #: throttle counters of windows closed (``WINDOW_GRACE`` after their end)
+    throttle_expired: int = 0
     #: the batch was full: another call may find more (never with ``dry_run``)
     more: bool = False
     dry_run: bool = False
@@ -84,13 +124,24 @@ class PruneResult:
             requests=self.requests + other.requests,
             tombstones_written=self.tombstones_written + other.tombstones_written,
             tombstones_expired=self.tombstones_expired + other.tombstones_expired,
+            digests=self.digests + other.digests,
+            digest_events=self.digest_events + other.digest_events,
+            digest_events_expired=self.digest_events_expired + other.digest_events_expired,
+            throttle_expired=self.throttle_expired + other.throttle_expired,
             more=other.more,
             dry_run=self.dry_run or other.dry_run,
         )
 
     @property
     def removed_anything(self) -> bool:
-        return bool(self.deliveries or self.tombstones_expired)
+        return bool(
+            self.deliveries
+            or self.tombstones_expired
+            or self.digests
+            or self.digest_events
+            or self.digest_events_expired
+            or self.throttle_expired
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +152,10 @@ class PruneResult:
             "requests": self.requests,
             "tombstones_written": self.tombstones_written,
             "tombstones_expired": self.tombstones_expired,
+            "digests": self.digests,
+            "digest_events": self.digest_events,
+            "digest_events_expired": self.digest_events_expired,
+            "throttle_expired": self.throttle_expired,
         }
 
 
@@ -123,6 +178,12 @@ def unsettled(a: Attempt, now: float) -> bool:
     return a.status.in_doubt and (a.settles_at is None or a.settles_at > now)
 
 
+def closed(window_end: float, now: float) -> bool:
+    """Whether a fixed window that ends at ``window_end`` is closed at ``now``: it ended
+    more than ``WINDOW_GRACE`` ago (nothing can count into it, nor add to it)."""
+    return window_end < now - WINDOW_GRACE
+
+
 def prunable(
     d: Delivery,
     jobs: Iterable[Job],
@@ -131,15 +192,18 @@ def prunable(
     before: float,
     now: float,
     newest: Collection[int] = (),
+    windows: Iterable[float] = (),
 ) -> bool:
     """Whether the delivery is finished and old enough to go (see the module's doc);
-    ``newest``: the deliveries that hold the newest delivery, job and attempt ids."""
+    ``newest``: the deliveries that hold the newest delivery, job and attempt ids;
+    ``windows``: the ends of the windows of its digest (if it is a digest's delivery)."""
     return (
         d.status in FINAL_DELIVERY
         and d.id not in newest
         and d.updated_at < before
         and all(j.status in _SETTLED_JOBS for j in jobs)
         and not any(unsettled(a, now) for a in attempts)
+        and all(closed(end, now) for end in windows)
     )
 
 
@@ -149,21 +213,25 @@ def prunable(
 def prune(
     given: float, keep: float, keys: float, limit: int = BATCH, dry_run: bool = False
 ) -> Operation[PruneResult]:
-    """Prune up to ``limit`` deliveries finished before ``now - keep`` and up to ``limit``
-    tombstones written before ``now - keys`` (``now``: the store's time of record for
-    ``given``). ``dry_run``: count everything that would go now, delete nothing."""
+    """Prune up to ``limit`` deliveries finished before ``now - keep`` (with their
+    digests), up to ``limit`` of each of: events of pruned digests to empty, pruned
+    digests to delete, their events' rows written before ``now - keys``, tombstones
+    written before ``now - keys``, throttle counters of closed windows (``now``: the
+    store's time of record for ``given``). ``dry_run``: count everything that would go
+    now, delete nothing."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
     at = yield TIME
     now = at(given)
-    before, forgotten = now - keep, now - keys
+    before, forgotten, shut = now - keep, now - keys, now - WINDOW_GRACE
     (top,) = yield Query("prune_newest")
     held = (top["delivery"], top["job"], top["attempt"])
     newest = sorted({int(v) for v in held if v is not None})
     if dry_run:
-        args = {"now": now, "before": before, "newest": newest}
+        args = {"now": now, "before": before, "newest": newest, "closed": shut}
         (found,) = yield Query("prune_count", args)
         (old,) = yield Query("prune_count_tombstones", {"before": forgotten})
+        (rest,) = yield Query("prune_count_layer", {"before": forgotten, "closed": shut})
         return PruneResult(
             deliveries=int(found["deliveries"]),
             jobs=int(found["jobs"] or 0),
@@ -171,33 +239,52 @@ def prune(
             requests=int(found["requests"] or 0),
             tombstones_written=int(found["deliveries"]),
             tombstones_expired=int(old["n"]),
+            digests=int(found["digests"] or 0) + int(rest["digests"]),
+            digest_events=int(found["digest_events"] or 0) + int(rest["digest_events"]),
+            digest_events_expired=int(rest["digest_events_expired"]),
+            throttle_expired=int(rest["throttle_expired"]),
             dry_run=True,
         )
-    args = {"now": now, "before": before, "newest": newest, "limit": limit}
+    args = {"now": now, "before": before, "newest": newest, "closed": shut, "limit": limit}
     candidates = yield Query("prune_candidates", args)
     result = PruneResult(more=len(candidates) >= limit)
     if candidates:
         ids = sorted(int(r["id"]) for r in candidates)
-        result = yield from _prune_deliveries(ids, now, before, newest, result)
-    expired = yield Query(
-        "prune_expire_tombstones", {"before": forgotten, "limit": limit}, count=True
+        named = sorted(str(r["idempotency_key"]) for r in candidates)
+        result = yield from _prune_deliveries(ids, named, now, before, newest, result)
+    bounded = {"limit": limit}
+    emptied, digests, events, tombstones, counters = yield (
+        Query("prune_empty_digest_events", bounded, count=True),
+        Query("prune_delete_digests", bounded, count=True),
+        Query("prune_expire_digest_events", {"before": forgotten, **bounded}, count=True),
+        Query("prune_expire_tombstones", {"before": forgotten, **bounded}, count=True),
+        Query("prune_expire_throttle", {"closed": shut, **bounded}, count=True),
     )
-    return PruneResult(
-        deliveries=result.deliveries,
-        attempts=result.attempts,
-        jobs=result.jobs,
-        requests=result.requests,
-        tombstones_written=result.tombstones_written,
-        tombstones_expired=int(expired),
-        more=result.more or expired >= limit,
+    steps = (emptied, digests, events, tombstones, counters)
+    return replace(
+        result,
+        tombstones_expired=int(tombstones),
+        digests=int(digests),
+        digest_events=int(emptied),
+        digest_events_expired=int(events),
+        throttle_expired=int(counters),
+        more=result.more or any(n >= limit for n in steps),
     )
 
 
 def _prune_deliveries(
-    ids: Sequence[int], now: float, before: float, newest: Sequence[int], result: PruneResult
+    ids: Sequence[int],
+    keys: Sequence[str],
+    now: float,
+    before: float,
+    newest: Sequence[int],
+    result: PruneResult,
 ) -> Operation[PruneResult]:
-    """Lock the candidates (jobs first), judge them on what the locks hold, delete."""
+    """Lock the candidates (``ids``, their idempotency keys ``keys``: jobs, then
+    digests, then deliveries), judge them on what the locks hold, delete them, and mark
+    their digests pruned."""
     locked_jobs = yield Query("prune_lock_jobs", {"ids": list(ids)})
+    locked_digests = yield Query("prune_lock_digests", {"keys": list(keys)})
     rows: list[Row] = yield Query("prune_lock_deliveries", {"ids": list(ids)})
     if not rows:
         return result
@@ -209,15 +296,22 @@ def _prune_deliveries(
     attempts: dict[int, list[Attempt]] = {}
     for row in (yield Query("attempts_of_deliveries", {"ids": held})):
         attempts.setdefault(int(row["delivery_id"]), []).append(attempt_from(row))
+    mine = sorted(str(r["idempotency_key"]) for r in rows)
+    digests = {str(r["key"]): r for r in (yield Query("prune_digests_of", {"keys": mine}))}
     ours = {int(r["id"]) for r in locked_jobs}
+    ours_digests = {str(r["key"]) for r in locked_digests}
     gone: list[Delivery] = []
     for row in rows:
         d = delivery_from(row)
         carriers = jobs.get(d.id, [])
         if not all(j.id in ours for j in carriers):
             continue  # a job it gained since, or one another transaction holds
+        digest = digests.get(d.idempotency_key)
+        if digest is not None and d.idempotency_key not in ours_digests:
+            continue  # its digest, which another transaction holds
+        windows = () if digest is None else (float(digest["window_end"]),)
         found = attempts.get(d.id, ())
-        if prunable(d, carriers, found, before=before, now=now, newest=newest):
+        if prunable(d, carriers, found, before=before, now=now, newest=newest, windows=windows):
             gone.append(d)
     if not gone:
         return result
@@ -238,6 +332,9 @@ def _prune_deliveries(
     n_requests = yield Query("prune_delete_requests", args, count=True)
     yield Query("prune_delete_confirmations", args, count=True)
     n_deliveries = yield Query("prune_delete_deliveries", args, count=True)
+    marked = sorted(d.idempotency_key for d in gone if d.idempotency_key in digests)
+    if marked:  # their events' data goes next (bounded), then the digests
+        yield Query("prune_mark_digests", {"keys": marked, "now": now}, count=True)
     return PruneResult(
         deliveries=int(n_deliveries),
         attempts=int(n_attempts),
@@ -278,8 +375,10 @@ def delivery_from_tombstone(row: Row, key: str) -> Delivery:
 
 __all__ = [
     "BATCH",
+    "WINDOW_GRACE",
     "PruneResult",
     "Prunes",
+    "closed",
     "delivery_from_tombstone",
     "key_hash",
     "prunable",

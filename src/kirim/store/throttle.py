@@ -15,6 +15,9 @@ the next window with room (each one tried in turn) and moves the job there. A ke
 enqueued again takes nothing: only a delivery the enqueue made counts (a digest's: once, by
 the event that made it).
 
+A counter keeps its window's end (``window_end``): nothing counts into a window once
+it has ended, and prune deletes the counter ``retention.WINDOW_GRACE`` after that.
+
 Lock order: counters in scope order, windows ascending, after the deliveries and the
 digests of the same transaction (``kirim.store.admission``).
 """
@@ -92,9 +95,13 @@ def _take(rule: Throttle, start: float) -> Operation[bool]:
     """One slot of the window at ``start``, if it has room."""
     if rule.limit < 1:
         return False
-    got = yield Query(
-        "take_throttle", {"scope": rule.scope, "window_start": start, "limit": rule.limit}
-    )
+    args = {
+        "scope": rule.scope,
+        "window_start": start,
+        "window_end": start + rule.window,
+        "limit": rule.limit,
+    }
+    got = yield Query("take_throttle", args)
     return bool(got)
 
 

@@ -7,8 +7,10 @@
 
 -- name: take_throttle
 -- One slot of a throttle window, if it has room: the count after it (no row: full).
-INSERT INTO kirim_throttle (scope, window_start, count)
-SELECT %(scope)s, %(window_start)s::float8, 1 WHERE %(limit)s::int >= 1
+-- The window's end is kept for prune (a counter of an ended window goes).
+INSERT INTO kirim_throttle (scope, window_start, window_end, count)
+SELECT %(scope)s, %(window_start)s::float8, %(window_end)s::float8, 1
+WHERE %(limit)s::int >= 1
 ON CONFLICT (scope, window_start) DO UPDATE SET count = kirim_throttle.count + 1
 WHERE kirim_throttle.count < %(limit)s::int
 RETURNING count;
@@ -34,15 +36,22 @@ FROM unnest(%(i_id)s::bigint[], %(i_run_at)s::float8[]) AS u (id, run_at)
 WHERE j.id = u.id;
 
 -- name: digest_event
--- The digest that holds an event of a stream, if one does.
-SELECT digest_key FROM kirim_digest_events
+-- The digest that holds an event of a stream, if one does (pruned_at: that digest was
+-- pruned, the row kept for its dedup).
+SELECT id, digest_key, pruned_at FROM kirim_digest_events
 WHERE stream = %(stream)s AND event_id = %(event_id)s;
+
+-- name: forget_digest_event
+-- An event of a pruned digest whose key tombstone has expired: the event is free again
+-- (a concurrent enqueue of the same event waits for this delete, then finds no row).
+DELETE FROM kirim_digest_events WHERE id = %(id)s AND pruned_at IS NOT NULL;
 
 -- name: open_digest
 -- The digest of a stream for one window, made if new, its row locked (a concurrent
 -- seal waits for this transaction, or this one for the seal and sees it sealed).
-INSERT INTO kirim_digests (key, stream, window_start, created_at)
-VALUES (%(key)s, %(stream)s, %(window_start)s::float8, %(now)s::float8)
+INSERT INTO kirim_digests (key, stream, window_start, window_end, created_at)
+VALUES (%(key)s, %(stream)s, %(window_start)s::float8, %(window_end)s::float8,
+        %(now)s::float8)
 ON CONFLICT (key) DO UPDATE SET sealed_at = kirim_digests.sealed_at
 RETURNING *;
 
@@ -76,6 +85,13 @@ RETURNING *;
 -- name: link_digest
 -- A digest's delivery, recorded on the digest.
 UPDATE kirim_digests SET delivery_id = %(delivery_id)s WHERE key = %(key)s;
+
+-- name: mark_digest_pruned
+-- A digest made again for a key whose delivery was pruned (its tombstone is kept): it
+-- is pruned too, when that delivery was (prune empties its events, then deletes it).
+UPDATE kirim_digests
+SET pruned_at = (SELECT pruned_at FROM kirim_key_tombstones WHERE key_hash = %(key_hash)s)
+WHERE key = %(key)s AND pruned_at IS NULL;
 
 -- name: digest_delivery
 -- A digest's delivery (by its key) with its most recent job (job_ columns).

@@ -31,38 +31,50 @@ CREATE TABLE kirim_preferences (
 
 -- Throttle counters: how many deliveries a scope (a recipient, a recipient and type,
 -- or a key) was given in one fixed window. Taken with an upsert in the enqueue's
--- transaction, so the count is exact across processes and hosts.
+-- transaction, so the count is exact across processes and hosts. Prune deletes a
+-- counter once its window has ended (kirim.store.retention), by kirim_throttle_ended.
 CREATE TABLE kirim_throttle (
     scope        TEXT    NOT NULL,
     window_start REAL    NOT NULL,
+    window_end   REAL    NOT NULL,
     count        INTEGER NOT NULL,
     PRIMARY KEY (scope, window_start)
 );
+CREATE INDEX kirim_throttle_ended ON kirim_throttle (window_end);
 
 -- Digests: one per stream (type, digest key, channel) and window; its delivery's
 -- idempotency key is derived from both, so concurrent first events make one. A digest
 -- is sealed when its delivery is claimed; an event that comes later goes to the next.
+-- pruned_at: its delivery was pruned (the row goes once its events' data has gone).
 CREATE TABLE kirim_digests (
     key          TEXT PRIMARY KEY,
     stream       TEXT NOT NULL,
     window_start REAL NOT NULL,
+    window_end   REAL NOT NULL,
     delivery_id  INTEGER,
     sealed_at    REAL,
+    pruned_at    REAL,
     created_at   REAL NOT NULL
 );
 CREATE INDEX kirim_digests_stream ON kirim_digests (stream, window_start);
+CREATE INDEX kirim_digests_pruned ON kirim_digests (pruned_at) WHERE pruned_at IS NOT NULL;
 
 -- The events of digests: each event once per stream, whichever digest took it.
+-- pruned_at: its digest was pruned; the row stays, its data emptied, as long as the
+-- digest delivery's key tombstone (so a retried event makes no second digest).
 CREATE TABLE kirim_digest_events (
     id         INTEGER PRIMARY KEY,
     stream     TEXT NOT NULL,
     event_id   TEXT NOT NULL,
     digest_key TEXT NOT NULL,
     data       TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    pruned_at  REAL
 );
 CREATE UNIQUE INDEX kirim_digest_events_once ON kirim_digest_events (stream, event_id);
 CREATE INDEX kirim_digest_events_digest ON kirim_digest_events (digest_key, id);
+CREATE INDEX kirim_digest_events_pruned ON kirim_digest_events (pruned_at)
+    WHERE pruned_at IS NOT NULL;
 
 -- A channel's provider request rate (`rate` in kirim.toml): the time its next request
 -- may leave, shared by every worker on this database. A worker takes a slot with one

@@ -4,8 +4,9 @@
 
 -- name: take_throttle
 -- One slot of a throttle window, if it has room: the count after it (no row: full).
-INSERT INTO kirim_throttle (scope, window_start, count)
-SELECT :scope, :window_start, 1 WHERE :limit >= 1
+-- The window's end is kept for prune (a counter of an ended window goes).
+INSERT INTO kirim_throttle (scope, window_start, window_end, count)
+SELECT :scope, :window_start, :window_end, 1 WHERE :limit >= 1
 ON CONFLICT (scope, window_start) DO UPDATE SET count = count + 1
 WHERE kirim_throttle.count < :limit
 RETURNING count;
@@ -25,13 +26,19 @@ WHERE delivery_id = :id AND status = 'queued';
 UPDATE kirim_jobs SET run_at = :run_at, updated_at = :now WHERE id = :id;
 
 -- name: digest_event
--- The digest that holds an event of a stream, if one does.
-SELECT digest_key FROM kirim_digest_events WHERE stream = :stream AND event_id = :event_id;
+-- The digest that holds an event of a stream, if one does (pruned_at: that digest was
+-- pruned, the row kept for its dedup).
+SELECT id, digest_key, pruned_at FROM kirim_digest_events
+WHERE stream = :stream AND event_id = :event_id;
+
+-- name: forget_digest_event
+-- An event of a pruned digest whose key tombstone has expired: the event is free again.
+DELETE FROM kirim_digest_events WHERE id = :id AND pruned_at IS NOT NULL;
 
 -- name: open_digest
 -- The digest of a stream for one window, made if new (its delivery is made after).
-INSERT INTO kirim_digests (key, stream, window_start, created_at)
-VALUES (:key, :stream, :window_start, :now)
+INSERT INTO kirim_digests (key, stream, window_start, window_end, created_at)
+VALUES (:key, :stream, :window_start, :window_end, :now)
 ON CONFLICT (key) DO UPDATE SET sealed_at = kirim_digests.sealed_at
 RETURNING *;
 
@@ -63,6 +70,13 @@ RETURNING *;
 -- name: link_digest
 -- A digest's delivery, recorded on the digest.
 UPDATE kirim_digests SET delivery_id = :delivery_id WHERE key = :key;
+
+-- name: mark_digest_pruned
+-- A digest made again for a key whose delivery was pruned (its tombstone is kept): it
+-- is pruned too, when that delivery was (prune empties its events, then deletes it).
+UPDATE kirim_digests
+SET pruned_at = (SELECT pruned_at FROM kirim_key_tombstones WHERE key_hash = :key_hash)
+WHERE key = :key AND pruned_at IS NULL;
 
 -- name: digest_delivery
 -- A digest's delivery (by its key) with its most recent job (job_ columns).
