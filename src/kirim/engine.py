@@ -208,9 +208,11 @@ class Kirim:
     async def _enqueue(
         self, items: list[NewDelivery], now: float, connection: Any
     ) -> list[EnqueueResult]:
-        """One transaction: the store's, or the caller's (``connection``)."""
+        """One transaction: the store's, or the caller's (``connection``). A key that
+        names another notification rolls the store's transaction back whole
+        (``refuse_reused``); in the caller's, it is raised before the caller commits."""
         if connection is None:
-            return await self.store.enqueue(items, now=now)
+            return await self.store.enqueue(items, now=now, refuse=refuse_reused(items))
         store = self.store
         if not isinstance(store, EnqueuesIn):
             raise ConfigError(
@@ -319,8 +321,7 @@ class Kirim:
             key, token = request
 
             def kept(results: Sequence[EnqueueResult]) -> StoredResponse | None:
-                if any(_reused(p.delivery, r) for p, r in zip(planned, results, strict=True)):
-                    return None  # refused below: nothing is kept to replay
+                refuse_reused(items)(results)  # raising rolls the event back whole
                 status, body = (respond or _no_response)(result_of(results))
                 return StoredResponse(status_code=status, body=body)
 
@@ -539,12 +540,21 @@ def reused_field(existing: Delivery, item: NewDelivery) -> str | None:
     return None
 
 
-def _reused(item: NewDelivery, result: EnqueueResult) -> bool:
-    """Whether ``result`` is a delivery of another notification under ``item``'s key
-    (a digest's payload is a placeholder until sealed: only its event counts)."""
-    if result.created or result.pruned or item.digest is not None:
-        return False
-    return reused_field(result.delivery, item) is not None
+def refuse_reused(items: Sequence[NewDelivery]) -> Callable[[Sequence[EnqueueResult]], None]:
+    """The check ``enqueue`` runs inside its transaction: ``IdempotencyKeyReused`` for
+    the first result that is a delivery of another notification under its item's key,
+    so that a batch (or an event's fan-out) with one reused key writes nothing. A
+    pruned delivery's fields are gone, and a digest's payload is a placeholder until
+    sealed (its event was checked by the store): neither is compared."""
+
+    def refuse(results: Sequence[EnqueueResult]) -> None:
+        for item, result in zip(items, results, strict=True):
+            if result.created or result.pruned or item.digest is not None:
+                continue
+            if (field := reused_field(result.delivery, item)) is not None:
+                raise IdempotencyKeyReused(item.idempotency_key, result.delivery.id, field)
+
+    return refuse
 
 
 def _no_response(result: EventResult) -> tuple[int, str]:

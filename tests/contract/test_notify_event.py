@@ -13,8 +13,8 @@ import pytest
 
 from kirim.channels import Channel
 from kirim.config import Config
-from kirim.engine import Kirim, SyncKirim
-from kirim.errors import InvalidNotification, KirimError
+from kirim.engine import Kirim, NotifyRequest, SyncKirim
+from kirim.errors import IdempotencyKeyReused, InvalidNotification, KirimError
 from kirim.keys import default_key
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.notify import NotificationType, Recipient, RenderError, parse_type
@@ -137,6 +137,31 @@ async def test_the_same_event_again_makes_nothing_new(make: App) -> None:
     assert {d.delivery_id for d in first.deliveries} == {d.delivery_id for d in again.deliveries}
     assert not any(d.created for d in again.deliveries)
     assert len(await everything(app)) == 4
+
+
+async def test_a_reused_event_id_writes_nothing_even_for_a_new_recipient(make: App) -> None:
+    """The same event id with other data, now also to u3: the keys of u1 name other
+    payloads, so the event is refused whole; u3 gets no delivery either (fails on the
+    store that checked after its commit)."""
+    app = await make()
+    await app.notify_event("order_shipped", ["u1"], DATA, event_id="e-1")
+    other = {**DATA, "order_id": "1"}
+    with pytest.raises(IdempotencyKeyReused, match="different payload"):
+        await app.notify_event("order_shipped", ["u1", "u3"], other, event_id="e-1")
+    assert {d.recipient_id for d, _, _ in await everything(app)} == {"u1"}
+
+
+async def test_a_batch_with_one_reused_key_writes_nothing(make: App) -> None:
+    """notify_many: one request whose key names another payload refuses the batch."""
+    app = await make()
+    await app.notify("e-1", "u1", "push", {"n": 1}, key="k-1")
+    batch = [
+        NotifyRequest(event_id="e-2", recipient="u2", channel="push", payload={}),
+        NotifyRequest(event_id="e-1", recipient="u1", channel="push", payload={"n": 2}, key="k-1"),
+    ]
+    with pytest.raises(IdempotencyKeyReused):
+        await app.notify_many(batch)
+    assert [d.idempotency_key for d, _, _ in await everything(app)] == ["k-1"]
 
 
 async def test_the_fan_out_is_one_transaction(make: App, database_url: str) -> None:

@@ -115,6 +115,10 @@ class EventIntake:
         try:
             result = await self.kirim.record_event(event, request=(key, token), respond=response_of)
         except IdempotencyKeyReused as exc:
+            # the event was rolled back whole; the key is given back for a new body
+            await self.kirim.store.enqueue_request(
+                [], key=key, token=token, now=self.kirim.clock.now(), respond=_nothing
+            )
             raise ApiError(
                 422,
                 "idempotency_key_reused",

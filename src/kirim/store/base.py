@@ -379,6 +379,9 @@ class StoredResponse:
 #: Given an enqueue's result, the response to keep, or None to keep nothing (the row is
 #: released: an error is not replayed). Called inside the transaction: pure and quick.
 Respond = Callable[[EnqueueResult], StoredResponse | None]
+#: a check of an enqueue's results inside its transaction (``Ledger.enqueue``): raising
+#: rolls the transaction back (a key that names another notification, say)
+Refuse = Callable[[Sequence[EnqueueResult]], None]
 
 
 # -- the store, by role ----------------------------------------------------------------
@@ -567,8 +570,12 @@ class Tokens(Protocol):
 class Ledger(Protocol):
     """The intake: record deliveries, and the HTTP service's idempotent requests."""
 
-    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        """Insert deliveries and their jobs; an existing key returns the existing row."""
+    async def enqueue(
+        self, items: Sequence[NewDelivery], *, now: float, refuse: Refuse | None = None
+    ) -> list[EnqueueResult]:
+        """Insert deliveries and their jobs; an existing key returns the existing row.
+        ``refuse`` is called with the results inside the transaction: what it raises
+        rolls the whole batch back and is raised here (nothing written)."""
         ...
 
     async def handle_requests(
@@ -604,7 +611,9 @@ class Ledger(Protocol):
         """Record many deliveries for one HTTP request (an event's, ``POST /v1/events``)
         and, in the same transaction, complete that request's row with
         ``respond(results)`` (fenced by its lock token; None releases it). The row
-        names the first delivery, so that it goes when retention prunes that one."""
+        names the first delivery, so that it goes when retention prunes that one.
+        What ``respond`` raises rolls the transaction back (nothing written; the
+        request's row stays as the step before left it)."""
         ...
 
 

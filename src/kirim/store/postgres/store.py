@@ -52,6 +52,7 @@ from kirim.store.base import (
     NewDelivery,
     QueueStats,
     Reaped,
+    Refuse,
     RequestBegin,
     RequestedDelivery,
     RequestSlot,
@@ -239,9 +240,14 @@ class PostgresStore:
 
     # -- write path ---------------------------------------------------------------
 
-    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
+    async def enqueue(
+        self, items: Sequence[NewDelivery], *, now: float, refuse: Refuse | None = None
+    ) -> list[EnqueueResult]:
         async with self._tx() as cur:
-            return await intake.enqueue(cur, items, self._t(now))
+            results = await intake.enqueue(cur, items, self._t(now))
+            if refuse is not None:
+                refuse(results)  # raising rolls back (``_tx``)
+            return results
 
     async def enqueue_in(
         self, conn: psycopg.AsyncConnection[Any], items: Sequence[NewDelivery], *, now: float

@@ -47,6 +47,7 @@ from kirim.store.base import (
     NewDelivery,
     QueueStats,
     Reaped,
+    Refuse,
     RequestBegin,
     RequestedDelivery,
     RequestSlot,
@@ -269,8 +270,16 @@ class SQLiteStore:
 
     # -- write path ---------------------------------------------------------------
 
-    async def enqueue(self, items: Sequence[NewDelivery], *, now: float) -> list[EnqueueResult]:
-        return await self._tx(lambda conn: intake.enqueue(conn, items, self._t(now)))
+    async def enqueue(
+        self, items: Sequence[NewDelivery], *, now: float, refuse: Refuse | None = None
+    ) -> list[EnqueueResult]:
+        def run(conn: sqlite3.Connection) -> list[EnqueueResult]:
+            results = intake.enqueue(conn, items, self._t(now))
+            if refuse is not None:
+                refuse(results)  # raising rolls back (``_tx``)
+            return results
+
+        return await self._tx(run)
 
     async def claim(
         self,
