@@ -142,3 +142,47 @@ def test_render_help_has_examples(kirim) -> None:
     assert "Preview a notification type's messages" in result.stdout
     assert "kirim render order_shipped --data" in result.stdout
     assert "render" in kirim("--help").stdout
+
+
+# -- kirim event ---------------------------------------------------------------------------
+
+
+def test_event_records_a_delivery_per_recipient_and_channel(kirim) -> None:
+    """`kirim event` fans one event out; the same event again creates nothing."""
+    assert kirim("init").exit_code == 0
+    args = ("event", "order_shipped", "--event", "o-1", "--data", DATA)
+    first = kirim(
+        *args, "--recipient", "u1", "--recipient", '{"id": "u2", "locale": "id"}', "--json"
+    )
+    assert first.exit_code == 0, first.stderr
+    made = json.loads(first.stdout)["deliveries"]
+    assert [(d["recipient_id"], d["channel"], d["created"]) for d in made] == [
+        ("u1", "email", True),
+        ("u1", "push", True),
+        ("u2", "email", True),
+        ("u2", "push", True),
+    ]
+    again = kirim(*args, "--recipient", "u1")
+    assert again.exit_code == 0, again.stderr
+    assert (
+        again.stdout.splitlines()[0]
+        == f"u1 email: delivery {made[0]['delivery_id']} exists, pending"
+    )
+
+
+def test_event_shows_a_suppression_with_its_reason(kirim) -> None:
+    assert kirim("init").exit_code == 0
+    assert kirim("prefs", "set", "u1", "--opt-out").exit_code == 0
+    result = kirim("event", "order_shipped", "--event", "o-1", "--recipient", "u1", "--data", DATA)
+    assert result.exit_code == 0, result.stderr
+    assert "u1 push: delivery 2 created, suppressed (opted_out)" in result.stdout
+
+
+def test_event_with_a_missing_variable_writes_nothing(kirim) -> None:
+    assert kirim("init").exit_code == 0
+    bad = kirim("event", "order_shipped", "--event", "o-1", "--recipient", "u1", "--data", "{}")
+    assert bad.exit_code == 2
+    assert "order_id" in bad.stderr
+    listed = kirim("list", "--json")
+    assert listed.exit_code == 0, listed.stderr
+    assert json.loads(listed.stdout) == []

@@ -92,6 +92,8 @@ KirimGroup.lazy = {
     "explore": ("kirim.explore.command", "explore"),
     # `kirim render` (notification types' templates, kirim.notify)
     "render": ("kirim.cli.events", "render"),
+    # `kirim event`: one event of a type for its recipients (Kirim.notify_event)
+    "event": ("kirim.cli.events", "event"),
 }
 
 
