@@ -14,6 +14,7 @@ from test_notify_intake import item
 
 from kirim.channels import Channel
 from kirim.model import Delivery, DeliveryStatus, JobStatus
+from kirim.observe.metrics import Metrics
 from kirim.store import Store, open_store
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock
 from kirim.worker import Worker, WorkerSettings
@@ -39,6 +40,7 @@ def worker(
     compose: Any = listing,
     rate: float | None = None,
     checkpoints: Checkpoints | None = None,
+    metrics: Metrics | None = None,
 ) -> Worker:
     channel = Channel(name="email", provider=provider, rate=rate)
     return Worker(
@@ -49,6 +51,7 @@ def worker(
         clock=clock,
         checkpoints=checkpoints,
         digests={"liked": compose},
+        metrics=metrics,
     )
 
 
@@ -189,11 +192,15 @@ async def test_the_worker_waits_for_its_rate_slot(store: Store) -> None:
     worker sends them."""
     clock, provider = SleepLog(), FlakyProvider()
     await store.enqueue([item(f"k{i}") for i in range(4)], now=clock.now())
-    a = worker(store, provider, clock, rate=2.0)
-    b = worker(store, provider, clock, name="B", rate=2.0)
+    metrics = Metrics()
+    a = worker(store, provider, clock, rate=2.0, metrics=metrics)
+    b = worker(store, provider, clock, name="B", rate=2.0, metrics=metrics)
     await asyncio.gather(a.run_once(), b.run_once())
     assert len(provider.requests) == 4
     assert sorted(clock.slept) == [0.5, 1.0, 1.5]
+    shown = metrics.render().decode()
+    assert 'kirim_rate_wait_seconds_count{channel="email"} 3.0' in shown
+    assert 'kirim_rate_wait_seconds_sum{channel="email"} 3.0' in shown
 
 
 async def test_a_slot_too_far_puts_the_job_back(store: Store, clock: ManualClock) -> None:

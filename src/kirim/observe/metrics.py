@@ -172,6 +172,15 @@ class Metrics:
             ["channel", "reason"],
             registry=r,
         )
+        self.rate_waits = Histogram(
+            "kirim_rate_wait_seconds",
+            "Seconds a request waited for its channel's request rate (`rate`) before its "
+            "intent; one too far for its claim's send deadline puts the job back and is "
+            "observed with the wait it was given.",
+            ["channel"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+            registry=r,
+        )
         self._retries = _Children(self.retries.labels)
         self._conflicts = _Children(self.enqueue_conflicts.labels)
         self._latency = _Children(self.provider_latency.labels)
@@ -182,6 +191,7 @@ class Metrics:
         self._callbacks = _Children(self.callbacks.labels)
         self._duplicates = _Children(self.confirmed_duplicates.labels)
         self._suppressed = _Children(self.suppressed_deliveries.labels)
+        self._rate_waits = _Children(self.rate_waits.labels)
         self._server: Any = None
         #: the port /metrics is served on (after ``serve``)
         self.port: int | None = None
@@ -220,6 +230,10 @@ class Metrics:
     def suppressed(self, channel: str, reason: str) -> None:
         """A delivery recorded ``suppressed`` (``kirim.preferences.Reason``)."""
         self._suppressed(channel, reason).inc()
+
+    def rate_wait(self, channel: str, seconds: float) -> None:
+        """A request of ``channel`` waited (or was put back) for its request rate."""
+        self._rate_waits(channel).observe(seconds)
 
     def lease_expired(self) -> None:
         self.leases_expired.inc()

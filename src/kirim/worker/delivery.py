@@ -131,7 +131,12 @@ class Deliverer:
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
         self.prepare = Prepare(
-            store, digests=digests or {}, decide=decide, clock=clock, monotonic=monotonic
+            store,
+            digests=digests or {},
+            decide=decide,
+            clock=clock,
+            monotonic=monotonic,
+            metrics=metrics,
         )
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
 from kirim.clock import Clock
@@ -25,6 +25,9 @@ from kirim.errors import StoreError
 from kirim.model import Delivery, DeliveryStatus, JobStatus
 from kirim.store.base import Claim, Compose, Finish, Notifications, Queue
 from kirim.worker.decisions import Decisions
+
+if TYPE_CHECKING:
+    from kirim.observe.metrics import Metrics
 
 __all__ = ["Prepare"]
 
@@ -40,8 +43,11 @@ class Prepare:
         decide: Decisions,
         clock: Clock,
         monotonic: Callable[[], float],
+        metrics: Metrics | None = None,
     ) -> None:
-        """``digests``: the compose function of each digest type, by type name."""
+        """``digests``: the compose function of each digest type, by type name;
+        ``metrics``: where the rate waits are observed (``kirim_rate_wait_seconds``)."""
+        self.metrics = metrics
         self.store = store
         self.digests = dict(digests)
         self.decide = decide
@@ -99,6 +105,8 @@ class Prepare:
         )
         if wait <= 0:
             return None
+        if self.metrics is not None:
+            self.metrics.rate_wait(channel.name, wait)
         if wait > (deadline - self._monotonic()) / 2:
             return Finish(
                 delivery_id=claim.delivery.id,
