@@ -2,7 +2,7 @@
 
 from kirim.channels import Channel
 from kirim.config import Config, load_config
-from kirim.engine import Kirim, Notification, NotifyRequest, SyncKirim
+from kirim.engine import Kirim, Notification, NotifyRequest
 from kirim.errors import (
     AmbiguousFailure,
     ConfigError,
@@ -33,6 +33,7 @@ from kirim.notify import EventResult, NotificationType, Recipient, RenderError
 from kirim.preferences import Preferences, Window
 from kirim.providers import Message, Provider, Reconcilable, Sent
 from kirim.providers.webhook import WebhookProvider
+from kirim.sync import SyncKirim
 from kirim.version import __version__
 from kirim.worker import Worker, WorkerSettings
 

@@ -13,13 +13,14 @@ import pytest
 
 from kirim.channels import Channel
 from kirim.config import Config
-from kirim.engine import Kirim, NotifyRequest, SyncKirim
+from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import IdempotencyKeyReused, InvalidNotification, KirimError
 from kirim.keys import default_key
 from kirim.model import DeliveryStatus, JobStatus
 from kirim.notify import NotificationType, Recipient, RenderError, parse_type
 from kirim.observe.metrics import Metrics
 from kirim.preferences import Preferences, Window
+from kirim.sync import SyncKirim
 from kirim.testing import FlakyProvider, ManualClock
 
 #: 2026-12-01 12:00 UTC

@@ -12,7 +12,7 @@ import pytest
 import kirim
 from kirim.channels import Channel
 from kirim.config import Config, parse_config
-from kirim.engine import Kirim, SyncKirim
+from kirim.engine import Kirim
 from kirim.errors import (
     ActionRefused,
     ConfigError,
@@ -25,6 +25,7 @@ from kirim.errors import (
 from kirim.keys import default_key
 from kirim.model import DeliveryStatus
 from kirim.providers.base import Message, Sent
+from kirim.sync import SyncKirim
 from kirim.testing import FlakyProvider
 from kirim.worker import WorkerSettings
 

@@ -39,6 +39,7 @@ LAYER = {
     "worker": 1,
     "config": 2,
     "engine": 2,
+    "sync": 2,
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
     "cli": 4,

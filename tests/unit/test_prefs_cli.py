@@ -156,7 +156,7 @@ def test_every_command_has_help(db: str) -> None:
 
 def test_sync_kirim_has_the_preference_verbs(db: str) -> None:
     """SyncKirim.preferences / set_preferences / delete_preferences, as the async ones."""
-    from kirim.engine import SyncKirim
+    from kirim.sync import SyncKirim
 
     with SyncKirim(Config(database=db)) as app:
         assert app.preferences("u-1") is None
