@@ -592,3 +592,12 @@ def _run_at(send_after: SendAfter, now: float) -> float | None:
     if not 0 <= when <= MAX_EPOCH:  # nan included
         raise InvalidNotification("send_after must fall between 1970-01-01 and 9999-12-31 (UTC)")
     return when
+
+
+def __getattr__(name: str) -> Any:
+    """``kirim.engine.SyncKirim``, where it was before it moved to ``kirim.sync``."""
+    if name == "SyncKirim":
+        from kirim.sync import SyncKirim
+
+        return SyncKirim
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
