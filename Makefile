@@ -53,7 +53,8 @@ loop-versions:
 	done
 
 # The long soak: every scheduling policy over many seeds (SQLite), then the PostgreSQL
-# lane on a smaller budget. Failures are shrunk and saved under explore-failures/.
+# lane on a smaller budget, then the notification layer's workload (events).
+# Failures are shrunk and saved under explore-failures/.
 explore: $(STAMP)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/kirim explore --seeds 3000 --policy host --out explore-failures
@@ -61,6 +62,8 @@ explore: $(STAMP)
 	$(BIN)/kirim explore --seeds 2000 --policy pct:3 --out explore-failures
 	$(BIN)/kirim explore --seeds 60 --database postgresql://postgres@127.0.0.1:5432/test \
 	  --out explore-failures
+	$(BIN)/kirim explore --seeds 1000 --workload events --out explore-failures
+	$(BIN)/kirim explore --seeds 1000 --workload events --policy random --out explore-failures
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,bench]'

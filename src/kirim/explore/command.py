@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kirim.cli.params import PathParam
-from kirim.explore.scenario import Outcome, Settings, run_schedule
+from kirim.explore.scenario import WORKLOADS, Outcome, Settings, run_schedule
 from kirim.explore.shrink import relevant, replay, save, shrink
 
 PROVIDERS = ("plain", "lookup", "idempotent")
@@ -135,6 +135,15 @@ def _factory(spec: str | None) -> Any:
     help="The channel's in-doubt policy.  [default: drawn per seed]",
 )
 @click.option(
+    "--workload",
+    type=click.Choice(list(WORKLOADS)),
+    default="notify",
+    show_default=True,
+    help="What the driver does: plain notify calls (notify), or events of a plain and a "
+    "digest notification type for 2-3 recipients with a preference flip at a seeded "
+    "time (events; adds the suppressed_unsent, digest_once and opted_out_unsent checks).",
+)
+@click.option(
     "--database",
     metavar="URL",
     help="PostgreSQL server (postgresql://…) for the PostgreSQL lane: a throw-away database "
@@ -171,6 +180,7 @@ def explore(
     policy: str,
     provider: str,
     on_unknown: str | None,
+    workload: str,
     database: str | None,
     replay_file: Path | None,
     as_json: bool,
@@ -189,6 +199,7 @@ def explore(
     Examples:
       kirim explore --seeds 500 --out failures/
       kirim explore --provider lookup --policy pct:3 --seeds 200
+      kirim explore --workload events --seeds 500
       kirim explore --replay tests/explore/seeds/lookup-duplicate.json
     """
     console = Console(stderr=True)
@@ -218,6 +229,7 @@ def explore(
         "workers": int(workers),
         "policy": policy,
         "on_unknown": on_unknown,
+        "workload": workload,
         "database": database,
         "provider_factory": provider_factory,
     }

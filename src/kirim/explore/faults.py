@@ -8,7 +8,8 @@ dropping entries). Kinds:
 - ``stall``: SIGSTOP at ``at`` for ``duration`` seconds (longer than the lease);
 - ``shutdown``: graceful ``worker.stop()`` at ``at`` (restarted at the heal time);
 - ``store``: the host's ``nth`` call of ``method`` after ``at`` fails before it
-  commits (``mode=fail``) or commits and then raises (``mode=ack_lost``);
+  commits (``mode=fail``) or commits and then raises (``mode=ack_lost``); the
+  events workload adds some on ``seal_digest`` and ``claim`` (``draw_event_faults``);
 - ``poison``: every batch with ``delivery`` in it fails inside the transaction
   (rolled back) from ``at`` until the heal time;
 - ``pause``: SIGSTOP for ``duration`` seconds when the host's worker reaches its
@@ -38,6 +39,8 @@ KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #: lost); "" for the other kinds
 StoreMode = Literal["fail", "ack_lost", ""]
 STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "release")
+#: store methods of the notification layer, faulted in the events workload only
+EVENT_STORE_METHODS = ("seal_digest", "claim")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")
 
@@ -116,6 +119,27 @@ def draw_plan(seed: int, *, hosts: Sequence[str], deliveries: int, lease: float)
             plan.append(Fault(kind=kind, at=at, delivery=delivery))
         else:
             plan.append(Fault(kind=kind, at=rng.uniform(10.0, 40.0), duration=15.0))
+    return plan
+
+
+def draw_event_faults(seed: int, *, hosts: Sequence[str]) -> list[Fault]:
+    """Store faults for the events workload, drawn apart so that the plain workload's
+    plans stay as they were: the digest seal (and the claim that re-checks
+    preferences) failing before its commit, or committing and losing its answer."""
+    rng = random.Random(f"plan-events:{seed}")
+    plan: list[Fault] = []
+    for _ in range(rng.choice((0, 0, 1, 1, 2))):
+        mode: StoreMode = rng.choice(("fail", "ack_lost"))
+        plan.append(
+            Fault(
+                kind="store",
+                host=rng.choice(list(hosts)),
+                at=rng.uniform(0.0, 30.0),
+                method=rng.choice(EVENT_STORE_METHODS),
+                nth=rng.randint(1, 3),
+                mode=mode,
+            )
+        )
     return plan
 
 
@@ -198,3 +222,6 @@ class FaultyStore:
 
     async def release(self, leases: Sequence[Any], **kwargs: Any) -> Any:
         return await self._call("release", leases, **kwargs)
+
+    async def seal_digest(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("seal_digest", *args, **kwargs)

@@ -20,17 +20,18 @@ from typing import Any, cast
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
+from kirim.explore import events
 from kirim.explore.faults import Fault, FaultyStore
 from kirim.explore.invariants import Ledger
-from kirim.explore.loop import Host
+from kirim.explore.loop import BASE, Host
+from kirim.notify import NotificationType
 from kirim.store.base import Store
 from kirim.store.sqlite import SQLiteStore
 from kirim.worker import Worker, WorkerSettings
 
-#: epoch seconds at virtual time 0
-BASE = 1_800_000_000.0
-
-#: records, inside the inserting transaction, who held the claim when an intent was written
+#: records, inside the inserting transaction, who held the claim when an intent was
+#: written; and every claim of a job (its new lease, in the claim's transaction, at the
+#: claim's store time), which the ledger itself keeps only as a count
 AUDIT_SQL = """
 CREATE TABLE explore_intent_audit (
     provider_request_id TEXT, worker_id TEXT, claim_token TEXT, claimed_by TEXT,
@@ -40,6 +41,13 @@ CREATE TRIGGER explore_intent_audit AFTER INSERT ON kirim_attempts BEGIN
     SELECT NEW.provider_request_id, NEW.worker_id, d.claim_token, d.claimed_by, d.status,
            j.lease_token, j.lease_owner, j.status
     FROM kirim_deliveries d, kirim_jobs j WHERE d.id = NEW.delivery_id AND j.id = NEW.job_id;
+END;
+CREATE TABLE explore_claim_audit (job_id INTEGER, delivery_id INTEGER, worker_id TEXT, at REAL);
+CREATE TRIGGER explore_claim_audit AFTER UPDATE OF lease_token ON kirim_jobs
+WHEN NEW.status = 'running' AND NEW.lease_token IS NOT NULL
+     AND NEW.lease_token IS NOT OLD.lease_token BEGIN
+    INSERT INTO explore_claim_audit
+    VALUES (NEW.id, NEW.delivery_id, NEW.lease_owner, NEW.updated_at);
 END;
 """
 
@@ -194,8 +202,11 @@ async def run_worker(
     seed: int,
     on_intent: Any,
     note: Any,
+    types: list[NotificationType] | None = None,
 ) -> None:
-    """The life of one worker process: open its app, run its worker, close."""
+    """The life of one worker process: open its app, run its worker, close. ``types``:
+    the notification types, whose policies and digest composers the worker gets as
+    ``Kirim.worker()`` gives them."""
     loop = asyncio.get_running_loop()
     store = FaultyStore(
         inner,
@@ -206,7 +217,8 @@ async def run_worker(
         on_intent=on_intent,
     )
     wh.store = store
-    app = Kirim(config, store=cast(Store, store), channels=channels, clock=wh.clock)
+    kinds = list(types or ())
+    app = Kirim(config, store=cast(Store, store), channels=channels, clock=wh.clock, types=kinds)
     await app.open()
     worker = Worker(
         cast(Store, store),
@@ -215,6 +227,8 @@ async def run_worker(
         worker_id=wh.host.label,
         clock=wh.clock,
         rng=random.Random(f"worker:{seed}:{wh.host.label}"),
+        policies=events.policies(kinds),
+        digests=events.digests(kinds),
     )
     wh.worker = worker
     pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]

@@ -23,16 +23,37 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
 - ``one_provider_in_doubt``: after an attempt to a provider that may have arrived
   (it ends ``requested`` or ``unknown``), no later attempt of the delivery goes to
   another provider (failover only after a definite non-acceptance), within an epoch.
+
+The notification layer (the events workload, ``events.py``):
+
+- ``suppressed_unsent``: a ``suppressed`` delivery was never received, and every
+  request for its key (since the operator's last retry) was definitely refused, as
+  the provider saw it and as its attempt rows say (a claim after a definite refusal
+  may suppress; one after a request that may have arrived may not);
+- ``digest_once``: each event taken into a digest (``kirim_digest_events``) is in the
+  sealed payload (``events``) of exactly its own digest's delivery once that digest is
+  sealed, in no other digest's payload of its stream, and in none while unsealed; a
+  digest whose delivery has an attempt is sealed, and every request for it carried
+  the sealed event list; every event the driver gave a digest and was not told
+  ``suppressed`` is held by the digest it was told;
+- ``opted_out_unsent``: a delivery whose recipient was opted out (of everything, or
+  of its type on its channel) when its job was first claimed is never claimed to be
+  sent: no claim leases it and no request for it leaves. The first claim is read from
+  ``explore_claim_audit`` (a trigger records each new lease of a job with the claim's
+  store time; the ledger itself keeps only a count of claims); a flip counts once the
+  driver's ``set_preferences`` has returned, strictly before that claim.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from kirim.explore.provider import GroundTruth
+from kirim.explore.loop import BASE
+from kirim.explore.provider import FlipRecord, GroundTruth, Request
 
 NAMES = (
     "at_most_once",
@@ -45,10 +66,17 @@ NAMES = (
     "final",
     "unreported_doubt",
     "one_provider_in_doubt",
+    "suppressed_unsent",
+    "digest_once",
+    "opted_out_unsent",
 )
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")
+#: what the provider model answers when it did not act on a request, for certain
+REFUSED = ("refused", "429", "400")
 EPSILON = 1e-9
+#: store times are BASE + virtual time: a double keeps about 2.4e-7 s of that
+STORE_EPSILON = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +96,10 @@ class Ledger:
     attempts: list[dict[str, Any]]
     jobs: list[dict[str, Any]]
     audit: list[dict[str, Any]] | None  # None: no audit trigger (PostgreSQL lane)
+    digests: list[dict[str, Any]] = field(default_factory=list)
+    digest_events: list[dict[str, Any]] = field(default_factory=list)
+    #: every new lease of a job (``explore_claim_audit``); None: no such trigger
+    claims: list[dict[str, Any]] | None = None
 
     @staticmethod
     def read_sqlite(path: str) -> Ledger:
@@ -83,6 +115,9 @@ class Ledger:
                 attempts=rows("SELECT * FROM kirim_attempts ORDER BY id"),
                 jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
                 audit=rows("SELECT * FROM explore_intent_audit"),
+                digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
+                digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
+                claims=rows("SELECT * FROM explore_claim_audit ORDER BY rowid"),
             )
         finally:
             conn.close()
@@ -104,6 +139,9 @@ def check(
     for d in ledger.deliveries:
         out.extend(_delivery(d, attempts.get(d["id"], []), truth, at_least_once))
     out.extend(_requests(ledger, truth, by_key))
+    out.extend(_suppressed(ledger, truth, attempts))
+    out.extend(_digests(ledger, truth, attempts))
+    out.extend(_opted_out(ledger, truth))
     active = [j for j in ledger.jobs if j["status"] in ("queued", "running", "retry_scheduled")]
     if not quiet or active or truth.in_flight:
         unfinished = [
@@ -138,7 +176,9 @@ def _delivery(
         out.append(Violation(name="certain_unsent", delivery=did, detail=shown))
     since = d["released_at"] or 0.0
     statuses = [a["status"] for a in attempts if a["requested_at"] >= since]
-    if status == "sent" and got == 0 and statuses and all(s in DEFINITE for s in statuses):
+    # the user got nothing at all (in any epoch): a lookup after an operator's retry may
+    # rightly find the effect of a request of an earlier epoch
+    if status == "sent" and sum(epochs) == 0 and statuses and all(s in DEFINITE for s in statuses):
         out.append(
             Violation(
                 name="lost_as_sent",
@@ -246,4 +286,167 @@ def _requests(
                     detail=f"request at t={r.sent_at:.3f} after the cancel at t={canceled:.3f}",
                 )
             )
+    return out
+
+
+# -- the notification layer -----------------------------------------------------------
+
+
+def _requests_of(truth: GroundTruth, key: str, delivery_id: int) -> list[Request]:
+    """The requests for ``key`` since the operator's last retry of the delivery."""
+    since = max(truth.retries.get(delivery_id, [0.0]))
+    return [r for r in truth.requests if r.key == key and r.sent_at >= since]
+
+
+def _suppressed(
+    ledger: Ledger, truth: GroundTruth, attempts: dict[int, list[dict[str, Any]]]
+) -> list[Violation]:
+    """``suppressed_unsent``: suppressed means never sent, as far as anyone could know."""
+    out = []
+    for d in ledger.deliveries:
+        if d["status"] != "suppressed":
+            continue
+        did, key = d["id"], d["idempotency_key"]
+        got = truth.epochs(key, did)[-1]
+        landed = [r for r in _requests_of(truth, key, did) if r.outcome not in REFUSED]
+        since = d["released_at"] or 0.0
+        open_ = [
+            a["status"]
+            for a in attempts.get(did, [])
+            if a["requested_at"] >= since and a["status"] not in DEFINITE
+        ]
+        if got or landed or open_:
+            out.append(
+                Violation(
+                    name="suppressed_unsent",
+                    delivery=did,
+                    detail=f"suppressed ({d['reason']}) but received={got}, "
+                    f"{len(landed)} request(s) the provider may have acted on "
+                    f"({[r.outcome for r in landed]}), attempts not refused: {open_}",
+                )
+            )
+    return out
+
+
+def _sealed_events(d: dict[str, Any] | None) -> list[str] | None:
+    """The event ids of a delivery's sealed digest payload, or None (no events in it)."""
+    if d is None:
+        return None
+    payload = d["payload"]
+    if isinstance(payload, str):
+        payload = json.loads(payload)
+    events = payload.get("events") if isinstance(payload, dict) else None
+    return [str(e) for e in events] if isinstance(events, list) else None
+
+
+def _digests(
+    ledger: Ledger, truth: GroundTruth, attempts: dict[int, list[dict[str, Any]]]
+) -> list[Violation]:
+    """``digest_once``: each event in one sealed digest of its stream, sent as sealed."""
+    out: list[Violation] = []
+
+    def bad(did: int | None, detail: str) -> None:
+        out.append(Violation(name="digest_once", delivery=did, detail=detail))
+
+    deliveries = {d["id"]: d for d in ledger.deliveries}
+    held: dict[str, list[str]] = {}
+    for e in ledger.digest_events:
+        held.setdefault(e["digest_key"], []).append(str(e["event_id"]))
+    in_payloads: dict[tuple[str, str], list[str]] = {}
+    for g in ledger.digests:
+        d = deliveries.get(g["delivery_id"])
+        did = None if d is None else d["id"]
+        sealed = _sealed_events(d)
+        own = held.get(g["key"], [])
+        for eid in sealed or ():
+            in_payloads.setdefault((g["stream"], eid), []).append(g["key"])
+        if g["sealed_at"] is not None:
+            if d is not None and sealed != own:
+                bad(did, f"digest sealed with events {sealed}, but it holds {own}")
+        elif sealed:  # the placeholder lists none
+            bad(did, f"digest not sealed, but its payload lists events {sealed}")
+        if d is None:
+            continue
+        tried = attempts.get(d["id"], [])
+        if tried and g["sealed_at"] is None:
+            bad(did, f"{len(tried)} attempt(s) of a digest that was never sealed")
+        for r in truth.requests:
+            if r.key == d["idempotency_key"] and r.events != tuple(sealed or ()):
+                bad(
+                    did,
+                    f"a request at t={r.sent_at:.3f} carried events {r.events}, the "
+                    f"sealed payload lists {sealed}",
+                )
+    for (of, eid), keys in sorted(in_payloads.items()):
+        if len(keys) > 1:
+            bad(None, f"event {eid} of stream {of} is in {len(keys)} sealed digests")
+    streams = {(e["stream"], str(e["event_id"])): e["digest_key"] for e in ledger.digest_events}
+    by_key = {g["key"]: g for g in ledger.digests}
+    for ev in truth.events:
+        for recipient, did, status, _reason, stream in ev.outcomes:
+            if stream is None or status == "suppressed":
+                continue
+            holder = streams.get((stream, ev.event_id))
+            found = None if holder is None else by_key.get(holder)
+            if found is None or found["delivery_id"] != did:
+                where = "no digest" if found is None else f"digest delivery {found['delivery_id']}"
+                bad(
+                    did,
+                    f"event {ev.event_id} for {recipient} was given to digest delivery {did} "
+                    f"of stream {stream}, but {where} holds it",
+                )
+    return out
+
+
+def _off_at(flips: Sequence[FlipRecord], at: float) -> bool:
+    """Whether these flips (one scope) certainly had the recipient opted out at ``at``:
+    the last flip that returned before ``at`` is an opt-out, and the next one had not
+    begun by then."""
+    ordered = sorted(flips, key=lambda f: f.started)
+    for i, f in enumerate(ordered):
+        if f.committed is None or f.committed >= at - STORE_EPSILON:
+            continue
+        later = ordered[i + 1 :]
+        if later and later[0].committed is not None and later[0].committed < at - STORE_EPSILON:
+            continue  # a later flip rules
+        if f.off and (not later or later[0].started > at + STORE_EPSILON):
+            return True
+    return False
+
+
+def _opted_out(ledger: Ledger, truth: GroundTruth) -> list[Violation]:
+    """``opted_out_unsent``: opted out before the first claim → never leased, never sent."""
+    if ledger.claims is None or not truth.flips:
+        return []
+    first: dict[int, dict[str, Any]] = {}
+    for c in ledger.claims:
+        if c["delivery_id"] not in first or c["at"] < first[c["delivery_id"]]["at"]:
+            first[c["delivery_id"]] = c
+    out = []
+    for d in ledger.deliveries:
+        claim = first.get(d["id"])
+        if claim is None or d["type"] is None or d["recipient_id"] is None:
+            continue
+        at = float(claim["at"]) - BASE
+        scopes: dict[str | None, list[FlipRecord]] = {}
+        for f in truth.flips:
+            if f.recipient == d["recipient_id"] and (
+                f.type is None or (f.type == d["type"] and f.channel == d["channel"])
+            ):
+                scopes.setdefault(f.type, []).append(f)
+        off = [scope for scope, flips in scopes.items() if _off_at(flips, at)]
+        if not off:
+            continue
+        sent = [r for r in truth.requests if r.key == d["idempotency_key"]]
+        got = sum(1 for _, counted in truth.effects.get(d["idempotency_key"], []) if counted)
+        what = "everything" if off[0] is None else f"{off[0]}:{d['channel']}"
+        out.append(
+            Violation(
+                name="opted_out_unsent",
+                delivery=d["id"],
+                detail=f"{d['recipient_id']} opted out of {what} before t={at:.3f}, when "
+                f"{claim['worker_id']} first claimed job {claim['job_id']}; status={d['status']}, "
+                f"{len(sent)} request(s), received {got}",
+            )
+        )
     return out

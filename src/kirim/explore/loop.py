@@ -44,6 +44,8 @@ from typing import Any, TypeVar
 from kirim.explore.policy import Policy
 
 T = TypeVar("T")
+#: epoch seconds at virtual time 0 (the hosts' clocks and the store's time of record)
+BASE = 1_800_000_000.0
 
 
 @dataclass(eq=False, slots=True)

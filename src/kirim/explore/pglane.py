@@ -23,6 +23,22 @@ from kirim.explore.invariants import Ledger
 
 T = TypeVar("T")
 HIDDEN = frozenset({"wait_for_jobs"})
+#: every new lease of a job, in the claim's transaction (``hosts.AUDIT_SQL``'s claim
+#: audit; the intent audit has no PostgreSQL twin yet)
+CLAIM_AUDIT_SQL = """
+CREATE TABLE explore_claim_audit (
+    job_id bigint, delivery_id bigint, worker_id text, at double precision);
+CREATE FUNCTION explore_claim_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_claim_audit
+    VALUES (NEW.id, NEW.delivery_id, NEW.lease_owner, NEW.updated_at);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_claim_audit AFTER UPDATE OF lease_token ON kirim_jobs
+FOR EACH ROW WHEN (NEW.status = 'running' AND NEW.lease_token IS NOT NULL
+                   AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)
+EXECUTE FUNCTION explore_claim_audit();
+"""
 
 
 class Runner:
@@ -114,6 +130,8 @@ class PostgresDatabase:
                 await store.close()
 
         runner().run(migrate())
+        with self.psycopg.connect(_with_db(self.admin_url, name), autocommit=True) as conn:
+            conn.execute(CLAIM_AUDIT_SQL)
         self._templates[self.admin_url] = name
         atexit.register(_drop, self.admin_url, name)
         return name
@@ -139,6 +157,9 @@ class PostgresDatabase:
                 attempts=rows("SELECT * FROM kirim_attempts ORDER BY id"),
                 jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
                 audit=None,
+                digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
+                digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
+                claims=rows("SELECT * FROM explore_claim_audit"),
             )
 
     def active_jobs(self) -> int:

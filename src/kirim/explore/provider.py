@@ -61,6 +61,35 @@ class Request:
     effect_at: float | None
     answer_at: float
     answer: str = "pending"  # what the caller got
+    #: the event ids of a digest's payload (``events``), as the request carried them
+    events: tuple[str, ...] | None = None
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One ``notify_event`` the driver made (the events workload), and its answer."""
+
+    event_id: str
+    type: str
+    recipients: tuple[str, ...]
+    at: float
+    #: per recipient x channel: (recipient, delivery id, status, reason, digest stream)
+    outcomes: list[tuple[str, int, str, str | None, str | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FlipRecord:
+    """One change of a recipient's preferences: ``type`` None is the global opt-out,
+    else the type on ``channel``; ``off``: opted out (else back in).
+    ``started``/``committed``: virtual times the call began and returned (its commit
+    lies between)."""
+
+    recipient: str
+    type: str | None
+    channel: str
+    off: bool
+    started: float
+    committed: float | None = None
 
 
 @dataclass(slots=True)
@@ -78,6 +107,9 @@ class GroundTruth:
     cancels: dict[int, float] = field(default_factory=dict)
     #: delivery id -> virtual times an operator's retry committed
     retries: dict[int, list[float]] = field(default_factory=dict)
+    #: the events workload: the events recorded and the preference flips made
+    events: list[EventRecord] = field(default_factory=list)
+    flips: list[FlipRecord] = field(default_factory=list)
 
     def epochs(self, key: str, delivery_id: int) -> list[int]:
         """Times the user got ``key``, per epoch between the operator's retries: a
@@ -158,6 +190,7 @@ class ProviderModel:
             outcome=outcome,
             effect_at=effect_at,
             answer_at=answer_at,
+            events=_events_of(message.payload),
         )
         self.truth.requests.append(request)
         effect = "-" if effect_at is None else f"{effect_at:.3f}"
@@ -239,3 +272,9 @@ class ProviderModel:
 
     async def aclose(self) -> None:
         return None
+
+
+def _events_of(payload: object) -> tuple[str, ...] | None:
+    """A digest payload's event ids (``events``), or None for any other payload."""
+    events = payload.get("events") if isinstance(payload, dict) else None
+    return tuple(str(e) for e in events) if isinstance(events, list) else None

@@ -1,11 +1,13 @@
 """One schedule: configuration + fault plan + policy (or recorded choices) → outcome.
 
-The driver host ``S`` enqueues the notifications (through the operator's app),
-starts the worker hosts, fires the faults at their virtual times, heals at the
-heal time (crashed and stopped hosts restart as new processes on the same
-database), and waits until everything is final and nothing is in flight at the
-provider — within ``max_time`` virtual seconds after the heal and ``max_steps``
-steps. Then it stops the workers gracefully and checks the invariants.
+The driver host ``S`` enqueues the notifications (through the operator's app;
+``workload="events"``: records events of notification types and flips a
+recipient's preferences at seeded times, ``events.py``), starts the worker hosts,
+fires the faults at their virtual times, heals at the heal time (crashed and
+stopped hosts restart as new processes on the same database), and waits until
+everything is final and nothing is in flight at the provider — within ``max_time``
+virtual seconds after the heal and ``max_steps`` steps. Then it stops the workers
+gracefully and checks the invariants.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
-from kirim.explore import operator
-from kirim.explore.faults import Fault, draw_plan, heal_time
+from kirim.explore import events, operator
+from kirim.explore.faults import Fault, draw_event_faults, draw_plan, heal_time
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.invariants import Ledger, Violation, check
 from kirim.explore.loop import DeterministicLoop, Host, StepLimit, host_context
@@ -36,6 +38,8 @@ from kirim.providers.base import Reconcilable
 from kirim.worker import WorkerSettings
 
 WORKER_NAMES = ("A", "B", "C")
+#: what the driver does: plain ``notify`` calls, or events of notification types
+WORKLOADS = ("notify", "events")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +64,9 @@ class Settings:
     database: str | None = None
     #: ``module:callable`` wrapping the provider model in the user's own provider
     provider_factory: str | None = None
+    #: ``notify``: one ``notify`` per delivery; ``events``: twice ``deliveries`` events
+    #: of notification types (a digest among them) and a preference flip (``events.py``)
+    workload: str = "notify"
 
     @staticmethod
     def draw(seed: int, **fixed: Any) -> Settings:
@@ -71,6 +78,8 @@ class Settings:
             "concurrency": rng.choice((1, 2, 2, 4)),
         }
         drawn.update({k: v for k, v in fixed.items() if v is not None})
+        if drawn.get("workload", "notify") not in WORKLOADS:
+            raise ValueError(f"workload {drawn['workload']!r}: expected one of {WORKLOADS}")
         return Settings(seed=seed, **drawn)
 
     def as_dict(self) -> dict[str, Any]:
@@ -135,6 +144,7 @@ class Sim:
                 lookup=settings.provider == "lookup" and isinstance(provider, Reconcilable),
             )
         }
+        self.types = events.types() if settings.workload == "events" else []
         self.config = Config(database=self.url, max_attempts=settings.max_attempts)
         self.settings = WorkerSettings(
             lease=settings.lease,
@@ -145,6 +155,7 @@ class Sim:
             backoff_max=8.0,
             shutdown_grace=1.5,
         )
+        self.driver_error: str | None = None
         self.operator = Host("O")
         self.hosts: dict[str, WorkerHost] = {}
         self.operating = 0
@@ -173,6 +184,7 @@ class Sim:
                 seed=self.s.seed,
                 on_intent=self._intent,
                 note=self.trace.add,
+                types=self.types,
             ),
             context=host_context(wh.host),
         )
@@ -242,14 +254,27 @@ class Sim:
             store=self.db.open_store(self.true_clock),
             channels=self.channels,
             clock=self.true_clock,
+            types=self.types,
         )
         await self.ops.open()
-        rng = random.Random(f"workload:{self.s.seed}")
-        for i in range(1, self.s.deliveries + 1):
-            at = self.true_clock.now() + rng.uniform(0.0, self.s.spread)
-            await self.ops.notify(f"e{i}", f"u{i}", "push", {"n": i}, send_after=at)
-        for wh in self.hosts.values():
-            self.start(wh)
+        driver: asyncio.Task[None] | None = None
+        if self.s.workload == "events":
+            for wh in self.hosts.values():
+                self.start(wh)
+            count = 2 * self.s.deliveries  # an event makes one to three deliveries
+            workload = events.draw(self.s.seed, events=count, spread=self.s.spread)
+            driver = self.loop.create_task(
+                events.drive(
+                    self.ops, workload, truth=self.truth, time=self.loop.time, note=self.trace.add
+                )
+            )
+        else:
+            rng = random.Random(f"workload:{self.s.seed}")
+            for i in range(1, self.s.deliveries + 1):
+                at = self.true_clock.now() + rng.uniform(0.0, self.s.spread)
+                await self.ops.notify(f"e{i}", f"u{i}", "push", {"n": i}, send_after=at)
+            for wh in self.hosts.values():
+                self.start(wh)
         for fault in self.plan:
             if fault.kind not in ("skew", "pause"):
                 self.loop.call_at(fault.at, self.fire, fault)
@@ -258,6 +283,7 @@ class Sim:
         while self.loop.time() < self.heal + self.s.max_time:
             await asyncio.sleep(1.0)
             settled = not self.operating and not self.truth.in_flight
+            settled = settled and (driver is None or driver.done())
             if self.loop.time() >= self.heal and settled and self._nothing_to_run():
                 quiet = True
                 break
@@ -267,6 +293,10 @@ class Sim:
         tasks = [wh.task for wh in self.hosts.values() if wh.task and not wh.host.dead]
         if tasks:
             await asyncio.wait(tasks, timeout=60.0)
+        if driver is not None and driver.done() and not driver.cancelled():
+            failed = driver.exception()
+            if failed is not None:  # the driver's store is fault-free: kirim refused
+                self.driver_error = f"the driver failed: {failed!r}"
         await self.ops.close()
         return quiet
 
@@ -293,6 +323,8 @@ def run_schedule(
         plan = draw_plan(
             settings.seed, hosts=names, deliveries=settings.deliveries, lease=settings.lease
         )
+        if settings.workload == "events":
+            plan += draw_event_faults(settings.seed, hosts=names)
     policy = (
         make_policy(settings.policy, settings.seed)
         if choices is None
@@ -319,8 +351,9 @@ def run_schedule(
     finally:
         sim.db.dispose()
     violations = check(ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet)
-    if error is not None:
-        violations.append(Violation(name="final", delivery=None, detail=error))
+    for why in (error, sim.driver_error):
+        if why is not None:
+            violations.append(Violation(name="final", delivery=None, detail=why))
     return Outcome(
         settings=settings,
         plan=list(plan),
