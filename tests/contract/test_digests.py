@@ -12,13 +12,12 @@ import pytest
 from kirim.keys import canonical_json, payload_hash
 from kirim.model import Delivery, DeliveryStatus, JobStatus
 from kirim.store import Store, open_store
-from kirim.store.base import DigestEvent, NewDelivery, Throttle
+from kirim.store.base import Throttle
 from kirim.store.digests import digest_key
 from kirim.testing import ManualClock
+from notify_kit import STREAM, WINDOW, event
 
-WINDOW = 600.0
 START = 1_800_000_000.0  # ManualClock's start, a window boundary
-STREAM = "liked|u1|email|u1"
 
 
 @pytest.fixture
@@ -28,29 +27,6 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     await s.migrate()
     yield s
     await s.close()
-
-
-def event(
-    event_id: str, *, stream: str = STREAM, throttle: Throttle | None = None, **data: Any
-) -> NewDelivery:
-    """One event for the digest of ``stream``, as the fan-out makes it."""
-    placeholder = canonical_json({"type": "liked", "digest": stream, "events": []})
-    return NewDelivery(
-        idempotency_key=f"unused-{event_id}",
-        event_id=event_id,
-        recipient="u1@example.com",
-        channel="email",
-        payload_json=placeholder,
-        payload_hash=payload_hash(placeholder),
-        run_at=None,
-        max_attempts=3,
-        type="liked",
-        recipient_id="u1",
-        throttle=throttle,
-        digest=DigestEvent(
-            stream=stream, window=WINDOW, event_id=event_id, data_json=canonical_json(data)
-        ),
-    )
 
 
 def listing(delivery: Delivery, events: list[dict[str, Any]]) -> dict[str, Any]:

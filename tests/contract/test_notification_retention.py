@@ -13,22 +13,21 @@ from typing import Any
 import psycopg
 import pytest
 
-from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus
 from kirim.store import Store, open_store
-from kirim.store.base import AttemptOutcome, DigestEvent, Finish, Intent, NewDelivery, Throttle
+from kirim.store.base import AttemptOutcome, Finish, Intent, Throttle
 from kirim.store.digests import digest_key
 from kirim.store.retention import WINDOW_GRACE, PruneResult
 from kirim.store.throttle import window_start
 from kirim.testing import ManualClock
+from notify_kit import STREAM, WINDOW, event
+from notify_kit import typed as item
 
-WINDOW = 600.0
 HOUR = 3600.0
 DAY = 86_400.0
 KEEP = 30 * DAY
 KEYS = 365 * DAY
 START = 1_800_000_000.0  # ManualClock's start, a window boundary
-STREAM = "liked|u1|email|u1"
 
 
 @pytest.fixture
@@ -54,44 +53,6 @@ def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
 
 def count(url: str, table: str) -> int:
     return int(rows(url, f"SELECT count(*) FROM {table}")[0][0])
-
-
-def event(event_id: str, *, stream: str = STREAM, **data: Any) -> NewDelivery:
-    """One event for the digest of ``stream``, as the fan-out makes it."""
-    placeholder = canonical_json({"type": "liked", "digest": stream, "events": []})
-    return NewDelivery(
-        idempotency_key=f"unused-{event_id}",
-        event_id=event_id,
-        recipient="u1@example.com",
-        channel="email",
-        payload_json=placeholder,
-        payload_hash=payload_hash(placeholder),
-        run_at=None,
-        max_attempts=3,
-        type="liked",
-        recipient_id="u1",
-        digest=DigestEvent(
-            stream=stream, window=WINDOW, event_id=event_id, data_json=canonical_json(data)
-        ),
-    )
-
-
-def item(key: str, *, throttle: Throttle | None = None) -> NewDelivery:
-    """A plain delivery (throttled by ``throttle``, if given)."""
-    text = canonical_json({"key": key})
-    return NewDelivery(
-        idempotency_key=key,
-        event_id=f"e-{key}",
-        recipient="u1@example.com",
-        channel="email",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=None,
-        max_attempts=3,
-        type="t",
-        recipient_id="u1",
-        throttle=throttle,
-    )
 
 
 def listing(delivery: Any, events: list[dict[str, Any]]) -> dict[str, Any]:

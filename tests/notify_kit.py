@@ -1,0 +1,62 @@
+"""Deliveries of the notification layer as the fan-out makes them, for the store's
+tests (the digest of one stream, a typed delivery with or without a throttle)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kirim.keys import canonical_json, payload_hash
+from kirim.store.base import DigestEvent, NewDelivery, Throttle
+
+#: the digests' window in these tests, and their stream (type|recipient|channel|key)
+WINDOW = 600.0
+STREAM = "liked|u1|email|u1"
+
+
+def event(
+    event_id: str,
+    *,
+    stream: str = STREAM,
+    window: float = WINDOW,
+    throttle: Throttle | None = None,
+    **data: Any,
+) -> NewDelivery:
+    """One event (``data``) for the digest of ``stream``, with the placeholder payload
+    the fan-out gives a digest until it is sealed."""
+    placeholder = canonical_json({"type": "liked", "digest": stream, "events": []})
+    return NewDelivery(
+        idempotency_key=f"unused-{event_id}",
+        event_id=event_id,
+        recipient="u1@example.com",
+        channel="email",
+        payload_json=placeholder,
+        payload_hash=payload_hash(placeholder),
+        run_at=None,
+        max_attempts=3,
+        type="liked",
+        recipient_id="u1",
+        throttle=throttle,
+        digest=DigestEvent(
+            stream=stream, window=window, event_id=event_id, data_json=canonical_json(data)
+        ),
+    )
+
+
+def typed(
+    key: str, *, type: str = "t", throttle: Throttle | None = None, event_id: str | None = None
+) -> NewDelivery:
+    """A delivery of a notification type for u1 (throttled by ``throttle``, if given)."""
+    text = canonical_json({"key": key})
+    return NewDelivery(
+        idempotency_key=key,
+        event_id=event_id or f"e-{key}",
+        recipient="u1@example.com",
+        channel="email",
+        payload_json=text,
+        payload_hash=payload_hash(text),
+        run_at=None,
+        max_attempts=3,
+        type=type,
+        recipient_id="u1",
+        throttle=throttle,
+    )
