@@ -189,3 +189,23 @@ async def test_throttle_counts_each_delivery_once(store: Store, clock: ManualClo
         DeliveryStatus.SUPPRESSED,
         "throttled",
     )
+
+
+async def test_what_enqueue_returns_is_what_it_wrote(store: Store, clock: ManualClock) -> None:
+    """The delivery and job of a new row, as enqueue answers them (SQLite builds them
+    from what was given instead of reading them back), are the rows as stored: plain,
+    typed, suppressed, due later, and with the payload given as a value or not."""
+    now = clock.now()
+    items = [
+        item("plain"),
+        item("typed", type="order_shipped", recipient_id="u1"),
+        item("quiet", type="order_shipped", recipient_id="u2", suppressed="opted_out"),
+        item("later", run_at=now + 90.5),
+        item("value", payload={"key": "value"}),
+    ]
+    results = await store.enqueue(items, now=now)
+    assert all(r.created for r in results)
+    for r in results:
+        stored = await store.get_delivery(str(r.delivery.id), by="id")
+        assert r.delivery == stored
+        assert r.job == await store.get_job(r.delivery.id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from kirim.clock import Clock
@@ -67,6 +67,10 @@ class NewDelivery:
     #: one event of a digest (``DigestEvent``): the store adds it to the stream's open
     #: digest and returns that digest's delivery (its key derived from stream + window)
     digest: DigestEvent | None = None
+    #: the value ``payload_json`` encodes, when the caller has it (``Kirim.prepare``):
+    #: the delivery a store returns for a new row then holds it instead of decoding the
+    #: JSON again (None: decoded). Not compared: the JSON text is what counts
+    payload: Any = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from kirim.model import EnqueueResult, Job
+from kirim.model import Delivery, DeliveryStatus, EnqueueResult, Job, JobStatus
 from kirim.store import admission
 from kirim.store.base import (
     NewDelivery,
@@ -20,7 +21,7 @@ from kirim.store.base import (
     StoredResponse,
 )
 from kirim.store.retention import delivery_from_tombstone, key_hash
-from kirim.store.rows import Row, delivery_from, job_from, must, request_slot_from
+from kirim.store.rows import delivery_from, job_from, must, request_slot_from
 from kirim.store.sequence import callers_time
 from kirim.store.sqlite.driver import Q, drive
 
@@ -143,27 +144,73 @@ def _insert(
         for it in first.values()
     ]
     args = {"items": json.dumps(given), "now": now}
-    created = {r["idempotency_key"]: r for r in conn.execute(Q["insert_deliveries"], args)}
-    jobs: dict[int, Row] = {}
+    created = {r[1]: r[0] for r in conn.execute(Q["insert_deliveries"], args)}
+    jobs: dict[int, int] = {}
+    wanted: dict[int, dict[str, Any]] = {}
     if created:
-        wanted = [
-            _job_of(first[key], row["id"], now)
-            for key, row in sorted(created.items(), key=lambda kv: kv[1]["id"])
-        ]
-        args = {"items": json.dumps(wanted), "now": now}
-        jobs = {j["delivery_id"]: j for j in conn.execute(Q["insert_jobs_of"], args)}
+        for key, delivery_id in sorted(created.items(), key=lambda kv: kv[1]):
+            wanted[delivery_id] = _job_of(first[key], delivery_id, now)
+        args = {"items": json.dumps(list(wanted.values())), "now": now}
+        jobs = {r[1]: r[0] for r in conn.execute(Q["insert_jobs_of"], args)}
     out: list[EnqueueResult | None] = []
     for it in items:
         key = it.idempotency_key
-        row = created.get(key)
+        delivery_id = created.get(key)
         if not admission.plain(it):
             out.append(None)
-        elif row is not None and it is first[key]:  # both rows as inserted: nothing to read
-            job = job_from(jobs[row["id"]])
-            out.append(EnqueueResult(delivery=delivery_from(row), job=job, created=True))
+        elif delivery_id is not None and it is first[key]:
+            # both rows as inserted: built from what was given, nothing read back
+            delivery = _inserted(it, delivery_id, now)
+            job = _inserted_job(wanted[delivery_id], jobs[delivery_id], now)
+            out.append(EnqueueResult(delivery=delivery, job=job, created=True))
         else:  # known before, or the same key again in this batch
             out.append(_known(conn, key, key_hash(key)))
     return out
+
+
+def _inserted(it: NewDelivery, delivery_id: int, now: float) -> Delivery:
+    """The delivery row ``insert_deliveries`` wrote for ``it`` (as ``delivery_from``
+    would read it back)."""
+    return Delivery(
+        id=delivery_id,
+        idempotency_key=it.idempotency_key,
+        event_id=it.event_id,
+        recipient=it.recipient,
+        channel=it.channel,
+        payload=json.loads(it.payload_json) if it.payload is None else it.payload,
+        payload_hash=it.payload_hash,
+        status=DeliveryStatus.PENDING if it.suppressed is None else DeliveryStatus.SUPPRESSED,
+        claim_token=None,
+        claimed_by=None,
+        claim_expires_at=None,
+        provider_message_id=None,
+        doubt=None,
+        last_error=None,
+        created_at=now,
+        updated_at=now,
+        sent_at=None,
+        type=it.type,
+        recipient_id=it.recipient_id,
+        reason=it.suppressed,
+    )
+
+
+def _inserted_job(values: dict[str, Any], job_id: int, now: float) -> Job:
+    """The job row ``insert_jobs_of`` wrote from ``values`` (``_job_of``)."""
+    return Job(
+        id=job_id,
+        delivery_id=values["delivery_id"],
+        status=JobStatus(values["status"]),
+        run_at=float(values["run_at"]),
+        attempts=0,
+        max_attempts=values["max_attempts"],
+        lease_owner=None,
+        lease_token=None,
+        lease_expires_at=None,
+        last_error=values["last_error"],
+        created_at=now,
+        updated_at=now,
+    )
 
 
 def _job_of(it: NewDelivery, delivery_id: int, now: float) -> dict[str, object]:

@@ -15,7 +15,8 @@ RETURNING *;
 -- name: insert_deliveries
 -- The same for a batch (:items, in order: ids follow it), each key unless it exists or
 -- its tombstone is kept; a key twice in the batch is inserted once. An item with a
--- reason in `suppressed` is recorded suppressed, with that reason.
+-- reason in `suppressed` is recorded suppressed, with that reason. Only the ids come
+-- back: the rest of each row is what was given (kirim.store.sqlite.intake builds it).
 INSERT INTO kirim_deliveries
     (idempotency_key, event_id, recipient, channel, payload, payload_hash, status,
      type, recipient_id, reason, created_at, updated_at)
@@ -29,7 +30,7 @@ WHERE NOT EXISTS (
     SELECT 1 FROM kirim_key_tombstones t WHERE t.key_hash = u.value ->> 'key_hash')
 ORDER BY u.key
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *;
+RETURNING id, idempotency_key;
 
 -- name: insert_jobs_of
 -- The jobs of deliveries just inserted (:items, in order): queued, or completed (with
@@ -40,7 +41,7 @@ SELECT u.value ->> 'delivery_id', u.value ->> 'status', u.value ->> 'run_at',
        u.value ->> 'max_attempts', u.value ->> 'last_error', :now, :now
 FROM json_each(:items) AS u
 ORDER BY u.key
-RETURNING *;
+RETURNING id, delivery_id;
 
 -- name: tombstone_by_hash
 -- The tombstone of a pruned delivery, by its key's sha256.
