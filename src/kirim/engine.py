@@ -208,29 +208,27 @@ class Kirim:
         self, items: list[NewDelivery], now: float, connection: Any
     ) -> list[EnqueueResult]:
         """One transaction: the store's, or the caller's (``connection``). A key that
-        names another notification rolls the store's transaction back whole
-        (``refuse_reused``); in the caller's, it is raised before the caller commits."""
+        names another notification (``refuse_reused``) rolls the store's transaction
+        back whole; in the caller's, it is raised before the caller commits."""
+        refuse = refuse_reused(items)
         if connection is None:
-            return await self.store.enqueue(items, now=now, refuse=refuse_reused(items))
+            return await self.store.enqueue(items, now=now, refuse=refuse)
         store = self.store
         if not isinstance(store, EnqueuesIn):
             raise ConfigError(
                 "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
             )
-        return await store.enqueue_in(connection, items, now=now)
+        results = await store.enqueue_in(connection, items, now=now)
+        refuse(results)
+        return results
 
-    def _recorded(
-        self, item: NewDelivery, result: EnqueueResult, connection: Any, *, check: bool = True
-    ) -> None:
-        """Count, check (``check``: the key's delivery is this one) and log one result."""
+    def _recorded(self, item: NewDelivery, result: EnqueueResult, connection: Any) -> None:
+        """Count and log one result (its key was checked: ``_enqueue``)."""
         d = result.delivery
         if not result.created and self.metrics is not None:
             self.metrics.enqueue_conflict(item.channel)
         if result.created and d.status == DeliveryStatus.SUPPRESSED and self.metrics is not None:
             self.metrics.suppressed(d.channel, d.reason or "")
-        # a pruned delivery's fields are gone: whether the key was reused is unknown
-        if check and not result.created and not result.pruned and (field := reused_field(d, item)):
-            raise IdempotencyKeyReused(item.idempotency_key, d.id, field)
         # In the caller's transaction the delivery is only staged: it exists once
         # (and if) the caller commits, which kirim does not see.
         created = "enqueued" if connection is None else "staged"
@@ -328,8 +326,7 @@ class Kirim:
                 items, key=key, token=token, now=now, respond=kept
             )
         for p, result in zip(planned, results, strict=True):
-            # a digest's delivery is the digest's, and its payload a placeholder
-            self._recorded(p.delivery, result, connection, check=p.delivery.digest is None)
+            self._recorded(p.delivery, result, connection)
         return result_of(results)
 
     def render(

@@ -15,57 +15,31 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: notify_kit
+
 from kirim.channels import Channel
-from kirim.keys import canonical_json, payload_hash
 from kirim.model import Delivery
 from kirim.store import open_store
-from kirim.store.base import DigestEvent, NewDelivery, Throttle
+from kirim.store.base import NewDelivery, Throttle
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import Worker, WorkerSettings
+from notify_kit import WINDOW, event, typed
 
 START = 1_800_000_000.0
-WINDOW = 600.0
-STREAM = "liked|u1|email|u1"
 LIMIT = 5
 HOUR = 3600.0
 
 
 def digest_event(i: int) -> NewDelivery:
-    text = canonical_json({"type": "liked", "digest": STREAM, "events": []})
-    return NewDelivery(
-        idempotency_key=f"unused-{i}",
-        event_id=f"e{i}",
-        recipient="u1@example.com",
-        channel="email",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=None,
-        max_attempts=3,
-        type="liked",
-        recipient_id="u1",
-        digest=DigestEvent(
-            stream=STREAM, window=WINDOW, event_id=f"e{i}", data_json=canonical_json({"i": i})
-        ),
-    )
+    return event(f"e{i}", i=i)
 
 
 def throttled(i: int, over: Any) -> NewDelivery:
-    text = canonical_json({"i": i})
-    return NewDelivery(
-        idempotency_key=f"k{i}",
-        event_id=f"e{i}",
-        recipient="u1@example.com",
-        channel="email",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=None,
-        max_attempts=3,
-        type="order_shipped",
-        recipient_id="u1",
-        throttle=Throttle(scope="recipient:u1:email", limit=LIMIT, window=HOUR, over=over),
-    )
+    rule = Throttle(scope="recipient:u1:email", limit=LIMIT, window=HOUR, over=over)
+    return typed(f"k{i}", type="order_shipped", throttle=rule, event_id=f"e{i}")
 
 
 def listing(d: Delivery, events: list[dict[str, Any]]) -> Any:

@@ -27,16 +27,21 @@ from typing import Any
 from kirim.engine import Kirim
 from kirim.errors import IdempotencyKeyReused, InvalidNotification, PayloadTooLarge
 from kirim.http.errors import ApiError, detail
-from kirim.http.idempotency import HOLD, fingerprint, header_key, in_progress, reused
+from kirim.http.idempotency import (
+    fingerprint,
+    header_key,
+    in_progress,
+    invalid_details,
+    reused,
+)
 from kirim.notify.fanout import Event, EventResult
 from kirim.store.base import RequestBegin, RequestState
-
-#: seconds a request holds its key before another server may take it over
-HOLD_SECONDS = HOLD
 
 #: a request key of an event (no Idempotency-Key header) is kept under this prefix,
 #: so that it never meets a delivery's key in the requests table
 EVENT_KEY_PREFIX = "event\x1f"
+#: the body's fields that ``Kirim.prepare_event`` names first in its refusals
+_FIELDS = ("type", "recipients", "data", "event_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +97,9 @@ class EventIntake:
                 details=[detail("body.data", str(exc), "payload_too_large")],
             ) from None
         except InvalidNotification as exc:
-            raise ApiError(422, "validation_error", str(exc), details=_invalid(exc)) from None
+            raise ApiError(
+                422, "validation_error", str(exc), details=invalid_details(exc, _FIELDS)
+            ) from None
         return event, request_key(key, event.type.name, event.event_id)
 
     async def accept(self, body: dict[str, Any], raw: Any, key_header: str | None) -> EventAnswer:
@@ -137,12 +144,3 @@ def _nothing(_: Any) -> None:
 def _body_field(field: str) -> str:
     """The body's field a delivery's differing field comes from."""
     return {"payload": "data", "recipient": "recipients"}.get(field, field)
-
-
-_FIELDS = ("type", "recipients", "data", "event_id")
-
-
-def _invalid(exc: InvalidNotification) -> list[dict[str, str]]:
-    message = str(exc)
-    name = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
-    return [detail(f"body.{name}", message, "value_error")] if name in _FIELDS else []

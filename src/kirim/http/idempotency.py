@@ -107,14 +107,17 @@ def header_key(value: str | None) -> str | None:
 _FIELDS = ("event_id", "recipient", "channel", "payload", "key", "send_after")
 
 
-def _invalid(exc: InvalidNotification) -> list[dict[str, str]]:
-    """The ``details`` of a refusal by ``Kirim.prepare``: the field it names (its
-    ``field``, else the first word of "payload[0] must not …"), if it is the body's."""
+def invalid_details(
+    exc: InvalidNotification, fields: Sequence[str] = _FIELDS
+) -> list[dict[str, str]]:
+    """The ``details`` of a refusal by ``Kirim.prepare`` (or ``prepare_event``): the
+    field it names (its ``field``, else the first word of "payload[0] must not …" or
+    "recipients[1]: …"), if it is one of the body's ``fields``."""
     message = str(exc)
     name = getattr(exc, "field", None)
     if not isinstance(name, str):
-        name = message.split(" ", 1)[0].split("[", 1)[0]
-    return [detail(f"body.{name}", message, "value_error")] if name in _FIELDS else []
+        name = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
+    return [detail(f"body.{name}", message, "value_error")] if name in fields else []
 
 
 def _delivery_id(body: str) -> int | None:
@@ -260,7 +263,9 @@ class Intake:
                 details=[detail("body.payload", str(exc), "payload_too_large")],
             ) from None
         except InvalidNotification as exc:
-            raise ApiError(422, "validation_error", str(exc), details=_invalid(exc)) from None
+            raise ApiError(
+                422, "validation_error", str(exc), details=invalid_details(exc)
+            ) from None
         except RecursionError:
             raise ApiError(422, "validation_error", "the payload is nested too deeply") from None
 

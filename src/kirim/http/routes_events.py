@@ -11,8 +11,8 @@ from starlette.responses import Response
 
 from kirim.http.auth import authenticate, bearer_secret
 from kirim.http.errors import JSON, ApiError, responses, validation_details
-from kirim.http.events import HOLD_SECONDS, EventIntake
-from kirim.http.idempotency import one_header
+from kirim.http.events import EventIntake
+from kirim.http.idempotency import HOLD, one_header
 from kirim.http.models import EventIn, EventOut
 from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
 from kirim.http.service import service
@@ -81,7 +81,7 @@ async def create_event(request: Request) -> Response:
         ) from None
     except RecursionError:
         raise ApiError(422, "validation_error", "the body is nested too deeply") from None
-    intake = EventIntake(svc.kirim, hold=HOLD_SECONDS)
+    intake = EventIntake(svc.kirim, hold=HOLD)
     answer = await intake.accept(
         body.as_call(), raw, one_header(request.headers.getlist("idempotency-key"))
     )
