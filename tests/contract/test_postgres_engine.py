@@ -11,8 +11,8 @@ import pytest
 from kirim.channels import Channel
 from kirim.clock import SystemClock
 from kirim.config import Config
-from kirim.engine import Kirim
-from kirim.errors import ConfigError
+from kirim.engine import Kirim, NotifyRequest
+from kirim.errors import ConfigError, IdempotencyKeyReused
 from kirim.providers.base import Message
 from kirim.testing import FlakyProvider
 from kirim.worker import WorkerSettings
@@ -51,6 +51,27 @@ async def test_notify_commits_with_the_business_write(pg_url: str) -> None:
         counts = await app.store.counts()
         assert counts["deliveries"] == {"pending": 1}
         assert counts["jobs"] == {"queued": 1}
+    finally:
+        await app.close()
+
+
+async def test_a_reused_key_is_raised_inside_the_callers_transaction(pg_url: str) -> None:
+    """On the caller's connection the reused key is raised before the caller commits:
+    its transaction block rolls back, with the other notification of the batch."""
+    app = await open_app(pg_url)
+    try:
+        await app.notify("order-1", "u1", "push", {"o": 1}, key="k-1")
+        batch = [
+            NotifyRequest(event_id="order-2", recipient="u2", channel="push", payload={}),
+            NotifyRequest(
+                event_id="order-1", recipient="u1", channel="push", payload={}, key="k-1"
+            ),
+        ]
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            with pytest.raises(IdempotencyKeyReused, match="different payload"):
+                async with conn.transaction():
+                    await app.notify_many(batch, connection=conn)
+        assert (await app.store.counts())["deliveries"] == {"pending": 1}
     finally:
         await app.close()
 
