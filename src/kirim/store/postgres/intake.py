@@ -174,20 +174,8 @@ async def enqueue_request(
 ) -> list[EnqueueResult]:
     """``Store.enqueue_request``: the deliveries, then the one request's row."""
     results = await enqueue(cur, items, now)
-    kept = respond(results)
-    if kept is None:
-        await run(cur, "release_requests", {"keys": [key], "tokens": [token]})
-    else:
-        first = results[0].delivery.id if results else None
-        done = {
-            "keys": [key],
-            "tokens": [token],
-            "codes": [kept.status_code],
-            "responses": [kept.body],
-            "delivery_ids": [first],
-            "now": now,
-        }
-        await run(cur, "complete_requests", done)
+    first = results[0].delivery.id if results else None
+    await _settle(cur, [(key, token, respond(results), first)], now)
     return results
 
 
@@ -199,7 +187,26 @@ async def enqueue_requests(
     order = sorted(range(len(items)), key=lambda i: items[i].delivery.idempotency_key)
     found = await enqueue(cur, [items[i].delivery for i in order], now)
     results: dict[int, EnqueueResult] = dict(zip(order, found, strict=True))
-    out: list[tuple[EnqueueResult, StoredResponse | None]] = []
+    out = [(results[i], respond(results[i])) for i in range(len(items))]
+    await _settle(
+        cur,
+        [
+            (it.delivery.idempotency_key, it.lock_token, kept, result.delivery.id)
+            for it, (result, kept) in zip(items, out, strict=True)
+        ],
+        now,
+    )
+    return out
+
+
+async def _settle(
+    cur: Cursor,
+    requests: Sequence[tuple[str, str, StoredResponse | None, int | None]],
+    now: float | None,
+) -> None:
+    """Complete each request's row (key, lock token, response to replay, the delivery
+    it names) while it still holds its key, or release it (no response): one statement
+    for each."""
     done: dict[str, list[Any]] = {
         "keys": [],
         "tokens": [],
@@ -208,22 +215,17 @@ async def enqueue_requests(
         "delivery_ids": [],
     }
     released: dict[str, list[str]] = {"keys": [], "tokens": []}
-    for i, it in enumerate(items):
-        result = results[i]
-        kept = respond(result)
-        key = it.delivery.idempotency_key
+    for key, token, kept, delivery_id in requests:
         if kept is None:
             released["keys"].append(key)
-            released["tokens"].append(it.lock_token)
+            released["tokens"].append(token)
         else:
             done["keys"].append(key)
-            done["tokens"].append(it.lock_token)
+            done["tokens"].append(token)
             done["codes"].append(kept.status_code)
             done["responses"].append(kept.body)
-            done["delivery_ids"].append(result.delivery.id)
-        out.append((result, kept))
+            done["delivery_ids"].append(delivery_id)
     if done["keys"]:
         await run(cur, "complete_requests", {**done, "now": now})
     if released["keys"]:
         await run(cur, "release_requests", released)
-    return out

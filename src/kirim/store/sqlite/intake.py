@@ -57,20 +57,8 @@ def enqueue_requests(
     results = enqueue(conn, [it.delivery for it in items], now)
     out = []
     for it, result in zip(items, results, strict=True):
-        args = {"key": it.delivery.idempotency_key, "token": it.lock_token, "now": now}
         kept = respond(result)
-        if kept is None:
-            conn.execute(Q["release_request"], args)
-        else:
-            conn.execute(
-                Q["complete_request"],
-                {
-                    **args,
-                    "status_code": kept.status_code,
-                    "response": kept.body,
-                    "delivery_id": result.delivery.id,
-                },
-            )
+        _settle(conn, it.delivery.idempotency_key, it.lock_token, kept, result.delivery.id, now)
         out.append((result, kept))
     return out
 
@@ -85,17 +73,32 @@ def enqueue_request(
 ) -> list[EnqueueResult]:
     """``Store.enqueue_request``: the deliveries, then the one request's row."""
     results = enqueue(conn, items, now)
-    kept = respond(results)
+    first = results[0].delivery.id if results else None
+    _settle(conn, key, token, respond(results), first, now)
+    return results
+
+
+def _settle(
+    conn: sqlite3.Connection,
+    key: str,
+    token: str,
+    kept: StoredResponse | None,
+    delivery_id: int | None,
+    now: float,
+) -> None:
+    """Complete a request's row with the response to replay, naming ``delivery_id``, or
+    release it (``kept`` None), while the request still holds its key (``token``)."""
     args = {"key": key, "token": token, "now": now}
     if kept is None:
         conn.execute(Q["release_request"], args)
-    else:
-        first = results[0].delivery.id if results else None
-        conn.execute(
-            Q["complete_request"],
-            {**args, "status_code": kept.status_code, "response": kept.body, "delivery_id": first},
-        )
-    return results
+        return
+    completed = {
+        **args,
+        "status_code": kept.status_code,
+        "response": kept.body,
+        "delivery_id": delivery_id,
+    }
+    conn.execute(Q["complete_request"], completed)
 
 
 def enqueue(
