@@ -60,6 +60,10 @@ class SmtpReceiver(Counts):
     ) -> None:
         self.behaviour = behaviour or Behaviour()
         self._rng = random.Random(seed)
+        # the RCPT refusals draw from their own sequence: the k-th RCPT TO is refused or
+        # not whatever the replies to the messages in between drew, so a seeded run
+        # refuses the same share of its first recipients every time
+        self._refusals = random.Random(f"{seed}:rcpt") if seed is not None else random.Random()
         self._identify = identify or (lambda recipient, subject: f"{recipient}|{subject}")
         self._auth = auth
         self._lock = threading.Lock()
@@ -157,7 +161,7 @@ class SmtpReceiver(Counts):
 
     def _refuse(self) -> bool:
         with self._lock:
-            refused = self._rng.random() < self.behaviour.error_rate
+            refused = self._refusals.random() < self.behaviour.error_rate
             if refused:
                 self.injected["errors"] += 1
             return refused
