@@ -139,9 +139,14 @@ def _factory(spec: str | None) -> Any:
     type=click.Choice(list(WORKLOADS)),
     default="notify",
     show_default=True,
-    help="What the driver does: plain notify calls (notify), or events of a plain and a "
+    help="What the driver does: plain notify calls (notify); events of a plain and a "
     "digest notification type for 2-3 recipients with a preference flip at a seeded "
-    "time (events; adds the suppressed_unsent, digest_once and opted_out_unsent checks).",
+    "time (events; adds the suppressed_unsent, digest_once and opted_out_unsent checks); "
+    "or the whole configuration drawn per seed: 1-3 channels with fallbacks, dedup "
+    "windows, rates, failure classes and callbacks, 0-3 types with windows, throttles "
+    "and digests, preferences and quiet hours that change, workers that differ, "
+    "operator retries, cancels, reconciles and prunes (full; adds the checks of "
+    "kirim.explore.checks, liveness among them).",
 )
 @click.option(
     "--database",
@@ -200,6 +205,7 @@ def explore(
       kirim explore --seeds 500 --out failures/
       kirim explore --provider lookup --policy pct:3 --seeds 200
       kirim explore --workload events --seeds 500
+      kirim explore --workload full --seeds 500
       kirim explore --replay tests/explore/seeds/lookup-duplicate.json
     """
     console = Console(stderr=True)

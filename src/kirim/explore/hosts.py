@@ -52,6 +52,26 @@ END;
 """
 
 
+def pruned_audit(conn: sqlite3.Connection) -> str:
+    """Triggers that keep a copy of every delivery and attempt row prune deletes
+    (``explore_pruned_deliveries``, ``explore_pruned_attempts``): the invariants judge
+    what a delivery was before it went."""
+    out = []
+    for table, copy in (
+        ("kirim_deliveries", "explore_pruned_deliveries"),
+        ("kirim_attempts", "explore_pruned_attempts"),
+    ):
+        columns = [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+        names = ", ".join(columns)
+        values = ", ".join(f"OLD.{c}" for c in columns)
+        out.append(
+            f"CREATE TABLE {copy} AS SELECT * FROM {table} WHERE 0;\n"
+            f"CREATE TRIGGER {copy} AFTER DELETE ON {table} BEGIN\n"
+            f"    INSERT INTO {copy} ({names}) VALUES ({values});\nEND;"
+        )
+    return "\n".join(out)
+
+
 class SkewedClock:
     """A host's clock: ``now() = BASE + offset + rate * virtual time``."""
 
@@ -104,6 +124,7 @@ def sqlite_template(directory: Path) -> Path:
     conn = sqlite3.connect(path)
     try:
         conn.executescript(AUDIT_SQL)
+        conn.executescript(pruned_audit(conn))
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()
@@ -140,16 +161,51 @@ class SQLiteDatabase:
     def ledger(self) -> Ledger:
         return Ledger.read_sqlite(self.path)
 
-    def active_jobs(self) -> int:
+    def active_jobs(self, *, before: float | None = None) -> int:
+        """Jobs still to run (``before``: due before that store time, or running)."""
         conn = sqlite3.connect(self.path)
         try:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM kirim_jobs "
-                "WHERE status IN ('queued', 'running', 'retry_scheduled')"
-            ).fetchone()
+            if before is None:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM kirim_jobs "
+                    "WHERE status IN ('queued', 'running', 'retry_scheduled')"
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM kirim_jobs WHERE status = 'running' "
+                    "OR (status IN ('queued', 'retry_scheduled') AND run_at < ?)",
+                    (before,),
+                ).fetchone()
         finally:
             conn.close()
         return int(row[0])
+
+    def waiting(self, now: float) -> dict[int, float]:
+        """Deliveries whose jobs wait (queued or scheduled) past ``now``: id -> run_at."""
+        conn = sqlite3.connect(self.path)
+        try:
+            rows = conn.execute(
+                "SELECT delivery_id, MAX(run_at) FROM kirim_jobs "
+                "WHERE status IN ('queued', 'retry_scheduled') AND run_at > ? "
+                "GROUP BY delivery_id",
+                (now,),
+            ).fetchall()
+        finally:
+            conn.close()
+        return {int(d): float(r) for d, r in rows}
+
+    def pruned_with_tombstones(self) -> list[dict[str, Any]]:
+        """The pruned deliveries whose key's tombstone is still kept."""
+        conn = sqlite3.connect(self.path)
+        conn.row_factory = sqlite3.Row
+        try:
+            rows = conn.execute(
+                "SELECT p.* FROM explore_pruned_deliveries p "
+                "JOIN kirim_key_tombstones t ON t.delivery_id = p.id ORDER BY p.id"
+            ).fetchall()
+        finally:
+            conn.close()
+        return [dict(r) for r in rows]
 
     def dispose(self) -> None:
         close_leftovers(self.stores)

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,9 +110,25 @@ class Ledger:
             def rows(sql: str) -> list[dict[str, Any]]:
                 return [dict(r) for r in conn.execute(sql).fetchall()]
 
+            pruned = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'explore_pruned_deliveries'"
+            ).fetchone()
+            gone_d = gone_a = []
+            if pruned:  # what prune deleted, marked (``hosts.pruned_audit``)
+                gone_d = rows("SELECT *, 1 AS explore_pruned FROM explore_pruned_deliveries")
+                gone_a = rows("SELECT * FROM explore_pruned_attempts")
+            live = rows("SELECT * FROM kirim_deliveries ORDER BY id")
+            ids = {d["id"] for d in live}
+            deliveries = sorted(
+                live + [d for d in gone_d if d["id"] not in ids], key=lambda d: d["id"]
+            )
+            live_a = rows("SELECT * FROM kirim_attempts ORDER BY id")
+            seen = {a["id"] for a in live_a}
             return Ledger(
-                deliveries=rows("SELECT * FROM kirim_deliveries ORDER BY id"),
-                attempts=rows("SELECT * FROM kirim_attempts ORDER BY id"),
+                deliveries=deliveries,
+                attempts=sorted(
+                    live_a + [a for a in gone_a if a["id"] not in seen], key=lambda a: a["id"]
+                ),
                 jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
                 audit=rows("SELECT * FROM explore_intent_audit"),
                 digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
@@ -127,25 +143,37 @@ def check(
     ledger: Ledger,
     truth: GroundTruth,
     *,
-    at_least_once: bool,
+    at_least_once: bool | Callable[[dict[str, Any]], bool],
     quiet: bool,
+    waiting: Collection[int] = (),
 ) -> list[Violation]:
-    """Every violated invariant (``quiet``: the run reached quiescence in its bounds)."""
+    """Every violated invariant (``quiet``: the run reached quiescence in its bounds).
+    ``at_least_once``: whether the channel chose it (or, per delivery, a function
+    that says); ``waiting``: deliveries whose jobs wait far ahead for a reason the
+    caller checks (a send window), not counted as unfinished."""
     out: list[Violation] = []
     by_key = {d["idempotency_key"]: d for d in ledger.deliveries}
     attempts: dict[int, list[dict[str, Any]]] = {}
     for a in ledger.attempts:
         attempts.setdefault(a["delivery_id"], []).append(a)
     for d in ledger.deliveries:
-        out.extend(_delivery(d, attempts.get(d["id"], []), truth, at_least_once))
+        once = at_least_once(d) if callable(at_least_once) else at_least_once
+        out.extend(_delivery(d, attempts.get(d["id"], []), truth, once))
     out.extend(_requests(ledger, truth, by_key))
     out.extend(_suppressed(ledger, truth, attempts))
     out.extend(_digests(ledger, truth, attempts))
     out.extend(_opted_out(ledger, truth))
-    active = [j for j in ledger.jobs if j["status"] in ("queued", "running", "retry_scheduled")]
+    active = [
+        j
+        for j in ledger.jobs
+        if j["status"] in ("queued", "running", "retry_scheduled")
+        and j["delivery_id"] not in waiting
+    ]
     if not quiet or active or truth.in_flight:
         unfinished = [
-            d["id"] for d in ledger.deliveries if d["status"] in ("pending", "processing")
+            d["id"]
+            for d in ledger.deliveries
+            if d["status"] in ("pending", "processing") and (not quiet or d["id"] not in waiting)
         ]
         out.append(
             Violation(
@@ -170,7 +198,8 @@ def _delivery(
         shown += f" (per operator retry: {epochs})"
     if max(epochs) > 1 and not at_least_once:
         out.append(Violation(name="at_most_once", delivery=did, detail=shown))
-    if status == "sent" and doubt in (None, "resolved") and sum(epochs) == 0:
+    made = _made(truth, d["idempotency_key"], epochs)
+    if status == "sent" and doubt in (None, "resolved") and made == 0:
         out.append(Violation(name="certain_sent", delivery=did, detail=shown))
     if (status == "failed" or (status == "canceled" and doubt is None)) and got > 0:
         out.append(Violation(name="certain_unsent", delivery=did, detail=shown))
@@ -178,7 +207,7 @@ def _delivery(
     statuses = [a["status"] for a in attempts if a["requested_at"] >= since]
     # the user got nothing at all (in any epoch): a lookup after an operator's retry may
     # rightly find the effect of a request of an earlier epoch
-    if status == "sent" and sum(epochs) == 0 and statuses and all(s in DEFINITE for s in statuses):
+    if status == "sent" and made == 0 and statuses and all(s in DEFINITE for s in statuses):
         out.append(
             Violation(
                 name="lost_as_sent",
@@ -199,6 +228,14 @@ def _delivery(
             )
         )
     return out
+
+
+def _made(truth: GroundTruth, key: str, epochs: Sequence[int]) -> int:
+    """Messages the providers made of ``key`` (a bounced one too: the provider accepted
+    it), or the user's receipts where no copies are recorded."""
+    if not truth.copies:
+        return sum(epochs)
+    return sum(1 for c in truth.copies if c.key == key)
 
 
 def _one_provider(did: int, attempts: Sequence[dict[str, Any]]) -> list[Violation]:

@@ -20,6 +20,16 @@ outcome            the caller gets                             user gets it
 ``400``            ``PermanentFailure`` (400)                  no
 =================  =========================================  ===========
 
+A model made for a channel of a ``full`` schedule (``kirim.explore.world``) also has
+a ``name`` (its requests, copies and callbacks say which provider they reached), a
+``dedup_window`` (an idempotent provider forgets a key that long after it first
+acted on it: a request after that is a new message), answers whose meaning the
+channel's failure classes describe (``meaning_503``: an HTTP 503 that may have acted,
+never does, or refuses for good; ``meaning_400``: a 400 that may have acted), a share
+of accepted messages that ``bounce`` (the provider had it, the user did not get it),
+and delivery callbacks (``post``): one per message, early (before the worker can have
+recorded the answer), soon or late, sometimes twice, carrying the key or not.
+
 A quarter of the requests are *slow*: their effect (or their definite failure)
 comes after the worker's lease, but the effect never after ``timeout``.
 ``lookup(key)`` sees an effect only ``lookup_lag`` seconds after it happened, and
@@ -32,11 +42,13 @@ import asyncio
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
-from kirim.errors import AmbiguousFailure, PermanentFailure, TransientFailure
+from kirim.errors import AmbiguousFailure, TransientFailure
 from kirim.explore.loop import HOST, Host, host_context
 from kirim.explore.trace import Trace
 from kirim.providers.base import Message, Sent
+from kirim.providers.webhook import default_class, status_classes
 
 OUTCOMES = (
     ("accepted", 46),
@@ -46,7 +58,19 @@ OUTCOMES = (
     ("429", 14),
     ("400", 8),
 )
-EFFECT = frozenset({"accepted", "accepted_lost"})
+#: the outcomes of a ``full`` schedule's provider (``503``/``400``: what their meaning
+#: allows; ``*_acted``: answered so, after acting on the request)
+FULL_OUTCOMES = (
+    ("accepted", 46),
+    ("accepted_lost", 12),
+    ("refused", 10),
+    ("503", 10),
+    ("429", 14),
+    ("400", 8),
+)
+EFFECT = frozenset({"accepted", "accepted_lost", "503_acted", "400_acted"})
+#: the HTTP status each outcome answers with (classified as the webhook provider does)
+STATUS = {"503": 503, "503_acted": 503, "5xx": 503, "429": 429, "400": 400, "400_acted": 400}
 
 
 @dataclass(slots=True)
@@ -63,6 +87,37 @@ class Request:
     answer: str = "pending"  # what the caller got
     #: the event ids of a digest's payload (``events``), as the request carried them
     events: tuple[str, ...] | None = None
+    #: the provider (channel) that got it ("" in the one-channel workloads)
+    provider: str = ""
+
+
+@dataclass(slots=True)
+class Copy:
+    """One message the provider made of a request: ``fate`` ``delivered`` (the user got
+    it) or ``bounced`` (did not); ``counted`` False: a key the provider deduplicated."""
+
+    key: str
+    provider: str
+    request_id: str
+    message_id: str
+    at: float
+    fate: str
+    counted: bool
+
+
+@dataclass(slots=True)
+class CallbackRecord:
+    """One callback the provider posted, and kirim's answer to it."""
+
+    copy: Copy
+    status: str
+    key: str | None
+    sent_at: float
+    answered_at: float | None = None
+    outcome: str = ""
+    delivery_id: int | None = None
+    result_status: str | None = None
+    duplicate: bool = False
 
 
 @dataclass(slots=True)
@@ -110,6 +165,9 @@ class GroundTruth:
     #: the events workload: the events recorded and the preference flips made
     events: list[EventRecord] = field(default_factory=list)
     flips: list[FlipRecord] = field(default_factory=list)
+    #: the full workload: every message made, and every callback posted
+    copies: list[Copy] = field(default_factory=list)
+    callbacks: list[CallbackRecord] = field(default_factory=list)
 
     def epochs(self, key: str, delivery_id: int) -> list[int]:
         """Times the user got ``key``, per epoch between the operator's retries: a
@@ -134,11 +192,38 @@ class ProviderModel:
         seed: int,
         idempotent: bool,
         lease: float,
-        timeout: float,
+        timeout: float | None,
         lookup_lag: float = 2.0,
+        name: str = "",
+        dedup_window: float | None = None,
+        bounce: float = 0.0,
+        meaning_503: str | None = None,
+        meaning_400: str = "permanent",
+        classes: dict[str, list[int]] | None = None,
+        horizon: float | None = None,
+        post: Any = None,
+        callback_key: bool = False,
+        callback_host: Host | None = None,
     ) -> None:
+        """``timeout``: the client's own (None: the worker cuts the call off at its
+        ``request_timeout``; ``horizon`` is then how long answers may take).
+        ``meaning_503`` None: the one-channel model (a 503 never acts, and is
+        ambiguous). ``post``: ``async post(CallbackRecord)``, kirim's callback
+        endpoint (None: no callbacks)."""
         self.idempotent = idempotent
         self.timeout = timeout
+        self.name = name
+        self.dedup_window = dedup_window
+        self.bounce = bounce
+        self.meaning_503 = meaning_503
+        self.meaning_400 = meaning_400
+        self._classes = status_classes(**(classes or {}))
+        self.horizon = float(timeout if timeout is not None else (horizon or 25.0))
+        self.post = post
+        self.callback_key = callback_key
+        self._callback_context = host_context(callback_host) if callback_host else None
+        #: key -> (time the provider first acted on it, its message id), while remembered
+        self._remembered: dict[str, tuple[float, str]] = {}
         self.truth = truth
         self.trace = trace
         self.host = host
@@ -149,26 +234,34 @@ class ProviderModel:
         self._sent: Counter[str] = Counter()
         self._lookups: Counter[str] = Counter()
         self._ids: dict[str, str] = {}
+        self._copies = 0
         self._serving: set[asyncio.Task[None]] = set()
 
     def _draw(self, key: str, now: float) -> tuple[str, float | None, float]:
         n = self._sent[key]
         self._sent[key] += 1
-        rng = random.Random(f"provider:{self.seed}:{key}:{n}")
-        outcome = rng.choices([o for o, _ in OUTCOMES], [w for _, w in OUTCOMES])[0]
+        rng = random.Random(f"provider:{self.seed}:{self.name}{key}:{n}")
+        table = OUTCOMES if self.meaning_503 is None else FULL_OUTCOMES
+        outcome = rng.choices([o for o, _ in table], [w for _, w in table])[0]
+        if outcome == "503" and self.meaning_503 == "ambiguous" and rng.random() < 0.5:
+            outcome = "503_acted"
+        if outcome == "400" and self.meaning_400 == "ambiguous" and rng.random() < 0.4:
+            outcome = "400_acted"
         if self.idempotent:
             # A provider that honours keys answers a known key as it did the first
             # time (a replayed success), and one still being processed with 409.
-            earlier = [r.effect_at for r in self.truth.requests if r.key == key]
+            earlier = [
+                r.effect_at for r in self.truth.requests if r.key == key and r.provider == self.name
+            ]
             landed = [t for t in earlier if t is not None]
-            if any(t <= now for t in landed):
+            if self._knows(key, now):
                 outcome = "accepted"
-            elif landed:
+            elif any(t > now for t in landed):
                 outcome = "409"
         slow = outcome != "refused" and rng.random() < 0.25
         if slow:
-            first = rng.uniform(0.3 * self.lease, 0.95 * self.timeout)
-            answer = first + rng.uniform(0.0, 0.6 * self.timeout)
+            first = rng.uniform(0.3 * self.lease, 0.95 * self.horizon)
+            answer = first + rng.uniform(0.0, 0.6 * self.horizon)
         else:
             first = rng.uniform(0.01, 0.5)
             answer = first + rng.uniform(0.01, 0.3)
@@ -176,6 +269,14 @@ class ProviderModel:
         if outcome not in EFFECT:
             answer = first  # a definite failure is known when it is answered
         return outcome, effect, now + answer
+
+    def _knows(self, key: str, at: float) -> bool:
+        """Whether the provider remembers ``key`` at ``at`` (it acted on it, within its
+        dedup window)."""
+        known = self._remembered.get(key)
+        if known is None or known[0] > at:
+            return False
+        return self.dedup_window is None or at < known[0] + self.dedup_window
 
     async def send(self, message: Message) -> Sent:
         loop = asyncio.get_running_loop()
@@ -191,6 +292,7 @@ class ProviderModel:
             effect_at=effect_at,
             answer_at=answer_at,
             events=_events_of(message.payload),
+            provider=self.name,
         )
         self.truth.requests.append(request)
         effect = "-" if effect_at is None else f"{effect_at:.3f}"
@@ -208,20 +310,23 @@ class ProviderModel:
         except TimeoutError:
             request.answer = "timeout"
             raise AmbiguousFailure("timeout (no answer within the client timeout)") from None
+        except asyncio.CancelledError:
+            request.answer = "cut"  # the worker's request timeout (or its shutdown)
+            raise
         request.answer = result
         if result == "accepted":
-            return Sent(provider_message_id=self._ids.get(request.key))
+            return Sent(provider_message_id=self._ids.get(request.request_id))
         if result == "accepted_lost":
             raise AmbiguousFailure("connection reset after the request was written")
         if result == "refused":
             raise TransientFailure("connection refused")
         if result == "5xx":
             raise AmbiguousFailure("HTTP 503", status_code=503)
-        if result == "429":
-            raise TransientFailure("HTTP 429", status_code=429)
         if result == "409":
             raise AmbiguousFailure("HTTP 409: in progress for this key", status_code=409)
-        raise PermanentFailure("HTTP 400", status_code=400)
+        code = STATUS[result]
+        kind = self._classes.get(code) or default_class(code)
+        raise kind(f"HTTP {code}", status_code=code)
 
     async def _serve(self, request: Request, answer: asyncio.Future[str]) -> None:
         loop = asyncio.get_running_loop()
@@ -229,7 +334,7 @@ class ProviderModel:
             if request.effect_at is not None:
                 await asyncio.sleep(request.effect_at - loop.time())
                 self._apply(request)
-            wait = min(request.answer_at, request.sent_at + self.timeout + 0.001)
+            wait = min(request.answer_at, request.sent_at + self.horizon + 0.001)
             await asyncio.sleep(max(0.0, wait - loop.time()))
             if not answer.done():
                 answer.set_result(request.outcome)
@@ -241,16 +346,71 @@ class ProviderModel:
 
     def _apply(self, request: Request) -> None:
         key = request.key
+        at = request.effect_at or 0.0
         times = self.truth.effects.setdefault(key, [])
-        duplicate = self.idempotent and bool(times)
-        times.append((request.effect_at or 0.0, not duplicate))
-        if not duplicate:
+        duplicate = self.idempotent and self._knows(key, at)
+        if duplicate:
+            message_id = self._remembered[key][1]
+        else:
+            self._copies += 1
+            message_id = f"{self.name}m{self._copies}" if self.name else f"m{self._copies}"
+            if self.idempotent:
+                self._remembered[key] = (at, message_id)
+        self._ids[request.request_id] = message_id
+        rng = random.Random(f"fate:{self.seed}:{self.name}:{request.request_id}")
+        fate = "bounced" if not duplicate and rng.random() < self.bounce else "delivered"
+        counted = not duplicate and fate == "delivered"
+        times.append((at, counted))
+        if counted:
             self.truth.received[key] += 1
-        self._ids.setdefault(key, f"m{len(self._ids) + 1}")
+        copy = Copy(
+            key=key,
+            provider=self.name,
+            request_id=request.request_id,
+            message_id=message_id,
+            at=at,
+            fate=fate,
+            counted=not duplicate,
+        )
+        if not duplicate:
+            self.truth.copies.append(copy)
+            self._callbacks(copy, rng)
+        said = " (deduplicated)" if duplicate else (" (bounced)" if fate == "bounced" else "")
         self.trace.add(
             f"provider_effect req={self.trace.rid(request.request_id)} "
-            f"received={self.truth.received[key]}{' (deduplicated)' if duplicate else ''}"
+            f"received={self.truth.received[key]}{said}"
         )
+
+    def _callbacks(self, copy: Copy, rng: random.Random) -> None:
+        """Post the copy's callback (early, soon or late; sometimes twice)."""
+        if self.post is None:
+            return
+        loop = asyncio.get_running_loop()
+        when = rng.choice(("early", "soon", "soon", "late"))
+        delay = {"early": rng.uniform(0.01, 0.3), "soon": rng.uniform(0.5, 10.0)}.get(
+            when, rng.uniform(20.0, 90.0)
+        )
+        times = [delay] + ([delay + rng.uniform(0.0, 30.0)] if rng.random() < 0.2 else [])
+        for wait in times:
+            record = CallbackRecord(
+                copy=copy,
+                status=copy.fate,
+                key=copy.key if self.callback_key else None,
+                sent_at=copy.at + wait,
+            )
+            self.truth.in_flight += 1
+            task = loop.create_task(self._post(record, wait), context=self._callback_context)
+            self._serving.add(task)
+
+    async def _post(self, record: CallbackRecord, wait: float) -> None:
+        try:
+            await asyncio.sleep(wait)
+            await self.post(record)
+        finally:
+            self.truth.in_flight -= 1
+            current = asyncio.current_task()
+            if current is not None:
+                self._serving.discard(current)
 
     async def lookup(self, idempotency_key: str) -> Sent | None:
         """Whether an effect is visible yet (``lookup_lag`` after it happened)."""
@@ -263,12 +423,16 @@ class ProviderModel:
         if rng.random() < 0.1:
             self.trace.add("provider_lookup result=error")
             raise AmbiguousFailure("lookup: HTTP 503", status_code=503)
-        effects = self.truth.effects.get(idempotency_key, [])
-        seen = [t for t, _ in effects if t + self.lookup_lag <= now]
+        mine = [
+            r
+            for r in self.truth.requests
+            if r.key == idempotency_key and r.provider == self.name and r.effect_at is not None
+        ]
+        seen = [r for r in mine if r.effect_at is not None and r.effect_at + self.lookup_lag <= now]
         self.trace.add(f"provider_lookup result={'found' if seen else 'not_found'}")
         if not seen:
             return None
-        return Sent(provider_message_id=self._ids.get(idempotency_key))
+        return Sent(provider_message_id=self._ids.get(seen[0].request_id))
 
     async def aclose(self) -> None:
         return None

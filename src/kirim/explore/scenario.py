@@ -25,21 +25,28 @@ from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import events, operator
+from kirim.explore.checks import at_least_once, check_full
 from kirim.explore.faults import Fault, draw_event_faults, draw_plan, heal_time
+from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.invariants import Ledger, Violation, check
-from kirim.explore.loop import DeterministicLoop, Host, StepLimit, host_context
+from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
 from kirim.explore.trace import Trace, capture_logs
+from kirim.explore.world import World
 from kirim.model import OnUnknown
 from kirim.providers.base import Reconcilable
 from kirim.worker import WorkerSettings
 
 WORKER_NAMES = ("A", "B", "C")
 #: what the driver does: plain ``notify`` calls, or events of notification types
-WORKLOADS = ("notify", "events")
+WORKLOADS = ("notify", "events", "full")
+#: the full workload: a job due later than this after everything else settled waits
+#: for a reason (a send window, checked by ``checks.liveness``) and does not hold the
+#: run open
+WAITING = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +124,14 @@ class Sim:
         self.trace = Trace(loop.time)
         self.truth = GroundTruth()
         self.heal = heal_time(plan)
-        self.true_clock = SkewedClock(loop)
+        self.world = (
+            World.draw(settings.seed, workers=settings.workers)
+            if (settings.workload == "full")
+            else None
+        )
+        #: the full workload's start, as an offset of every clock from BASE
+        self.shift = 0.0 if self.world is None else self.world.base - BASE
+        self.true_clock = SkewedClock(loop, offset=self.shift)
         self.db: Any = (
             SQLiteDatabase(directory, f"s{settings.seed}")
             if settings.database is None
@@ -145,7 +159,15 @@ class Sim:
             )
         }
         self.types = events.types() if settings.workload == "events" else []
-        self.config = Config(database=self.url, max_attempts=settings.max_attempts)
+        self.full: Full | None = None
+        if self.world is not None:
+            self.full = Full(
+                self.world, truth=self.truth, trace=self.trace, seed=settings.seed, time=loop.time
+            )
+            self.channels = dict(self.full.channels)
+            self.types = list(self.full.types)
+        attempts = settings.max_attempts if self.world is None else self.world.max_attempts
+        self.config = Config(database=self.url, max_attempts=attempts)
         self.settings = WorkerSettings(
             lease=settings.lease,
             concurrency=settings.concurrency,
@@ -162,9 +184,9 @@ class Sim:
         for name in WORKER_NAMES[: settings.workers]:
             skew = [f for f in plan if f.kind == "skew" and f.host == name]
             clock = (
-                SkewedClock(loop, offset=skew[0].offset, rate=skew[0].rate)
+                SkewedClock(loop, offset=self.shift + skew[0].offset, rate=skew[0].rate)
                 if skew
-                else (SkewedClock(loop))
+                else (SkewedClock(loop, offset=self.shift))
             )
             self.hosts[name] = WorkerHost(name=name, host=Host(name), clock=clock)
 
@@ -172,19 +194,25 @@ class Sim:
 
     def start(self, wh: WorkerHost) -> None:
         wh.down = False
+        channels, settings, types = self.channels, self.settings, self.types
+        if self.full is not None and self.world is not None:
+            index = WORKER_NAMES.index(wh.name)
+            channels = self.full.channels_of(index)
+            settings = self.world.workers[index].settings
+            types = self.full.types_of(index)
         wh.task = self.loop.create_task(
             run_worker(
                 wh,
                 inner=self.db.open_store(self.true_clock),
-                channels=self.channels,
-                settings=self.settings,
+                channels=channels,
+                settings=settings,
                 config=self.config,
                 plan=self.plan,
                 heal=self.heal,
                 seed=self.s.seed,
                 on_intent=self._intent,
                 note=self.trace.add,
-                types=self.types,
+                types=types,
             ),
             context=host_context(wh.host),
         )
@@ -233,6 +261,10 @@ class Sim:
             targets = [fault.delivery]
         else:
             targets = [d.delivery.id for d in await self.ops.store.dead_letters()]
+        if self.full is not None:  # through the engine's verbs, as an operator does
+            for did in targets:
+                await self.full.act_on(self.ops, fault.kind, did)
+            return
         for did in targets:
             answer = await operator.perform(
                 self.ops.store, fault.kind, did, now=self.true_clock.now
@@ -258,7 +290,12 @@ class Sim:
         )
         await self.ops.open()
         driver: asyncio.Task[None] | None = None
-        if self.s.workload == "events":
+        if self.full is not None:
+            await self.full.first_preferences(self.ops)
+            for wh in self.hosts.values():
+                self.start(wh)
+            driver = self.loop.create_task(self.full.drive(self.ops))
+        elif self.s.workload == "events":
             for wh in self.hosts.values():
                 self.start(wh)
             count = 2 * self.s.deliveries  # an event makes one to three deliveries
@@ -280,7 +317,7 @@ class Sim:
                 self.loop.call_at(fault.at, self.fire, fault)
         self.loop.call_at(self.heal, self.heal_all)
         quiet = False
-        while self.loop.time() < self.heal + self.s.max_time:
+        while self.loop.time() < self.heal + self.max_time():
             await asyncio.sleep(1.0)
             settled = not self.operating and not self.truth.in_flight
             settled = settled and (driver is None or driver.done())
@@ -297,8 +334,59 @@ class Sim:
             failed = driver.exception()
             if failed is not None:  # the driver's store is fault-free: kirim refused
                 self.driver_error = f"the driver failed: {failed!r}"
+        self.end = self.true_clock.now()
+        self.waiting = self.db.waiting(self.end) if self.full is not None else {}
+        if self.full is not None and isinstance(self.db, SQLiteDatabase):
+            try:
+                await self.full.probe(self.ops, self.db.pruned_with_tombstones())
+            except Exception as exc:  # the probe's store is fault-free: kirim refused
+                self.driver_error = f"the tombstone probe failed: {exc!r}"
         await self.ops.close()
         return quiet
+
+    def patience(self) -> float:
+        """The full workload: how far ahead a job may be due and still be waited for
+        (backoffs, settle times, a rate's backlog); one due later waits for a send
+        window (judged by ``checks.liveness``)."""
+        assert self.world is not None
+        w = self.world
+        settle = max(
+            p.settings.backoff_max
+            + p.settings.request_timeout
+            + 2 * p.settings.lease
+            + (p.settings.settle_margin or p.settings.lease)
+            for p in w.workers
+        )
+        sends = sum(max(1, len(s.recipients)) * 3 for s in w.sends)
+        slowest = min((c.rate for c in w.channels if c.rate is not None), default=None)
+        backlog = 0.0 if slowest is None else sends / slowest
+        return WAITING + settle + backlog
+
+    def max_time(self) -> float:
+        """Virtual seconds after the heal within which every delivery must be final:
+        the one-channel workloads' fixed bound, or one computed from the drawn world
+        (its backoffs, timeouts, leases and settle times per attempt, its channels'
+        request rates for every delivery, its digest and throttle windows)."""
+        if self.world is None:
+            return self.s.max_time
+        w = self.world
+        per_attempt = max(
+            p.settings.backoff_max
+            + p.settings.request_timeout
+            + 2 * p.settings.lease
+            + (p.settings.settle_margin or p.settings.lease)
+            for p in w.workers
+        )
+        sends = sum(max(1, len(s.recipients)) * 3 for s in w.sends)
+        slowest = min((c.rate for c in w.channels if c.rate is not None), default=None)
+        rate = 0.0 if slowest is None else sends / slowest
+        windows = 0.0
+        for t in w.types:
+            for rule in ("digest", "throttle"):
+                if rule in t.table:
+                    windows += float(str(t.table[rule]["window"]).rstrip("s")) * 2
+        chain = max(len(c.fallback) + 1 for c in w.channels)
+        return 120.0 + per_attempt * w.max_attempts * chain * 2 + rate + windows
 
     def _nothing_to_run(self) -> bool:
         """No job left to run, and no live worker still busy with a delivery (a stale
@@ -307,6 +395,9 @@ class Sim:
             wh.worker is not None and not wh.host.dead and not wh.down and wh.worker.busy
             for wh in self.hosts.values()
         )
+        if self.full is not None:  # jobs waiting far ahead for a send window do not count
+            later = self.true_clock.now() + self.patience()
+            return not busy and int(self.db.active_jobs(before=later)) == 0
         return not busy and int(self.db.active_jobs()) == 0
 
 
@@ -323,7 +414,7 @@ def run_schedule(
         plan = draw_plan(
             settings.seed, hosts=names, deliveries=settings.deliveries, lease=settings.lease
         )
-        if settings.workload == "events":
+        if settings.workload in ("events", "full"):
             plan += draw_event_faults(settings.seed, hosts=names)
     policy = (
         make_policy(settings.policy, settings.seed)
@@ -350,7 +441,31 @@ def run_schedule(
         ledger: Ledger = sim.db.ledger()
     finally:
         sim.db.dispose()
-    violations = check(ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet)
+    if sim.world is not None and sim.full is not None:
+        world = sim.world
+        attempts: dict[int, list[dict[str, Any]]] = {}
+        for a in ledger.attempts:
+            attempts.setdefault(a["delivery_id"], []).append(a)
+        violations = check(
+            ledger,
+            sim.truth,
+            at_least_once=lambda d: at_least_once(world, d, attempts.get(d["id"], [])),
+            quiet=quiet,
+            waiting=set(sim.waiting),
+        )
+        violations += check_full(
+            ledger,
+            sim.truth,
+            sim.full.full,
+            world,
+            end=sim.end,
+            waiting=sim.waiting,
+            patience=sim.patience(),
+        )
+    else:
+        violations = check(
+            ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet
+        )
     for why in (error, sim.driver_error):
         if why is not None:
             violations.append(Violation(name="final", delivery=None, detail=why))

@@ -1,0 +1,239 @@
+"""Which knobs the ``full`` workload draws: every setting a user can write is drawn,
+or named here as irrelevant to delivery with the reason.
+
+``KNOBS`` lists the settings (fields of ``Channel``, ``NotificationType`` and its
+rules, ``Preferences``, ``WorkerSettings``, ``Config``; the keys of a
+``[channels.NAME]`` table; the operator's actions; the worker and callback
+variants) with how to read each from a drawn world. ``IRRELEVANT`` names the rest and
+why. ``tests/explore/test_coverage.py`` fails when a field exists that neither names
+(a knob added without explorer coverage), and when a listed knob takes only one value
+over the coverage seeds (drawn by no seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kirim.explore.full import Full
+from kirim.explore.provider import GroundTruth
+from kirim.explore.trace import Trace
+from kirim.explore.world import World
+
+#: a knob's values in one world (one value per channel, type, recipient or worker)
+Read = Callable[[World, Full], Iterable[Any]]
+
+
+def _channels(attr: str) -> Read:
+    return lambda w, f: [getattr(c, attr) for c in f.channels.values()]
+
+
+def _models(attr: str) -> Read:
+    return lambda w, f: [getattr(m, attr) for m in f.models.values()]
+
+
+def _plans(attr: str) -> Read:
+    return lambda w, f: [getattr(c, attr) for c in w.channels]
+
+
+def _types(attr: str) -> Read:
+    return lambda w, f: [getattr(t, attr) for t in f.types] + ([None] if not f.types else [])
+
+
+def _rule(rule: str, attr: str) -> Read:
+    return lambda w, f: [
+        getattr(getattr(t, rule), attr) for t in f.types if getattr(t, rule) is not None
+    ]
+
+
+def _prefs(attr: str) -> Read:
+    return lambda w, f: [None if p.prefs is None else getattr(p.prefs, attr) for p in w.prefs]
+
+
+def _settings(attr: str) -> Read:
+    return lambda w, f: [getattr(p.settings, attr) for p in w.workers]
+
+
+def _acts(kind: str) -> Read:
+    return lambda w, f: [any(a.kind == kind for a in w.actions)]
+
+
+KNOBS: dict[str, Read] = {
+    # Channel (kirim.channels) and what its provider says of itself
+    "Channel.on_unknown": _channels("on_unknown"),
+    "Channel.lookup": _channels("lookup"),
+    "Channel.dedup_window": _channels("dedup_window"),
+    "Channel.fallback": lambda w, f: [len(c.fallback) for c in f.channels.values()],
+    "Channel.callback": lambda w, f: [c.callback is not None for c in f.channels.values()],
+    "Channel.rate": _channels("rate"),
+    "provider.idempotent": _models("idempotent"),
+    "provider.timeout": _models("timeout"),
+    "provider.lookup_lag": _models("lookup_lag"),
+    "channels": lambda w, f: [len(w.channels)],
+    # the [channels.NAME] keys a provider's behaviour depends on
+    "toml.retry_on": lambda w, f: ["retry_on" in c.classes() for c in w.channels],
+    "toml.ambiguous_on": lambda w, f: ["ambiguous_on" in c.classes() for c in w.channels],
+    "toml.permanent_on": lambda w, f: ["permanent_on" in c.classes() for c in w.channels],
+    # the provider models' behaviours that the channel's settings answer to
+    "model.bounce": _plans("bounce"),
+    "model.callback_key": _plans("callback_key"),
+    # NotificationType (kirim.notify.types) and its rules
+    "NotificationType.templates": lambda w, f: [len(t.templates) for t in f.types],
+    "NotificationType.critical": _types("critical"),
+    "NotificationType.defaults": lambda w, f: [bool(t.defaults) for t in f.types],
+    "NotificationType.window": _types("window"),
+    "NotificationType.throttle": lambda w, f: [t.throttle is not None for t in f.types],
+    "NotificationType.digest": lambda w, f: [t.digest is not None for t in f.types],
+    "ThrottleRule.limit": _rule("throttle", "limit"),
+    "ThrottleRule.window": _rule("throttle", "window"),
+    "ThrottleRule.per": _rule("throttle", "per"),
+    "ThrottleRule.key": _rule("throttle", "key"),
+    "ThrottleRule.over": _rule("throttle", "over"),
+    "DigestRule.window": _rule("digest", "window"),
+    "DigestRule.key": _rule("digest", "key"),
+    "types": lambda w, f: [len(f.types)],
+    # Preferences (kirim.preferences), set before the run and changed during it
+    "Preferences.opt_out": _prefs("opt_out"),
+    "Preferences.channels": lambda w, f: [
+        None if p.prefs is None else tuple(p.prefs.channels.values()) for p in w.prefs
+    ],
+    "Preferences.timezone": _prefs("timezone"),
+    "Preferences.quiet_hours": _prefs("quiet_hours"),
+    "preferences.deleted": lambda w, f: [p.prefs is None for p in w.prefs if p.at >= 0],
+    "preferences.changed": lambda w, f: [sum(1 for p in w.prefs if p.at >= 0)],
+    "start.anchor": lambda w, f: [w.anchor.split()[0]],
+    # WorkerSettings (kirim.worker.settings), per worker
+    **{
+        f"WorkerSettings.{name}": _settings(name)
+        for name in (
+            "lease",
+            "concurrency",
+            "batch_size",
+            "poll_interval",
+            "heartbeat_interval",
+            "reap_interval",
+            "backoff_base",
+            "backoff_max",
+            "shutdown_grace",
+            "request_timeout",
+            "send_margin",
+            "settle_margin",
+            "stats_interval",
+            "retention_keep",
+            "retention_keys",
+        )
+    },
+    "worker.types": lambda w, f: [p.types for p in w.workers],
+    "worker.channels": lambda w, f: [p.channels is None for p in w.workers],
+    # Config (kirim.config)
+    "Config.max_attempts": lambda w, f: [w.max_attempts],
+    "Config.types": lambda w, f: [bool(w.types)],
+    "Config.worker": lambda w, f: [len({p.settings for p in w.workers})],
+    "Config.channels": lambda w, f: [len(w.channels)],
+    # the application and the operator
+    "send.notify": lambda w, f: [any(s.type is None for s in w.sends)],
+    "send.event": lambda w, f: [any(s.type is not None for s in w.sends)],
+    "send.again": lambda w, f: [len({s.event_id for s in w.sends}) < len(w.sends)],
+    **{f"operator.{kind}": _acts(kind) for kind in ("retry", "cancel", "reconcile", "prune")},
+    "operator.keys": lambda w, f: [w.keys],
+}
+
+#: settings that do not change what is delivered, and why the explorer leaves them
+IRRELEVANT: dict[str, str] = {
+    "Channel.name": "a label; the world names its channels push, email, sms",
+    "Channel.provider": "the provider model stands in for every provider (its knobs are "
+    "provider.*)",
+    "NotificationType.name": "a label; the world names its types",
+    "NotificationType.default_locale": "which template variant renders: checked by the "
+    "template tests; no effect on when or how often a delivery goes",
+    "Preferences.recipient_id": "an identity; the world draws 2 or 3 recipients",
+    "Preferences.updated_at": "written by the store, not by a user",
+    "Config.database": "each schedule has a database of its own (SQLite, or the PostgreSQL lane)",
+    "Config.max_payload_bytes": "an intake limit for bad input: tests/unit and the HTTP "
+    "contract tests hold it at the limit and one byte past it",
+    "Config.source": "where the configuration was read from",
+    "Config.serve": "kirim serve's HTTP settings; the explorer calls the engine's verbs "
+    "that the HTTP routes call",
+    "ChannelConfig.name": "as Channel.name",
+    "ChannelConfig.provider": "as Channel.provider",
+    "ChannelConfig.options": "provider options: the ones delivery depends on are toml.*",
+    "ChannelConfig.callback_secret": "how callbacks are verified (the HTTP seam's tests); "
+    "the explorer posts verified callbacks: Channel.callback",
+    "ChannelConfig.callback_token": "as ChannelConfig.callback_secret",
+    "toml.provider": "as Channel.provider",
+    "toml.url": "transport: the provider model stands in for the wire",
+    "toml.headers": "transport",
+    "toml.token": "transport (credentials)",
+    "toml.secret": "request signing: checked against standardwebhooks in the webhook tests",
+    "toml.lookup_url": "where lookup asks: Channel.lookup is drawn",
+    "toml.dedup": "a provider's name for its window, resolved by the config loader to "
+    "dedup_window (drawn as Channel.dedup_window)",
+    "toml.host": "smtp transport",
+    "toml.port": "smtp transport",
+    "toml.security": "smtp transport",
+    "toml.username": "smtp transport (credentials)",
+    "toml.password": "smtp transport (credentials)",
+    "toml.from": "smtp message header",
+    "toml.local_hostname": "smtp transport",
+    "toml.ca_file": "smtp transport",
+    "toml.urls": "apprise transport",
+    "toml.callback_secret": "as ChannelConfig.callback_secret",
+    "toml.callback_token": "as ChannelConfig.callback_token",
+}
+#: the kirim.toml channel keys drawn under another name
+TOML_AS = {
+    "toml.rate": "Channel.rate",
+    "toml.on_unknown": "Channel.on_unknown",
+    "toml.lookup": "Channel.lookup",
+    "toml.timeout": "provider.timeout",
+    "toml.idempotent": "provider.idempotent",
+    "toml.dedup_window": "Channel.dedup_window",
+    "toml.lookup_lag": "provider.lookup_lag",
+    "toml.fallback": "Channel.fallback",
+}
+
+
+def settings_fields() -> list[str]:
+    """Every setting a user can write, by ``Class.field`` (and ``toml.key``)."""
+    from kirim.channels import Channel
+    from kirim.config import _CHANNEL_KEYS, ChannelConfig, Config
+    from kirim.notify.types import DigestRule, NotificationType, ThrottleRule
+    from kirim.preferences import Preferences
+    from kirim.worker.settings import WorkerSettings
+
+    out = []
+    for cls in (
+        Channel,
+        ChannelConfig,
+        NotificationType,
+        ThrottleRule,
+        DigestRule,
+        Preferences,
+        WorkerSettings,
+        Config,
+    ):
+        out += [f"{cls.__name__}.{f.name}" for f in dataclasses.fields(cls)]
+    out += [f"toml.{key}" for key in sorted(_CHANNEL_KEYS)]
+    return out
+
+
+def unlisted() -> list[str]:
+    """Settings that are neither drawn (``KNOBS``, ``TOML_AS``) nor ``IRRELEVANT``."""
+    named = set(KNOBS) | set(IRRELEVANT) | set(TOML_AS)
+    same = {f"ChannelConfig.{k.split('.', 1)[1]}" for k in KNOBS if k.startswith("Channel.")}
+    same |= {f"ChannelConfig.{k}" for k in ("on_unknown", "lookup", "dedup_window", "fallback")}
+    return [name for name in settings_fields() if name not in named and name not in same]
+
+
+def observe(seeds: Iterable[int]) -> dict[str, set[str]]:
+    """Each knob's distinct values over the worlds of ``seeds``."""
+    seen: dict[str, set[str]] = {name: set() for name in KNOBS}
+    for seed in seeds:
+        world = World.draw(seed)
+        full = Full(
+            world, truth=GroundTruth(), trace=Trace(lambda: 0.0), seed=seed, time=lambda: 0.0
+        )
+        for name, read in KNOBS.items():
+            seen[name].update(repr(v) for v in read(world, full))
+    return seen
