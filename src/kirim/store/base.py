@@ -656,10 +656,14 @@ class Notifications(Protocol):
         recorded."""
         ...
 
-    async def take_rate_slot(self, channel: str, rate: float, *, now: float) -> float:
+    async def take_rate_slot(
+        self, channel: str, rate: float, *, now: float, within: float | None = None
+    ) -> float:
         """Take the channel's next request slot at ``rate`` requests per second, shared
-        by every worker on the database (``kirim_rates``, one statement): the seconds
-        from now (store time) until it (0: at once)."""
+        by every worker on the database (``kirim_rates``, one statement), if it is at
+        most ``within`` seconds away (None: however far): the seconds from now (store
+        time) until it (0: at once). A slot further away is not taken (nobody's slot
+        moves): the answer, larger than ``within``, says how far it is."""
         ...
 
 

@@ -8,9 +8,10 @@ the digest a delivery carries is sealed, and its channel's request rate is kept.
   operator to retry once the template is fixed.
 - ``pace``: a channel with a ``rate`` takes its next request slot, shared by every
   worker on the database, and waits for it. A slot further away than half of what
-  the claim has left before its send deadline puts the job back until then instead
-  (the claim is not counted as an attempt; the slot is given up, so the channel runs
-  a little below its rate, never above).
+  the claim has left before its send deadline is not taken (``kirim.store.rates``):
+  the job is put back until the slot comes within reach of a claim (the claim is not
+  counted as an attempt), so every slot taken is used and the channel keeps its rate
+  whatever its backlog.
 """
 
 from __future__ import annotations
@@ -100,14 +101,14 @@ class Prepare:
         (``deadline``: the claim's local send deadline, monotonic)."""
         if channel.rate is None:
             return None
+        within = (deadline - self._monotonic()) / 2
         wait = await self._notifications().take_rate_slot(
-            channel.name, channel.rate, now=self.clock.now()
+            channel.name, channel.rate, now=self.clock.now(), within=within
         )
         if wait <= 0:
             return None
-        if self.metrics is not None:
-            self.metrics.rate_wait(channel.name, wait)
-        if wait > (deadline - self._monotonic()) / 2:
+        if wait > within:  # not taken: back when a claim can reach it
+            reach = self.decide.settings.send_within / 2
             return Finish(
                 delivery_id=claim.delivery.id,
                 job_id=claim.job.id,
@@ -117,8 +118,10 @@ class Prepare:
                 delivery_status=DeliveryStatus.PENDING,
                 error=f"waiting {wait:.3g} s for channel {channel.name!r}'s request rate",
                 job_status=JobStatus.RETRY_SCHEDULED,
-                delay=wait,
+                delay=max(1.0 / channel.rate, wait - reach),
                 refund_attempt=True,
             )
+        if self.metrics is not None:
+            self.metrics.rate_wait(channel.name, wait)
         await self.clock.sleep(wait)
         return None

@@ -508,8 +508,10 @@ class PostgresStore:
     ) -> Delivery | None:
         return await self._op(digests.seal(delivery_id, token, now, compose))
 
-    async def take_rate_slot(self, channel: str, rate: float, *, now: float) -> float:
-        return await self._op(rates.take_slot(channel, rate, now))
+    async def take_rate_slot(
+        self, channel: str, rate: float, *, now: float, within: float | None = None
+    ) -> float:
+        return await self._op(rates.take_slot(channel, rate, now, within))
 
     # -- retention ----------------------------------------------------------------
 

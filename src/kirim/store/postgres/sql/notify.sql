@@ -135,9 +135,16 @@ WHERE id = %(id)s;
 
 -- name: take_rate_slot
 -- The next request slot of a channel, %(interval)s seconds after the one before (or
--- now): how long to wait for it. Every worker on the database shares the row.
+-- now), taken only when it is at most %(within)s seconds away: how long to wait for it
+-- (no row: too far, not taken). Every worker on the database shares the row.
 INSERT INTO kirim_rates (channel, next_at)
 VALUES (%(channel)s, %(now)s::float8 + %(interval)s::float8)
 ON CONFLICT (channel) DO UPDATE
 SET next_at = greatest(kirim_rates.next_at, %(now)s::float8) + %(interval)s::float8
+WHERE greatest(kirim_rates.next_at, %(now)s::float8) - %(now)s::float8 <= %(within)s::float8
 RETURNING next_at - %(interval)s::float8 - %(now)s::float8 AS wait;
+
+-- name: rate_slot_wait
+-- How far away a channel's next request slot is (not taking it).
+SELECT greatest(next_at - %(now)s::float8, 0.0) AS wait FROM kirim_rates
+WHERE channel = %(channel)s;

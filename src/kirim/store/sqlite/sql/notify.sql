@@ -114,8 +114,14 @@ UPDATE kirim_deliveries SET payload = :payload, payload_hash = :payload_hash, up
 WHERE id = :id;
 
 -- name: take_rate_slot
--- The next request slot of a channel, :interval seconds after the one before (or now):
--- how long to wait for it.
+-- The next request slot of a channel, :interval seconds after the one before (or now),
+-- taken only when it is at most :within seconds away: how long to wait for it (no row:
+-- too far, not taken).
 INSERT INTO kirim_rates (channel, next_at) VALUES (:channel, :now + :interval)
 ON CONFLICT (channel) DO UPDATE SET next_at = max(kirim_rates.next_at, :now) + :interval
+WHERE max(kirim_rates.next_at, :now) - :now <= :within
 RETURNING next_at - :interval - :now AS wait;
+
+-- name: rate_slot_wait
+-- How far away a channel's next request slot is (not taking it).
+SELECT max(next_at - :now, 0.0) AS wait FROM kirim_rates WHERE channel = :channel;
