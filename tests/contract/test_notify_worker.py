@@ -13,7 +13,7 @@ from test_digests import START, WINDOW, event, listing
 from test_notify_intake import item
 
 from kirim.channels import Channel
-from kirim.model import Delivery, DeliveryStatus, JobStatus
+from kirim.model import Delivery, DeliveryStatus, JobStatus, RecordFilter
 from kirim.observe.metrics import Metrics
 from kirim.store import Store, open_store
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock
@@ -250,3 +250,30 @@ async def test_a_slot_out_of_reach_is_not_taken(store: Store, database_url: str)
         pytest.approx(0.5)
     )
     assert await store.take_rate_slot("email", 0.1, now=START + 9.5) == pytest.approx(10.5)
+
+
+async def test_a_worker_without_the_type_sends_nothing(store: Store, clock: ManualClock) -> None:
+    """A worker that does not know a delivery's type (a rolling upgrade, a worker
+    without ``[types]``) neither sends the digest's empty placeholder nor skips the
+    preference check: it retries, naming the type, and a worker that knows the type
+    then seals and sends it (explorer finding: full workload seeds 0, 62, 186)."""
+    provider = FlakyProvider()
+    await store.enqueue([event("e1", n=1)], now=clock.now())
+    clock.advance(WINDOW)
+    blind = Worker(
+        store,
+        {"email": Channel(name="email", provider=provider)},
+        settings=SETTINGS,
+        worker_id="old",
+        clock=clock,
+    )
+    assert await blind.run_once() == 1
+    assert provider.requests == []
+    [d] = await store.records(RecordFilter(), cursor=None, limit=5)
+    assert d[0].status is DeliveryStatus.PENDING
+    assert d[1] is not None
+    assert "notification type 'liked' is not configured on old" in (d[1].last_error or "")
+    clock.advance(5.0)
+    assert await worker(store, provider, clock).run_once() == 1
+    [sent] = provider.requests
+    assert sent.payload == {"count": 1, "events": [["e1", {"n": 1}]]}

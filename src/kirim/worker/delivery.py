@@ -109,11 +109,15 @@ class Deliverer:
         finishing: set[int],
         lost: set[int],
         digests: Mapping[str, Compose] | None = None,
+        types: frozenset[str] | None = None,
     ) -> None:
         """``claimed_at``, ``finishing``, ``lost``: the worker's bookkeeping of its work
         in flight (shared, not copied): when each claim was asked for (this host's
         monotonic time), the jobs being committed, the jobs whose lease was lost.
-        ``digests``: the compose function of each digest type (``prepare``)."""
+        ``digests``: the compose function of each digest type (``prepare``);
+        ``types``: the notification types this worker knows (None: those of
+        ``digests``). A delivery of another type is not sent by this worker: it cannot
+        tell whether it is a digest to seal, nor check its recipient's preferences."""
         self.channels = channels
         self.settings = settings
         self.worker_id = worker_id
@@ -130,6 +134,7 @@ class Deliverer:
         self._lost = lost
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
+        self.types = frozenset(digests or {}) if types is None else types
         self.prepare = Prepare(
             store,
             digests=digests or {},
@@ -178,13 +183,10 @@ class Deliverer:
             channel = None if way is None else self.channels.get(way.to)
             if home is None or way is None or channel is None:
                 missing = d.channel if way is None else way.to
-                await self._commit(
-                    log,
-                    claim,
-                    self.decide.retry(
-                        claim, None, f"channel {missing!r} is not configured on {self.worker_id}"
-                    ),
-                )
+                await self._refuse(log, claim, f"channel {missing!r}")
+                return
+            if d.type is not None and d.type not in self.types:
+                await self._refuse(log, claim, f"notification type {d.type!r}")
                 return
             self._routed(log, d.channel, way)
             if self.prepare.carries_digest(claim):
@@ -202,6 +204,13 @@ class Deliverer:
             self.stats.errors += 1
             log.exception("delivery_error", error=str(exc))
             self.spans.outcome("error", error=str(exc))
+
+    async def _refuse(self, log: Any, claim: Claim, what: str) -> None:
+        """Not sent by this worker, which lacks ``what``: retried (another worker, or
+        this one once configured, takes it), a dead letter when the attempts are over."""
+        error = f"{what} is not configured on {self.worker_id}"
+        log.warning("not_configured", error=error)
+        await self._commit(log, claim, self.decide.retry(claim, None, error))
 
     async def _seal(self, log: Any, claim: Claim) -> Claim | None:
         """The claim with its digest's payload (``Prepare.seal``); None: ended here."""

@@ -127,6 +127,7 @@ class Worker:
             finishing=self._finishing,
             lost=self._lost,
             digests=self.digests,
+            types=frozenset(self.policies) | frozenset(self.digests),
         )
         heartbeat = Heartbeat(
             store,
