@@ -67,6 +67,44 @@ async def test_a_resend_past_the_dedup_window_falls_back_to_the_policy(
         assert (delivery.status, delivery.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
 
 
+class LateForgetful(Forgetful):
+    """As ``Forgetful``, but the request lands ``delay`` seconds after it was sent (the
+    clock moves on while it is in flight), and the window is judged when it lands."""
+
+    def __init__(self, clock: ManualClock, window: float, delay: float, **kwargs: object):
+        super().__init__(clock, window, **kwargs)
+        self.delay = delay
+
+    async def send(self, message: Message) -> Sent:
+        if self.requests:  # the resend: it lands later
+            self.clock.advance(self.delay)
+        return await super().send(message)
+
+
+async def test_a_resend_that_could_land_after_the_window_is_not_trusted_to_the_key(
+    database_url: str, clock: ManualClock
+) -> None:
+    """Claimed 2 s before the window ends, a resend may leave until the claim's send
+    deadline and land until its request timeout after that: past the window, a second
+    message. kirim judges the window at the latest landing, not at the claim, and
+    applies the policy (explorer: the full workload's key_window invariant; on main
+    the user got 2 and the record said plain sent)."""
+    provider = LateForgetful(clock, 900.0, 3.9, script=["accept_then_timeout"])
+    app = await app_with(database_url, clock, 900.0, provider)
+    try:
+        n = await app.notify("e", "u", "push", {})
+        worker = app.worker(settings=SETTINGS, worker_id="A")
+        first = clock.now()
+        await worker.run_once()  # accepted, the answer lost
+        clock.set(first + 898.0)
+        await worker.run_once()
+        delivery, _, _ = await app.get(n.delivery_id)
+        assert provider.effective(delivery.idempotency_key) == 1
+        assert (delivery.status, delivery.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
+    finally:
+        await app.close()
+
+
 def test_a_channel_names_its_provider_for_the_window(tmp_path) -> None:
     """``dedup = "resend"`` gives the channel Resend's 24-hour window; an unknown name or
     both keys at once is a configuration error."""

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from kirim.keys import payload_hash
-from kirim.model import DeliveryStatus, JobStatus
+from kirim.model import DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.observe.metrics import Metrics
 from kirim.preferences import Preferences, Reason, TypePolicy, Window
 from kirim.store.base import ClaimKind, Intent, NewDelivery
@@ -157,15 +157,20 @@ async def test_a_channel_opt_out_suppresses_only_that_type(make_app) -> None:
     assert second[0].reason is None
 
 
-async def test_without_policies_the_claim_does_not_look(make_app) -> None:
-    """A worker given no types sends as before (the check is the policies')."""
-    app = await make_app()
+async def test_a_worker_without_the_types_does_not_send_them(make_app) -> None:
+    """A worker given no types cannot check a typed delivery's preferences: it sends
+    nothing and retries, naming the type (it had sent past an opt-out)."""
+    provider = FlakyProvider()
+    app = await make_app(provider)
     d = await typed(app, 1)
     await set_prefs(app, opt_out=True)
     await worker(app, policies=None).run_once()
     found = await app.get(d.id)
     assert found is not None
-    assert found[0].status is DeliveryStatus.SENT
+    assert found[0].status is DeliveryStatus.PENDING
+    assert provider.requests == []
+    assert found[1] is not None
+    assert "notification type 'order_shipped' is not configured" in (found[1].last_error or "")
 
 
 async def test_a_critical_type_ignores_an_opt_out_at_claim(make_app) -> None:
@@ -266,6 +271,61 @@ async def test_a_delivery_an_earlier_request_may_have_reached_is_not_suppressed(
     assert [a.provider_request_id for a in again.doubtful] == ["req-1"]
     assert again.delivery.id == d.id
     assert again.delivery.status is DeliveryStatus.PROCESSING
+
+
+async def _in_doubt(app, clock) -> object:
+    """A typed delivery whose first request's answer was lost (it may have arrived)."""
+    d = await typed(app, 1)
+    await worker(app).run_once()
+    record = await app.get(d.id)
+    assert record is not None
+    assert record[2][0].status.value == "unknown"
+    assert record[0].status is DeliveryStatus.PENDING  # an idempotent channel resends
+    clock.advance(600)  # past any backoff
+    return d
+
+
+@pytest.mark.parametrize("on_unknown", [OnUnknown.ASSUME_SENT, OnUnknown.HOLD])
+async def test_an_opt_out_after_a_doubtful_request_sends_nothing_more(
+    make_app, clock, on_unknown
+) -> None:
+    """An earlier request may have arrived, then the recipient opts out: the next claim
+    sends nothing more (its resend of the same key was safe, not wanted), and the
+    channel's policy settles the doubt: assumed sent, or held (explorer finding: full
+    workload seeds 98, 163; on main the provider got a second request)."""
+    provider = FlakyProvider(script=["accept_then_timeout"])
+    app = await make_app(provider, on_unknown=on_unknown)
+    d = await _in_doubt(app, clock)
+    await set_prefs(app, opt_out=True)
+    await worker(app).run_once()
+    assert provider.received(d.idempotency_key) == 1
+    record = await app.get(d.id)
+    assert record is not None
+    if on_unknown is OnUnknown.ASSUME_SENT:
+        assert (record[0].status, record[0].doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
+    else:
+        assert (record[0].status, record[0].doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+        assert "opted_out" in (record[0].last_error or "")
+
+
+async def test_quiet_hours_after_a_doubtful_request_defer_the_resend(make_app, clock) -> None:
+    """An earlier request may have arrived, then quiet hours begin: the resend waits for
+    their end (a deferral is always safe), then goes."""
+    provider = FlakyProvider(script=["accept_then_timeout"])
+    app = await make_app(provider)
+    clock.set(local("2026-07-01T21:00"))
+    d = await _in_doubt(app, clock)  # 21:10
+    await set_prefs(app, timezone="Europe/Berlin", quiet_hours=Window(time(21, 5), time(7)))
+    await worker(app).run_once()
+    assert provider.received(d.idempotency_key) == 1
+    record = await app.get(d.id)
+    assert record is not None
+    assert record[1] is not None
+    assert record[1].run_at == local("2026-07-02T07:00")
+    clock.set(local("2026-07-02T07:00"))
+    await worker(app).run_once()
+    assert provider.received(d.idempotency_key) == 2  # the same key: the provider dedups
+    assert provider.effective(d.idempotency_key) == 1
 
 
 async def test_a_suppressing_claim_says_so(make_app) -> None:

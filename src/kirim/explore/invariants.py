@@ -29,7 +29,9 @@ The notification layer (the events workload, ``events.py``):
 - ``suppressed_unsent``: a ``suppressed`` delivery was never received, and every
   request for its key (since the operator's last retry) was definitely refused, as
   the provider saw it and as its attempt rows say (a claim after a definite refusal
-  may suppress; one after a request that may have arrived may not);
+  may suppress; one after a request that may have arrived may not, unless the
+  provider, asked once the requests settled, had none: doubt ``resolved``, and then
+  none of them acted);
 - ``digest_once``: each event taken into a digest (``kirim_digest_events``) is in the
   sealed payload (``events``) of exactly its own digest's delivery once that digest is
   sealed, in no other digest's payload of its stream, and in none while unsealed; a
@@ -352,6 +354,9 @@ def _suppressed(
             for a in attempts.get(did, [])
             if a["requested_at"] >= since and a["status"] not in DEFINITE
         ]
+        if d["doubt"] == "resolved":  # the provider, asked once settled, had none of them
+            landed = [r for r in landed if r.effect_at is not None]
+            open_ = []
         if got or landed or open_:
             out.append(
                 Violation(

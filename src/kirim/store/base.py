@@ -137,6 +137,10 @@ class Claim:
     #: a NOOP claim whose delivery the claim-time check of the recipient's preferences
     #: just suppressed: the reason (``kirim.preferences.Reason``)
     suppressed: str | None = None
+    #: a CLAIMED delivery the recipient's preferences now refuse while an earlier
+    #: request may have reached the provider: the reason. Nothing more may be sent; the
+    #: in-doubt policy settles the doubt without sending (``Decisions.in_doubt``)
+    withheld: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,6 +206,8 @@ class Finish:
     delay: float | None = None
     #: the claim does not count as an attempt (it only waited for doubt to settle)
     refund_attempt: bool = False
+    #: why a delivery ends ``suppressed`` (its ``reason`` column)
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

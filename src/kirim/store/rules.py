@@ -56,6 +56,7 @@ class Written:
     run_at: float | None
     error: str | None
     refund: bool
+    reason: str | None = None
 
     @staticmethod
     def of(it: Finish, now: float) -> Written:
@@ -68,6 +69,7 @@ class Written:
             run_at=run_at_of(it, now),
             error=it.error,
             refund=it.refund_attempt,
+            reason=it.reason,
         )
 
     def outranked_by(self, success_message_id: str | None) -> Written:
@@ -210,9 +212,9 @@ def preference_check(
 ) -> Verdict | None:
     """The claim-time check: what the recipient's preferences say now about a delivery
     of a type in ``policies`` (``kirim.preferences.decide``); None when it goes (or is
-    no such delivery). A preference changed since the enqueue wins. The caller skips
-    a delivery that an earlier request may have reached: suppressing it would claim
-    it was never sent."""
+    no such delivery). A preference changed since the enqueue wins. The caller does not
+    suppress a delivery that an earlier request may have reached (that would claim it
+    was never sent): it withholds it (``Claim.withheld``)."""
     policy = None if not policies or d.type is None else policies.get(d.type)
     if policy is None:
         return None
@@ -268,6 +270,7 @@ def committed(d: Delivery, w: Written, now: float) -> Delivery:
         provider_message_id=first_of(w.message_id, d.provider_message_id),
         last_error=w.error,
         sent_at=now if w.status is DeliveryStatus.SENT else d.sent_at,
+        reason=first_of(w.reason, d.reason),
         updated_at=now,
     )
 

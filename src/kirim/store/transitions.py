@@ -333,10 +333,16 @@ def claim(
             claims.append(_claim(ClaimKind.NOOP, leased, done, token, now, reason=reason))
             continue
         verdict = rules.preference_check(current, policies, prefs, now)
-        if verdict is not None and not ledger.doubtful(current.id):
-            if (stopped := _stopped(ledger, current, job, verdict, token, now)) is not None:
-                claims.append(stopped)
-            continue
+        # A deferral is always safe; a suppression is, unless an earlier request may
+        # have arrived: then the delivery is claimed ``withheld``, and its doubt is
+        # settled without sending (suppressing it would claim it was never sent).
+        withheld = None
+        if verdict is not None:
+            if verdict.action == "defer" or not ledger.doubtful(current.id):
+                if (stopped := _stopped(ledger, current, job, verdict, token, now)) is not None:
+                    claims.append(stopped)
+                continue
+            withheld = str(verdict.reason)
         delivery = evolve(
             current,
             status=DeliveryStatus.PROCESSING,
@@ -363,6 +369,7 @@ def claim(
                         ledger.attempts(delivery.id), ledger.released_at[delivery.id]
                     )
                 ),
+                withheld=withheld,
             )
         )
     yield ledger.writes()

@@ -40,6 +40,7 @@ InDoubtDecision = Literal[
     "reconciled_sent",  # the provider has it: sent
     "wait_until_settled",  # "not found" proves nothing yet: wait for the earlier requests
     "lookup_not_found_send",  # the provider has not got it: send
+    "lookup_not_found_withheld",  # ... and the recipient's preferences refuse it now
     "resend_same_key",  # the provider deduplicates by key: send again, safely
     "resend_at_least_once",  # ``on_unknown = "retry"``: send again
     "hold",  # ``on_unknown = "hold"``: in doubt, for an operator
@@ -148,6 +149,15 @@ def _first(chain: Sequence[str], history: Sequence[Attempt]) -> str:
     return next((c for c in chain if c not in gone), chain[0])
 
 
+def request_timeout(channel: Channel, settings: WorkerSettings) -> float:
+    """How long one request of ``channel`` may take: its provider's ``timeout`` if it
+    names one, else the worker's ``request_timeout``."""
+    named = getattr(channel.provider, "timeout", None)
+    if isinstance(named, int | float) and not isinstance(named, bool) and named > 0:
+        return float(named)
+    return settings.request_timeout
+
+
 def asks_provider(channel: Channel) -> bool:
     """Whether the in-doubt policy asks the provider (``lookup``) before it decides."""
     return bool(channel.lookup) and isinstance(channel.provider, Reconcilable)
@@ -219,18 +229,32 @@ class Decisions:
 
     def in_doubt(self, claim: Claim, channel: Channel, lookup: Lookup | None) -> InDoubt:
         """DESIGN step 4: an earlier request may have reached the provider. ``lookup``:
-        the provider's answer when it was asked (``asks_provider``), else None."""
+        the provider's answer when it was asked (``asks_provider``), else None.
+
+        A claim the recipient's preferences withhold (``Claim.withheld``) sends
+        nothing more whatever the policy: the provider's answer settles it (found:
+        sent; not found, once no earlier request can land: suppressed), else the
+        channel's choice between assuming it sent and holding it for an operator (a
+        policy that would send again holds it)."""
         earlier = [a.provider_request_id for a in claim.doubtful]
         if lookup is not None:
             return self._after_lookup(claim, lookup, earlier)
-        said = {"earlier_requests": earlier}
-        forgotten = channel.dedup_window is not None and any(
-            a.requested_at < claim.now - channel.dedup_window for a in claim.doubtful
-        )
+        said: dict[str, Any] = {"earlier_requests": earlier}
+        forgotten = self.forgotten(claim, channel)
+        forgot = channel.idempotent and forgotten
+        if claim.withheld is not None:
+            said["withheld"] = claim.withheld
+            if channel.on_unknown is OnUnknown.ASSUME_SENT:
+                assumed = self.final(claim, DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
+                return InDoubt(decision="assume_sent", finish=assumed, warn=True, fields=said)
+            held = self.hold(
+                claim,
+                f"held: {claim.withheld} while an earlier request may have been delivered",
+            )
+            return InDoubt(decision="hold", finish=held, warn=True, fields=said)
         if channel.idempotent and not forgotten:
             return InDoubt(decision="resend_same_key", finish=None, warn=False, fields=said)
         # past its dedup window an idempotent provider forgot the key: as if it had none
-        forgot = channel.idempotent
         if channel.on_unknown is OnUnknown.RETRY:
             return InDoubt(
                 decision="resend_at_least_once",
@@ -248,6 +272,17 @@ class Decisions:
         return InDoubt(
             decision="assume_sent", finish=assumed, warn=True, fields=said, key_forgotten=forgot
         )
+
+    def forgotten(self, claim: Claim, channel: Channel) -> bool:
+        """Whether a resend of this claim could reach the provider after it forgot an
+        earlier request's key (its ``dedup_window``, counted from the earliest moment
+        it can have seen that request): the resend may leave until the claim's send
+        deadline and land until the request timeout after that."""
+        window = channel.dedup_window
+        if window is None:
+            return False
+        lands_by = claim.now + self.settings.send_within + request_timeout(channel, self.settings)
+        return any(a.requested_at + window <= lands_by for a in claim.doubtful)
 
     def _after_lookup(self, claim: Claim, lookup: Lookup, earlier: list[str]) -> InDoubt:
         """The in-doubt policy of a provider that was asked whether it has the key."""
@@ -276,6 +311,19 @@ class Decisions:
                 warn=False,
                 fields={"earlier_requests": earlier, "until": round(claim.unsettled_until, 3)},
             )
+        if claim.withheld is not None:  # settled and not found: it never arrived
+            return InDoubt(
+                decision="lookup_not_found_withheld",
+                finish=self.final(
+                    claim,
+                    DeliveryStatus.SUPPRESSED,
+                    doubt=Doubt.RESOLVED,
+                    reason=claim.withheld,
+                    error=f"suppressed: {claim.withheld} (the provider has no earlier request)",
+                ),
+                warn=False,
+                fields={"earlier_requests": earlier, "withheld": claim.withheld},
+            )
         return InDoubt(
             decision="lookup_not_found_send",
             finish=None,
@@ -293,8 +341,10 @@ class Decisions:
         message_id: str | None = None,
         job: JobStatus = JobStatus.COMPLETED,
         error: str | None = None,
+        reason: str | None = None,
     ) -> Finish:
         return Finish(
+            reason=reason,
             delivery_id=claim.delivery.id,
             job_id=claim.job.id,
             token=claim.token,

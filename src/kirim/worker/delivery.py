@@ -67,7 +67,14 @@ from kirim.text import stored_text
 from kirim.worker.batching import Batcher
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.cutoff import Cutoffs
-from kirim.worker.decisions import Decisions, Lookup, Route, asks_provider, route
+from kirim.worker.decisions import (
+    Decisions,
+    Lookup,
+    Route,
+    asks_provider,
+    request_timeout,
+    route,
+)
 from kirim.worker.prepare import Prepare
 from kirim.worker.settings import WorkerSettings
 from kirim.worker.stats import WorkerStats
@@ -76,15 +83,6 @@ if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
 __all__ = ["Deliverer", "request_timeout"]
-
-
-def request_timeout(channel: Channel, settings: WorkerSettings) -> float:
-    """How long one request of ``channel`` may take: its provider's ``timeout`` if it
-    names one, else the worker's ``request_timeout``."""
-    named = getattr(channel.provider, "timeout", None)
-    if isinstance(named, int | float) and not isinstance(named, bool) and named > 0:
-        return float(named)
-    return settings.request_timeout
 
 
 class Deliverer:
