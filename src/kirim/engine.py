@@ -30,6 +30,7 @@ from kirim.model import (
     CallbackStatus,
     Delivery,
     DeliveryStatus,
+    Doubt,
     EnqueueResult,
     Record,
     RecordFilter,
@@ -72,6 +73,10 @@ class Notification:
     #: the key's delivery was pruned (retention) while its tombstone still holds the key:
     #: nothing was written, and ``status`` is the status it had when pruned
     pruned: bool = False
+    #: what kirim does not know for certain about it (``assumed_sent``: sent under the
+    #: channel's assumption; ``held``: in doubt, for an operator; ``resolved``: a doubt
+    #: settled), a pruned delivery's too
+    doubt: Doubt | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -200,6 +205,7 @@ class Kirim:
                     created=result.created,
                     status=d.status,
                     pruned=result.pruned,
+                    doubt=d.doubt,
                 )
             )
         return out

@@ -382,3 +382,50 @@ async def test_postgres_prune_skips_rows_another_transaction_holds(
         assert done.deliveries == 1
         assert await app.store.get_delivery(str(ids[2]), by="id") is None
     assert (await prune(app)).deliveries == 2
+
+
+async def test_a_pruned_key_answers_with_the_doubt_it_had(make_app, clock, database_url) -> None:
+    """A delivery sent under the channel's assumption, pruned: asking for its key again
+    answers ``sent (assumed)`` for as long as the tombstone lasts, through notify() and
+    the HTTP API, never a plain ``sent`` (explorer finding: full workload seeds 31, 403;
+    on main the tombstone kept only the status)."""
+    app = await make_app()
+    async with api_on(app) as api:
+        first = await api.post(key="k-1")
+        assert first.status_code == 201
+        c = await claim_one(app)
+        request_id = await record(app, c)
+        now = clock.now()
+        unknown = AttemptOutcome(
+            provider_request_id=request_id,
+            status=AttemptStatus.UNKNOWN,
+            provider_message_id=None,
+            error="timeout",
+            completed_at=now,
+        )
+        (res,) = await app.store.finish(
+            [
+                Finish(
+                    delivery_id=c.delivery.id,
+                    job_id=c.job.id,
+                    token=c.token,
+                    now=now,
+                    attempt=unknown,
+                    delivery_status=DeliveryStatus.SENT,
+                    doubt=Doubt.ASSUMED_SENT,
+                )
+            ]
+        )
+        assert res.committed
+        await newest(app)
+        clock.advance(KEEP + 1)
+        assert (await prune(app)).deliveries == 1
+        again = await app.notify("e-k-1", "u", "push", {"k": "k-1"}, key="k-1")
+        assert (again.pruned, again.status, again.doubt) == (
+            True,
+            DeliveryStatus.SENT,
+            Doubt.ASSUMED_SENT,
+        )
+        answer = await api.post(key="k-1")
+        assert answer.status_code == 200
+        assert (answer.json()["status"], answer.json()["doubt"]) == ("sent", "assumed_sent")

@@ -241,7 +241,7 @@ def _channels(rng: random.Random) -> list[ChannelPlan]:
     for i, name in enumerate(names):
         idempotent = rng.random() < 0.4
         lookup = rng.random() < 0.3
-        window = rng.choice((None, None, 20.0, 45.0, 90.0)) if idempotent else None
+        window = rng.choice((None, 8.0, 15.0, 30.0, 90.0)) if idempotent else None
         others = [n for n in names if n != name]
         fallback: tuple[str, ...] = ()
         if others and rng.random() < 0.6:

@@ -28,7 +28,7 @@ from typing import Any
 
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.keys import canonical_json, default_key, payload_hash
-from kirim.model import DeliveryStatus, EnqueueResult
+from kirim.model import DeliveryStatus, Doubt, EnqueueResult
 from kirim.notify.messages import check_data, digest_context, render_channel
 from kirim.notify.templates import normalize_locale
 from kirim.notify.types import NotificationType
@@ -102,6 +102,9 @@ class EventDelivery:
     #: the digest stream it went into (the delivery is the digest's)
     digest: str | None = None
     pruned: bool = False
+    #: the doubt kirim has about it (``assumed_sent``, ``held``, ``resolved``), a pruned
+    #: delivery's too
+    doubt: Doubt | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +117,7 @@ class EventDelivery:
             "reason": self.reason,
             "run_at": self.run_at,
             "digest": self.digest,
+            "doubt": None if self.doubt is None else str(self.doubt),
         }
 
 
@@ -370,4 +374,5 @@ def outcome(planned: Planned, result: EnqueueResult, *, now: float) -> EventDeli
         run_at=run_at,
         digest=None if digest is None or d.status == DeliveryStatus.SUPPRESSED else digest.stream,
         pruned=result.pruned,
+        doubt=d.doubt,
     )

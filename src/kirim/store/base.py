@@ -34,7 +34,7 @@ from kirim.model import (
 )
 from kirim.preferences import Preferences, TypePolicy
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the

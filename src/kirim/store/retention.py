@@ -4,8 +4,8 @@ The ledger only grows unless it is pruned. ``prune`` (an ``Operation``, see
 ``sequence``: written once, run by either backend in one transaction of its own)
 deletes up to ``limit`` finished deliveries last changed more than ``keep`` seconds
 ago, with their jobs, attempts and the HTTP service's request rows, and leaves for
-each a *tombstone*: the sha256 of its idempotency key, its id, final status and
-creation time. While the tombstone lasts (``keys`` seconds after the prune) a
+each a *tombstone*: the sha256 of its idempotency key, its id, final status, doubt
+and creation time. While the tombstone lasts (``keys`` seconds after the prune) a
 ``notify()`` with that key still creates nothing (``EnqueueResult.pruned``); then
 the tombstone goes too and the key is free again.
 
@@ -71,6 +71,7 @@ from kirim.model import (
     Attempt,
     Delivery,
     DeliveryStatus,
+    Doubt,
     Job,
     JobStatus,
 )
@@ -320,6 +321,7 @@ def _prune_deliveries(
             "key_hash": key_hash(d.idempotency_key),
             "delivery_id": d.id,
             "status": str(d.status),
+            "doubt": None if d.doubt is None else str(d.doubt),
             "seen_at": d.created_at,
             "pruned_at": now,
         }
@@ -349,8 +351,9 @@ def _prune_deliveries(
 
 
 def delivery_from_tombstone(row: Row, key: str) -> Delivery:
-    """The delivery a tombstone stands for: its id, key, final status and creation time;
-    what was pruned with it (event, recipient, channel, payload…) is empty."""
+    """The delivery a tombstone stands for: its id, key, final status, doubt and
+    creation time; what was pruned with it (event, recipient, channel, payload…) is
+    empty."""
     seen = float(row["seen_at"])
     return Delivery(
         id=int(row["delivery_id"]),
@@ -365,7 +368,7 @@ def delivery_from_tombstone(row: Row, key: str) -> Delivery:
         claimed_by=None,
         claim_expires_at=None,
         provider_message_id=None,
-        doubt=None,
+        doubt=None if row["doubt"] is None else Doubt(row["doubt"]),
         last_error=None,
         created_at=seen,
         updated_at=seen,

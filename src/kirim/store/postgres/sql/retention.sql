@@ -103,14 +103,14 @@ SELECT * FROM kirim_digests WHERE key = ANY (%(keys)s::text[]) ORDER BY key;
 
 -- name: prune_write_tombstones
 -- One tombstone per pruned delivery (a key pruned again keeps the newest).
-INSERT INTO kirim_key_tombstones (key_hash, delivery_id, status, seen_at, pruned_at)
-SELECT u.key_hash, u.delivery_id, u.status, u.seen_at, u.pruned_at
+INSERT INTO kirim_key_tombstones (key_hash, delivery_id, status, doubt, seen_at, pruned_at)
+SELECT u.key_hash, u.delivery_id, u.status, u.doubt, u.seen_at, u.pruned_at
 FROM unnest(
     %(i_key_hash)s::text[], %(i_delivery_id)s::bigint[], %(i_status)s::text[],
-    %(i_seen_at)s::float8[], %(i_pruned_at)s::float8[]
-) AS u (key_hash, delivery_id, status, seen_at, pruned_at)
+    %(i_doubt)s::text[], %(i_seen_at)s::float8[], %(i_pruned_at)s::float8[]
+) AS u (key_hash, delivery_id, status, doubt, seen_at, pruned_at)
 ON CONFLICT (key_hash) DO UPDATE
-SET delivery_id = excluded.delivery_id, status = excluded.status,
+SET delivery_id = excluded.delivery_id, status = excluded.status, doubt = excluded.doubt,
     seen_at = excluded.seen_at, pruned_at = excluded.pruned_at;
 
 -- name: prune_delete_attempts

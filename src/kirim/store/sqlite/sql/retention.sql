@@ -96,13 +96,13 @@ SELECT * FROM kirim_digests WHERE key IN (SELECT value FROM json_each(:keys)) OR
 
 -- name: prune_write_tombstones
 -- One tombstone per pruned delivery (a key pruned again keeps the newest).
-INSERT INTO kirim_key_tombstones (key_hash, delivery_id, status, seen_at, pruned_at)
+INSERT INTO kirim_key_tombstones (key_hash, delivery_id, status, doubt, seen_at, pruned_at)
 SELECT u.value ->> 'key_hash', u.value ->> 'delivery_id', u.value ->> 'status',
-       u.value ->> 'seen_at', u.value ->> 'pruned_at'
+       u.value ->> 'doubt', u.value ->> 'seen_at', u.value ->> 'pruned_at'
 FROM json_each(:items) AS u
 WHERE true
 ON CONFLICT (key_hash) DO UPDATE
-SET delivery_id = excluded.delivery_id, status = excluded.status,
+SET delivery_id = excluded.delivery_id, status = excluded.status, doubt = excluded.doubt,
     seen_at = excluded.seen_at, pruned_at = excluded.pruned_at;
 
 -- name: prune_delete_attempts
