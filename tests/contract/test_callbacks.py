@@ -3,6 +3,7 @@ to delivered or bounced, resolves doubt, is idempotent, and measures duplicates.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -22,7 +23,7 @@ from kirim.http import create_app
 from kirim.model import DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.observe.logging import configure
 from kirim.observe.metrics import Metrics
-from kirim.testing import FlakyProvider
+from kirim.testing import Checkpoints, FlakyProvider
 from kirim.timeline import events
 from kirim.worker import WorkerSettings
 
@@ -93,7 +94,13 @@ def sign(secret: str, raw: str) -> dict[str, str]:
 async def make_callbacks(database_url, clock) -> AsyncIterator[Any]:
     apps: list[Kirim] = []
 
-    async def make(*, on_unknown: OnUnknown = OnUnknown.ASSUME_SENT, script=None, max_attempts=8):
+    async def make(
+        *,
+        on_unknown: OnUnknown = OnUnknown.ASSUME_SENT,
+        script=None,
+        max_attempts=8,
+        fallback: tuple[str, ...] = (),
+    ):
         provider = FlakyProvider(idempotent=False, script=script)
         channels = {
             "push": Channel(
@@ -101,6 +108,7 @@ async def make_callbacks(database_url, clock) -> AsyncIterator[Any]:
                 provider=provider,
                 on_unknown=on_unknown,
                 callback=CallbackAuth(secrets=SECRET),
+                fallback=fallback,
             ),
             "sms": Channel(name="sms", provider=provider, callback=CallbackAuth(token=TOKEN)),
             "mail": Channel(name="mail", provider=provider),
@@ -249,7 +257,7 @@ async def test_an_unknown_message_id_is_202_and_logged(captured, cb: Callbacks) 
     delivery_id = await cb.deliver()
     answer = await cb.signed({"message_id": "nobody-knows", "status": "delivered"})
     assert answer.status_code == 202
-    assert answer.json() == {"outcome": "unknown"}
+    assert answer.json() == {"outcome": "unknown", "kept": True}
     lines = [json.loads(line) for line in captured.getvalue().splitlines()]
     unknown = [line for line in lines if line["event"] == "callback_unknown"]
     assert unknown
@@ -420,3 +428,96 @@ async def test_sqlite_migrates_a_version_4_ledger_to_the_new_statuses(tmp_path) 
     finally:
         await kirim.close()
         conn.close()
+
+
+async def test_a_bounce_of_one_copy_while_another_was_accepted_is_recorded(make_callbacks) -> None:
+    """At-least-once resent after a lost answer: the first copy bounces, the second was
+    accepted. The delivery stays sent (kirim's ledger shows the second accepted), and
+    the second's delivered later is no measured duplicate: the user got it once
+    (issue 20, defect 6: on main the delivery became bounced, then a duplicate)."""
+    kirim, provider = await make_callbacks(
+        on_unknown=OnUnknown.RETRY, script=["accept_then_timeout"]
+    )
+    async with api_on(kirim) as api:
+        cb = Callbacks(kirim, api.client, provider)
+        delivery_id = await cb.deliver()
+        assert (await kirim.get(delivery_id))[0].provider_message_id == "p-1002"
+        bounce = await cb.signed({"message_id": "p-1001", "status": "bounced", "key": "k-1"})
+        assert bounce.status_code == 200, bounce.text
+        d = (await kirim.get(delivery_id))[0]
+        assert d.status is DeliveryStatus.SENT
+        assert "another was accepted" in (d.last_error or "")
+        delivered = await cb.signed({"message_id": "p-1002", "status": "delivered"})
+        assert delivered.json()["duplicate"] is False
+        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.DELIVERED
+        assert cb.count("kirim_confirmed_duplicates_total", channel="push") == 0
+
+
+async def test_a_callback_to_the_fallback_finds_what_it_sent(make_callbacks) -> None:
+    """Sent through a fallback channel: the fallback's provider posts to its own callback
+    URL, and the callback finds the delivery by that provider's message id (issue 20,
+    defect 8: on main it was unknown and dropped)."""
+    kirim, provider = await make_callbacks(script=["transient"], fallback=("sms",))
+    async with api_on(kirim) as api:
+        cb = Callbacks(kirim, api.client, provider)
+        delivery_id = await cb.deliver()
+        record = await kirim.get(delivery_id)
+        assert [a.provider for a in record[2]] == ["push", "sms"]
+        answer = await cb.tokened(
+            {"message_id": record[0].provider_message_id, "status": "bounced"}
+        )
+        assert answer.status_code == 200, answer.text
+        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.BOUNCED
+
+
+async def test_a_callback_that_overtakes_the_answer_is_applied_when_it_is_recorded(
+    make_callbacks,
+) -> None:
+    """An instant report for a message kirim has not recorded yet (the provider's answer
+    to the request is still on its way) is kept (202, kept) and applied once the
+    worker has recorded the message id (issue 20, defect 9: on main it was dropped)."""
+    kirim, provider = await make_callbacks()
+    async with api_on(kirim) as api:
+        cb = Callbacks(kirim, api.client, provider)
+        early = await cb.signed({"message_id": "p-1001", "status": "delivered"})
+        assert early.status_code == 202
+        assert early.json()["kept"] is True
+        delivery_id = await cb.deliver()
+        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.SENT
+        worker = kirim.worker(settings=WorkerSettings(lease=10), worker_id="A")
+        assert await worker.apply_callbacks() == 1
+        record = await kirim.get(delivery_id)
+        assert record[0].status is DeliveryStatus.DELIVERED
+        assert await worker.apply_callbacks() == 0  # applied once
+
+
+async def test_a_callback_during_a_pause_after_the_intent_stops_the_send(make_callbacks) -> None:
+    """An operator retries a delivery held in doubt; its worker commits the intent and
+    pauses; the provider's callback for the first copy ends the delivery and revokes
+    the claim; the worker, waking, confirms its claim and sends nothing (issue 20,
+    defect 3: on main the user got a second copy)."""
+    kirim, provider = await make_callbacks(
+        on_unknown=OnUnknown.HOLD, script=["accept_then_timeout"], max_attempts=1
+    )
+    async with api_on(kirim) as api:
+        cb = Callbacks(kirim, api.client, provider)
+        delivery_id = await cb.deliver()
+        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.IN_DOUBT
+        kirim.clock.advance(3600)  # type: ignore[attr-defined]  # every request settled
+        await kirim.retry(delivery_id)
+        checkpoints = Checkpoints()
+        pause = checkpoints.pause("before_provider_request", worker_id="B")
+        worker = kirim.worker(
+            settings=WorkerSettings(lease=10), worker_id="B", checkpoints=checkpoints
+        )
+        task = asyncio.create_task(worker.run_once())
+        await pause.reached()
+        answer = await cb.signed({"message_id": "p-1001", "status": "delivered", "key": "k-1"})
+        assert answer.json()["status"] == "delivered"
+        kirim.clock.advance(1.0)  # type: ignore[attr-defined]  # the pause lasted a second
+        pause.release()
+        await task
+        assert len(provider.requests) == 1
+        record = await kirim.get(delivery_id)
+        assert record[0].status is DeliveryStatus.DELIVERED
+        assert worker.stats.not_sent == 1

@@ -224,6 +224,9 @@ class CallbackOut(BaseModel):
     status: DeliveryStatus | None = None
     previous_status: DeliveryStatus | None = None
     duplicate: bool = False
+    #: 202: the callback is kept, and applied once kirim records its message (a
+    #: callback that overtook the provider's answer to the request)
+    kept: bool = False
 
 
 # -- recipients' preferences (/v1/recipients/{recipient_id}/preferences) --------------

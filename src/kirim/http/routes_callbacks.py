@@ -71,7 +71,11 @@ def unauthorized() -> ApiError:
     openapi_extra=OPERATION,
     responses={
         200: {"model": CallbackOut, "description": "Applied, recorded, or said before."},
-        202: {"model": CallbackOut, "description": "No delivery has this message id (logged)."},
+        202: {
+            "model": CallbackOut,
+            "description": "No delivery has this message id yet: kept and logged, applied "
+            "once kirim records the message (a callback can overtake the provider's answer).",
+        },
         **responses(400, 401, 404, 413, 415, 422, 503),
     },
 )
@@ -79,8 +83,9 @@ async def delivery_callback(request: Request, channel: Channel) -> Response:
     """Record what the provider says became of a message: `delivered`, or `bounced` /
     `failed` (both make the delivery `bounced`). Verified by the channel's
     `callback_secret` (Standard Webhooks) or `callback_token` (bearer); 404 when the
-    channel has neither. A delivery in doubt is resolved; a second message id
-    confirmed for one notification is a measured duplicate."""
+    channel has neither. A delivery in doubt is resolved; a second message confirmed
+    delivered for one notification is a measured duplicate. A callback for a message
+    kirim has not recorded yet is kept (202) and applied once it is."""
     svc = service(request)
     auth = svc.kirim.callback_auth(channel)
     if auth is None:
@@ -109,8 +114,10 @@ async def delivery_callback(request: Request, channel: Channel) -> Response:
     )
     fields = {"channel": channel, "message_id": body.message_id, "status": str(body.status)}
     if result.outcome is CallbackOutcome.UNKNOWN:
-        svc.log.warning("callback_unknown", **fields, key_given=body.key is not None)
-        return json_response({"outcome": "unknown"}, 202)
+        svc.log.warning(
+            "callback_unknown", **fields, key_given=body.key is not None, kept=result.kept
+        )
+        return json_response({"outcome": "unknown", "kept": result.kept}, 202)
     svc.log.info(
         "callback",
         **fields,

@@ -288,6 +288,8 @@ class CallbackResult:
     duplicate: bool = False
     #: every message id confirmed for the delivery so far, oldest first
     message_ids: tuple[str, ...] = ()
+    #: an ``unknown`` callback was kept, to be applied once its message is recorded
+    kept: bool = False
 
 
 #: the most buckets one ``Operator.activity`` read gives (24 h by the minute: 1,440)
@@ -532,6 +534,12 @@ class Operator(Protocol):
 
     async def confirm(self, callback: Callback) -> CallbackResult:
         """Apply a provider's delivery callback (``rules.confirmed``); never sends."""
+        ...
+
+    async def apply_kept_callbacks(self, *, now: float, limit: int = 100) -> list[CallbackResult]:
+        """Apply the kept callbacks (``confirm`` of a message no delivery had recorded)
+        whose delivery is recorded now, and forget those kept for a day; one
+        transaction. The results of those applied."""
         ...
 
     async def counts(self) -> dict[str, dict[str, int]]:

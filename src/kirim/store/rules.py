@@ -304,28 +304,62 @@ def cancelable(d: Delivery) -> bool:
 # -- delivery callbacks (the provider's word on its messages) -------------------------
 
 
-def confirmed(d: Delivery, cb: Callback, message_ids: Sequence[str], now: float) -> Delivery:
+def other_copies(
+    d: Delivery, attempts: Iterable[Attempt], confirmations: Mapping[str, Row], message_id: str
+) -> bool:
+    """Whether kirim knows of a message of ``d`` other than ``message_id`` that the
+    provider accepted: an attempt that succeeded with another message id (the
+    delivery's own id among them), or another message confirmed delivered."""
+    ids = {a.provider_message_id for a in attempts if a.status is AttemptStatus.SUCCEEDED}
+    ids.add(d.provider_message_id)
+    ids |= {m for m, r in confirmations.items() if r["status"] == CallbackStatus.DELIVERED}
+    ids.discard(None)
+    ids.discard(message_id)
+    return bool(ids)
+
+
+def confirmed(
+    d: Delivery,
+    cb: Callback,
+    message_ids: Sequence[str],
+    now: float,
+    *,
+    others: bool = False,
+    duplicate: bool = False,
+) -> Delivery:
     """The delivery after a provider's callback about one of its messages.
 
-    ``message_ids``: every message id confirmed for it, this one included. The
-    provider's word outranks what kirim assumed: delivered once any message was
-    confirmed delivered (never taken back: a later bounce of a second copy is recorded,
-    the user had the first), else bounced (a ``bounced`` or ``failed`` callback: the
-    provider had the message and it did not reach the user; kirim never sends it again).
-    Any doubt is resolved; a claim is revoked, so a worker still on it writes nothing
-    and sends nothing more. ``last_error`` says why, and names a measured duplicate.
+    ``message_ids``: every message id confirmed for it, this one included; ``others``:
+    kirim knows another message of it that the provider accepted (``other_copies``);
+    ``duplicate``: this callback confirms a second message delivered. The provider's
+    word outranks what kirim assumed: delivered once any message was confirmed
+    delivered (never taken back: a later bounce of a second copy is recorded, the user
+    had the first); bounced (a ``bounced`` or ``failed`` callback: the provider had the
+    message and it did not reach the user; kirim never sends it again) only when no
+    other accepted message is known: the bounce of one copy while another was accepted
+    is recorded, and the delivery stays as it was. A callback that ends the delivery
+    resolves any doubt and revokes a claim, so a worker still on it writes nothing and
+    sends nothing more. ``last_error`` says why, and names a measured duplicate.
     """
-    delivered = cb.status is CallbackStatus.DELIVERED or d.status is DeliveryStatus.DELIVERED
-    status = DeliveryStatus.DELIVERED if delivered else DeliveryStatus.BOUNCED
-    if len(message_ids) > 1:
-        note: str | None = (
+    note: str | None
+    if cb.status is CallbackStatus.DELIVERED or d.status is DeliveryStatus.DELIVERED:
+        status = DeliveryStatus.DELIVERED
+    elif others:  # another copy was accepted: this bounce does not end the delivery
+        note = f"a copy {cb.status} (provider callback), another was accepted" + (
+            f": {cb.reason}" if cb.reason else ""
+        )
+        return evolve(d, last_error=note, updated_at=now)
+    else:
+        status = DeliveryStatus.BOUNCED
+    if duplicate:
+        note = (
             f"measured duplicate: the provider confirmed {len(message_ids)} messages "
             f"for one notification ({', '.join(message_ids)})"
         )
     elif status is DeliveryStatus.BOUNCED:
         note = f"{cb.status} (provider callback)" + (f": {cb.reason}" if cb.reason else "")
     else:
-        note = None
+        note = d.last_error if d.status is DeliveryStatus.DELIVERED else None
     return unclaimed(
         d,
         status=status,

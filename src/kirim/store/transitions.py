@@ -20,7 +20,17 @@ from typing import Any, TypeVar
 
 from kirim.errors import NotSettled
 from kirim.keys import new_token
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.model import (
+    CONFIRMED_DELIVERY,
+    Attempt,
+    AttemptStatus,
+    CallbackStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+)
 from kirim.preferences import Preferences, TypePolicy, Verdict
 from kirim.store import rules
 from kirim.store.base import (
@@ -802,9 +812,12 @@ def cancel(delivery_id: int, given: float) -> Operation[bool]:
 # -- delivery callbacks ------------------------------------------------------------------
 
 UNKNOWN = CallbackResult(outcome=CallbackOutcome.UNKNOWN)
+KEPT = CallbackResult(outcome=CallbackOutcome.UNKNOWN, kept=True)
+#: seconds a callback no delivery has recorded is kept for (``apply_kept``)
+KEEP_CALLBACKS = 86_400.0
 
 
-def confirm(cb: Callback) -> Operation[CallbackResult]:
+def confirm(cb: Callback, *, keep: bool = True) -> Operation[CallbackResult]:
     """A provider's callback about one of its messages (``rules.confirmed``).
 
     The delivery is found by the message id (or the callback's idempotency key), locked
@@ -813,13 +826,36 @@ def confirm(cb: Callback) -> Operation[CallbackResult]:
     said before (the same message id and word) changes nothing; one that ends the
     delivery completes its jobs (a dead letter too) and revokes any claim. Nothing here
     can make kirim send: no job is ever scheduled.
+
+    A callback for a message no delivery has recorded yet (an instant bounce can
+    overtake the provider's answer to the request) is kept (``kirim_callback_inbox``,
+    unless ``keep`` is False) and applied when its message id or key is recorded
+    (``apply_kept``): its answer says ``unknown``, ``kept``.
     """
     found = yield Query(
         "callback_find", {"channel": cb.channel, "message_id": cb.message_id, "key": cb.key}
     )
     if not found:
-        return UNKNOWN
-    delivery_id = int(found[0]["id"])
+        if not keep:
+            return UNKNOWN
+        at = yield TIME
+        yield Query("keep_callback", {**_callback_args(cb), "now": at(cb.now)}, count=True)
+        return KEPT
+    return (yield from _confirm_one(int(found[0]["id"]), cb))
+
+
+def _callback_args(cb: Callback) -> dict[str, Any]:
+    return {
+        "channel": cb.channel,
+        "message_id": cb.message_id,
+        "status": str(cb.status),
+        "key": cb.key,
+        "reason": cb.reason,
+        "reported_at": cb.reported_at,
+    }
+
+
+def _confirm_one(delivery_id: int, cb: Callback) -> Operation[CallbackResult]:
     ledger = yield from _read([delivery_id])
     at = yield TIME  # after the locks
     now = at(cb.now)
@@ -840,21 +876,25 @@ def confirm(cb: Callback) -> Operation[CallbackResult]:
             previous=d.status,
             message_ids=tuple(ids),
         )
-    duplicate = before is None and bool(ids)
+    delivered = {m for m, r in known.items() if r["status"] == CallbackStatus.DELIVERED}
+    delivered.discard(cb.message_id)
+    duplicate = cb.status is CallbackStatus.DELIVERED and bool(delivered)
     if before is None:
         ids.append(cb.message_id)
-    after = rules.confirmed(d, cb, ids, now)
+    others = rules.other_copies(d, ledger.attempts(d.id), known, cb.message_id)
+    after = rules.confirmed(d, cb, ids, now, others=others, duplicate=duplicate)
     ledger.set_delivery(after)
-    for job in ledger.jobs_of(d.id):
-        if job.status in rules.CARRYING:
-            ledger.set_job(
-                rules.unleased(
-                    job,
-                    status=JobStatus.COMPLETED,
-                    last_error=f"ended by the provider's callback ({cb.status})",
-                    updated_at=now,
+    if after.status in CONFIRMED_DELIVERY:
+        for job in ledger.jobs_of(d.id):
+            if job.status in rules.CARRYING:
+                ledger.set_job(
+                    rules.unleased(
+                        job,
+                        status=JobStatus.COMPLETED,
+                        last_error=f"ended by the provider's callback ({cb.status})",
+                        updated_at=now,
+                    )
                 )
-            )
     yield ledger.writes(
         Query(
             "write_confirmation",
@@ -875,16 +915,50 @@ def confirm(cb: Callback) -> Operation[CallbackResult]:
         delivery_id=d.id,
         status=after.status,
         previous=d.status,
-        resolved=rules.settled_doubt(d),
+        resolved=rules.settled_doubt(d) if after.status in CONFIRMED_DELIVERY else None,
         duplicate=duplicate,
         message_ids=tuple(ids),
     )
 
 
+def apply_kept(given: float, limit: int = 100) -> Operation[list[CallbackResult]]:
+    """Apply the kept callbacks whose delivery is recorded now (each in this one
+    transaction, oldest first), forget those kept longer than ``KEEP_CALLBACKS``; the
+    results of those applied."""
+    at = yield TIME
+    now = at(given)
+    kept = yield Query("kept_callbacks", {"limit": limit})
+    out: list[CallbackResult] = []
+    done: list[int] = []
+    for row in kept:
+        cb = Callback(
+            channel=row["channel"],
+            message_id=row["message_id"],
+            status=CallbackStatus(row["status"]),
+            key=row["key"],
+            reason=row["reason"],
+            reported_at=row["reported_at"],
+            now=given,
+        )
+        found = yield Query(
+            "callback_find", {"channel": cb.channel, "message_id": cb.message_id, "key": cb.key}
+        )
+        if found:
+            out.append((yield from _confirm_one(int(found[0]["id"]), cb)))
+            done.append(int(row["id"]))
+        elif float(row["received_at"]) < now - KEEP_CALLBACKS:
+            done.append(int(row["id"]))
+    if done:
+        yield Query("forget_kept_callbacks", {"ids": done}, count=True)
+    return out
+
+
 __all__ = [
+    "KEEP_CALLBACKS",
     "LATE",
     "STALE",
     "Ledger",
+    "apply_kept",
     "cancel",
     "claim",
     "confirm",

@@ -35,7 +35,9 @@ deadline. The request itself is cut off at the request timeout. So once
 land, and what assumes that — lookup "not found" then send (``Decisions.in_doubt``),
 an operator's retry or cancel (``store.transitions``) — waits for it. Residual
 window: a process frozen between that check and the socket write for longer than
-the margin.
+the margin. A pause longer than ``RECHECK_AFTER`` between the intent's commit and
+the request (a stall, a long garbage collection) renews the lease first: a claim that
+was revoked meanwhile (a provider's callback ended the delivery) sends nothing.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from kirim.store.base import (
     Finish,
     FinishResult,
     Intent,
+    Lease,
     Queue,
 )
 from kirim.text import stored_text
@@ -82,7 +85,11 @@ from kirim.worker.stats import WorkerStats
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
-__all__ = ["Deliverer", "request_timeout"]
+__all__ = ["RECHECK_AFTER", "Deliverer", "request_timeout"]
+
+#: seconds between an intent's commit and its request after which the worker confirms
+#: its claim before sending (a pause: a callback or the reaper may have revoked it)
+RECHECK_AFTER = 0.5
 
 
 class Deliverer:
@@ -132,6 +139,7 @@ class Deliverer:
         self._lost = lost
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
+        self._store = store
         self.types = frozenset(digests or {}) if types is None else types
         self.prepare = Prepare(
             store,
@@ -276,11 +284,14 @@ class Deliverer:
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
             self.spans.outcome("claim_lost")
             return
+        written = self._monotonic()
         metrics = self.metrics
         if metrics is not None and claim.prior_requests == 1:
             metrics.multi_request(claim.delivery.channel)  # its second request: counted once
         await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
         late = self._too_late(job.id, deadline)
+        if late is None and self._monotonic() - written > RECHECK_AFTER:
+            late = await self._revoked(claim)
         if late is not None:  # the bound of the intent: nothing leaves after it
             await self._not_sent(log, claim, request_id, late)
             return
@@ -305,6 +316,23 @@ class Deliverer:
             settles_at=send_deadline + timeout + lag + self.settings.settle_allowance,
             provider=channel.name,
         )
+
+    async def _revoked(self, claim: Claim) -> str | None:
+        """After a pause between the intent and the request (longer than
+        ``RECHECK_AFTER``): renew the lease, and say why nothing may leave when the
+        claim was revoked meanwhile (a provider's callback ended the delivery, the
+        reaper, an operator) or the store cannot tell."""
+        lease = Lease(job_id=claim.job.id, delivery_id=claim.delivery.id, token=claim.token)
+        try:
+            [held] = await self._store.heartbeat(
+                [lease], now=self.clock.now(), lease=self.settings.lease
+            )
+        except StoreError as exc:
+            return f"the claim could not be confirmed after a pause: {exc}"
+        if not held:
+            self._lost.add(claim.job.id)
+            return "the claim was revoked before the request left"
+        return None
 
     def _too_late(self, job_id: int, deadline: float) -> str | None:
         """Why a committed intent must not be sent any more, if it must not."""

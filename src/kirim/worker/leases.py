@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kirim.clock import Clock
@@ -114,24 +115,51 @@ class Reaper:
         log: Any,
         stats: WorkerStats,
         metrics: Metrics | None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``monotonic``: the worker's monotonic clock (its clock's, when it has one:
+        the explorer's virtual time), which paces the gauges and the prunes."""
         self.store = store
         self.clock = clock
         self.settings = settings
         self.log = log
         self.stats = stats
         self.metrics = metrics
-        #: time.monotonic() of the last gauge refresh
+        self._monotonic = monotonic
+        #: monotonic time of the last gauge refresh
         self._stats_at = float("-inf")
-        #: when the reaper prunes next (time.monotonic()), with ``retention_keep`` set
-        self._prune_at = 0.0
+        #: when the reaper prunes next (monotonic time), with ``retention_keep`` set
+        self._prune_at = float("-inf")
 
     async def run(self) -> None:
-        """A round every ``reap_every`` seconds until cancelled: reap, then retain."""
+        """A round every ``reap_every`` seconds until cancelled: reap, apply the kept
+        callbacks, then retain."""
         while True:
             await asyncio.sleep(self.settings.reap_every)
             await self.reap()
+            await self.apply_callbacks()
             await self.retain()
+
+    async def apply_callbacks(self) -> int:
+        """Apply the providers' callbacks that came before kirim had recorded their
+        message (``Operator.apply_kept_callbacks``); how many were applied."""
+        apply = getattr(self.store, "apply_kept_callbacks", None)
+        if apply is None:
+            return 0
+        try:
+            applied = await apply(now=self.clock.now())
+        except StoreError as exc:
+            self.log.error("callbacks_failed", error=str(exc))
+            return 0
+        for r in applied:
+            self.log.info(
+                "callback_applied",
+                notification_id=r.delivery_id,
+                outcome=str(r.outcome),
+                status=None if r.status is None else str(r.status),
+                kept=True,
+            )
+        return len(applied)
 
     async def reap(self) -> int:
         """Return the jobs whose lease expired to the queue (or the dead letters)."""
@@ -158,7 +186,7 @@ class Reaper:
                     metrics.dead_letter(r.channel)
                 else:
                     metrics.retry(r.channel, "lease_expired")
-            if time.monotonic() - self._stats_at >= metrics.stats_interval:
+            if self._monotonic() - self._stats_at >= metrics.stats_interval:
                 await self.refresh_stats()
         return len(reaped)
 
@@ -166,7 +194,7 @@ class Reaper:
         """Set the gauges from ``Store.queue_stats`` (the reaper does, every few seconds)."""
         if self.metrics is None:
             return None
-        self._stats_at = time.monotonic()
+        self._stats_at = self._monotonic()
         try:
             stats = await self.store.queue_stats(now=self.clock.now())
         except Exception as exc:  # gauges are not worth stopping the reaper for
@@ -181,9 +209,9 @@ class Reaper:
         is no ``retention_keep``."""
         keep = self.settings.retention_keep
         store = self.store
-        if keep is None or time.monotonic() < self._prune_at or not isinstance(store, Prunes):
+        if keep is None or self._monotonic() < self._prune_at or not isinstance(store, Prunes):
             return None
-        self._prune_at = time.monotonic() + PRUNE_EVERY
+        self._prune_at = self._monotonic() + PRUNE_EVERY
         total = PruneResult()
         try:
             for _ in range(PRUNE_BATCHES):

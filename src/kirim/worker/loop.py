@@ -145,6 +145,7 @@ class Worker:
             log=self.log,
             stats=self.stats,
             metrics=self.metrics,
+            monotonic=self._monotonic,
         )
         return deliverer, heartbeat, reaper
 
@@ -384,6 +385,10 @@ class Worker:
     async def reap(self) -> int:
         """Return the jobs whose lease expired to the queue (``Reaper.reap``)."""
         return await self._reaper.reap()
+
+    async def apply_callbacks(self) -> int:
+        """Apply the callbacks kept for messages recorded since (``Reaper``)."""
+        return await self._reaper.apply_callbacks()
 
     async def refresh_stats(self) -> QueueStats | None:
         """Set the gauges from ``Store.queue_stats`` (the reaper does, every few seconds)."""

@@ -395,6 +395,9 @@ class PostgresStore:
     async def confirm(self, callback: Callback) -> CallbackResult:
         return await self._op(transitions.confirm(callback))
 
+    async def apply_kept_callbacks(self, *, now: float, limit: int = 100) -> list[CallbackResult]:
+        return await self._op(transitions.apply_kept(now, limit))
+
     async def counts(self) -> dict[str, dict[str, int]]:
         async with self._tx() as cur:
             d = await rows(cur, "count_deliveries")

@@ -400,6 +400,9 @@ class SQLiteStore:
     async def confirm(self, callback: Callback) -> CallbackResult:
         return await self._op(transitions.confirm(callback))
 
+    async def apply_kept_callbacks(self, *, now: float, limit: int = 100) -> list[CallbackResult]:
+        return await self._op(transitions.apply_kept(now, limit))
+
     async def counts(self) -> dict[str, dict[str, int]]:
         def run(conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
             d = conn.execute(Q["count_deliveries"]).fetchall()

@@ -3,23 +3,27 @@
 -- a callback does to a delivery is decided in rules.confirmed (after lock_deliveries).
 
 -- name: callback_find
--- The delivery of %(channel)s a callback names: by the provider's message id (the
+-- The delivery a callback to %(channel)s names: by the provider's message id (the
 -- delivery's, an attempt's, or one an earlier callback confirmed), else by the
--- idempotency key the callback carries (%(key)s, may be null). The best match first.
+-- idempotency key the callback carries (%(key)s, may be null). The best match first. A
+-- delivery is %(channel)s's when it is of that channel or one of its attempts went to that
+-- channel's provider (a fallback: failover, docs/channels.md).
 SELECT id, rank FROM (
     SELECT d.id, 1 AS rank FROM kirim_deliveries d
     WHERE d.channel = %(channel)s AND d.provider_message_id = %(message_id)s
     UNION ALL
     SELECT a.delivery_id, 2 FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
-    WHERE a.provider_message_id = %(message_id)s AND d.channel = %(channel)s
+    WHERE a.provider_message_id = %(message_id)s AND coalesce(a.provider, d.channel) = %(channel)s
     UNION ALL
     SELECT c.delivery_id, 3 FROM kirim_confirmations c
     JOIN kirim_deliveries d ON d.id = c.delivery_id
-    WHERE c.message_id = %(message_id)s AND d.channel = %(channel)s
+    WHERE c.message_id = %(message_id)s AND (d.channel = %(channel)s OR EXISTS (
+        SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = d.id AND a.provider = %(channel)s))
     UNION ALL
     SELECT d.id, 4 FROM kirim_deliveries d
     WHERE %(key)s::text IS NOT NULL AND d.idempotency_key = %(key)s::text
-      AND d.channel = %(channel)s
+      AND (d.channel = %(channel)s OR EXISTS (
+        SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = d.id AND a.provider = %(channel)s))
 ) AS found
 ORDER BY rank, id
 LIMIT 1;
@@ -44,3 +48,21 @@ SET status = excluded.status, reason = excluded.reason, reported_at = excluded.r
 -- name: prune_delete_confirmations
 -- The confirmations of these deliveries (retention, before the deliveries).
 DELETE FROM kirim_confirmations WHERE delivery_id = ANY (%(ids)s::bigint[]);
+
+-- name: keep_callback
+-- A callback for a message no delivery has recorded yet: kept (once per message and
+-- word) until its delivery is found, or for a day.
+INSERT INTO kirim_callback_inbox
+    (channel, message_id, status, key, reason, reported_at, received_at)
+VALUES (%(channel)s, %(message_id)s, %(status)s, %(key)s, %(reason)s, %(reported_at)s,
+        %(now)s)
+ON CONFLICT (channel, message_id, status) DO NOTHING;
+
+-- name: kept_callbacks
+-- The oldest kept callbacks (another transaction applying some: skipped).
+SELECT * FROM kirim_callback_inbox ORDER BY received_at, id LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: forget_kept_callbacks
+-- Kept callbacks applied, or kept too long.
+DELETE FROM kirim_callback_inbox WHERE id = ANY (%(ids)s::bigint[]);
