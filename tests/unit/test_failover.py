@@ -4,6 +4,7 @@ provider that may have it (docs/channels.md, "How failover decides")."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -481,3 +482,82 @@ def test_the_explorers_invariant_finds_a_second_provider_after_doubt() -> None:
     [found] = _one_provider(1, rows(("a", "unknown"), ("b", "succeeded")))
     assert found.name == "one_provider_in_doubt"
     assert "went to b after r1 to a" in found.detail
+
+
+async def test_a_permanent_refusal_at_the_chains_end_goes_back_to_one_refused_for_now(
+    open_app, clock
+) -> None:
+    """A refuses for now, its fallback B refuses for good: A again after a backoff, not
+    a dead letter (explorer finding: full workload seeds 140, 277, 465; on main the
+    delivery failed with attempts left)."""
+    a = FlakyProvider(script=["transient"])
+    b = FlakyProvider(script=["permanent"])
+    channels = {
+        "push": Channel(name="push", provider=a, fallback=("backup",)),
+        "backup": Channel(name="backup", provider=b),
+    }
+    app = await open_app(channels, direct=True)
+    n = await app.notify("e", "u", "push", {})
+    await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 6)
+    delivery, _, attempts = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert providers(attempts) == ["push", "backup", "push"]
+    assert b.received(n.idempotency_key) == 1
+
+
+async def test_a_late_refusal_that_withdraws_a_hold_fails_over(open_app, clock) -> None:
+    """A's request is slow; B takes over once the lease ends and holds the delivery in
+    doubt; then A's answer comes: a permanent refusal. The hold is withdrawn and the
+    delivery fails over to the fallback, as the same refusal in time would have (issue
+    20, defect 10: on main it became a dead letter without trying the fallback)."""
+    a = FlakyProvider(idempotent=False, script=["permanent"])
+    b = FlakyProvider()
+    channels = {
+        "push": Channel(name="push", provider=a, fallback=("backup",), on_unknown=OnUnknown.HOLD),
+        "backup": Channel(name="backup", provider=b),
+    }
+    app = await open_app(channels, direct=True)
+    n = await app.notify("e", "u", "push", {})
+    cp = Checkpoints()
+    late = cp.pause("after_provider_response", worker_id="A")
+    wa = app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp)
+    wb = app.worker(settings=SETTINGS, worker_id="B")
+    task = asyncio.create_task(wa.run_once())
+    await late.reached()
+    clock.advance(LEASE + 1)
+    await wb.run_once()  # reaps A's lease; A's request may have arrived: held
+    held = await app.get(n.delivery_id)
+    assert (held[0].status, held[0].doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+    late.release()
+    await task  # A's late 400 withdraws the hold
+    await run(app, wb, clock, n.delivery_id, 4)
+    delivery, _, attempts = await app.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT
+    assert providers(attempts) == ["push", "backup"]
+    assert b.effective(n.idempotency_key) == 1
+
+
+async def test_a_late_refusal_with_no_fallback_left_fails_without_a_request(
+    open_app, clock
+) -> None:
+    """The same late refusal on a channel without fallback: the withdrawn hold fails the
+    delivery at the next claim, with no request to the provider that refused it."""
+    a = FlakyProvider(idempotent=False, script=["permanent"])
+    channels = {"push": Channel(name="push", provider=a, on_unknown=OnUnknown.HOLD)}
+    app = await open_app(channels, direct=True)
+    n = await app.notify("e", "u", "push", {})
+    cp = Checkpoints()
+    late = cp.pause("after_provider_response", worker_id="A")
+    wa = app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp)
+    wb = app.worker(settings=SETTINGS, worker_id="B")
+    task = asyncio.create_task(wa.run_once())
+    await late.reached()
+    clock.advance(LEASE + 1)
+    await wb.run_once()
+    late.release()
+    await task
+    await run(app, wb, clock, n.delivery_id, 4)
+    delivery, job, _ = await app.get(n.delivery_id)
+    assert (delivery.status, job.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
+    assert "refused for good by every channel" in (delivery.last_error or "")
+    assert a.received(n.idempotency_key) == 1

@@ -124,10 +124,12 @@ def withdrawable(d: Delivery) -> bool:
 
 
 def withdrawn(refusal: AttemptOutcome, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
-    """Where a withdrawn assumption goes: transient, sent again (within the job's
-    attempts); permanent, failed."""
-    transient = refusal.status is AttemptStatus.FAILED_TRANSIENT
-    if transient and job is not None and job.attempts < job.max_attempts:
+    """Where a withdrawn assumption goes: back to the worker while its job has attempts
+    left, which routes it from the attempts (a permanent refusal moves it on to a
+    fallback channel, or fails it when every channel refused for good:
+    ``kirim.worker.decisions.route``); else failed."""
+    del refusal  # the worker reads the refusal from the attempt it completed
+    if job is not None and job.attempts < job.max_attempts:
         return DeliveryStatus.PENDING, JobStatus.RETRY_SCHEDULED
     return DeliveryStatus.FAILED, JobStatus.DEAD
 

@@ -598,8 +598,10 @@ def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult
     """A late definite failure of the only doubtful request withdraws an assumption.
 
     The delivery was marked sent (assumed) or held because that request might have
-    arrived; it was refused, so the user has nothing. Transient: the delivery is sent
-    again (its latest job is scheduled, within its attempts); permanent: it failed.
+    arrived; it was refused, so the user has nothing. Its latest job is scheduled
+    again, within its attempts, and the worker routes it from the attempts
+    (``rules.withdrawn``): a permanent refusal moves it on to a fallback, or fails it
+    when every channel of its chain refused it for good.
     """
     if not rules.withdrawable(d) or ledger.doubtful(d.id) or ledger.success(d.id):
         return None

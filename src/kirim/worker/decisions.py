@@ -97,8 +97,9 @@ class Route:
     #: an earlier request to ``to`` may have arrived, so only ``to`` may get it;
     #: ``failover``: ``previous`` certainly did not accept it, ``to`` is next in the
     #: chain; ``again``: the chain's end refused it for now, it starts over (after a
-    #: backoff) from the first that has not refused it for good
-    why: Literal["first", "pinned", "failover", "again"]
+    #: backoff) from the first that has not refused it for good; ``exhausted``: every
+    #: channel of the chain refused it for good (the delivery fails, nothing is sent)
+    why: Literal["first", "pinned", "failover", "again", "exhausted"]
     #: the channel of the attempt before, when the route moved on from it
     previous: str | None = None
 
@@ -115,6 +116,8 @@ def route(chain: Sequence[str], history: Sequence[Attempt], doubtful: Sequence[A
     home = chain[0]
     if doubtful:  # never a second provider while the first one may have it
         return Route(doubtful[-1].provider or home, "pinned")
+    if not still_open(chain, history):  # every one refused for good: nothing to send
+        return Route(home, "exhausted")
     last = history[-1] if history else None
     if last is not None and last.status in REFUSED:
         previous = last.provider or home
@@ -123,6 +126,17 @@ def route(chain: Sequence[str], history: Sequence[Attempt], doubtful: Sequence[A
             return Route(following, "failover", previous)
         return Route(_first(chain, history), "again", previous)
     return Route(_first(chain, history), "first")
+
+
+def still_open(
+    chain: Sequence[str], history: Sequence[Attempt], refused: str | None = None
+) -> list[str]:
+    """The channels of ``chain`` that have not refused for good (``refused``: one that
+    has just done so too)."""
+    gone = _refused_for_good(chain, history)
+    if refused is not None:
+        gone.add(refused)
+    return [c for c in chain if c not in gone]
 
 
 def next_provider(
@@ -192,6 +206,14 @@ class Decisions:
                     outcome,
                     f"not accepted by {channel.name}, failing over to {following}: {outcome.error}",
                     immediate=True,
+                )
+            left = still_open(chain, claim.history, channel.name if permanent else None)
+            if permanent and left:  # the chain's end refused for good, an earlier one for now
+                return self.retry(
+                    claim,
+                    outcome,
+                    f"refused for good by {channel.name}, {left[0]} again after a backoff: "
+                    f"{outcome.error}",
                 )
         if outcome.status is AttemptStatus.SUCCEEDED:
             return self.final(

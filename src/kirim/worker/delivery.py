@@ -194,6 +194,16 @@ class Deliverer:
             if d.type is not None and d.type not in self.types:
                 await self._refuse(log, claim, f"notification type {d.type!r}")
                 return
+            if way.why == "exhausted":
+                error = f"refused for good by every channel of {', '.join(home.chain)}"
+                await self._commit(
+                    log,
+                    claim,
+                    self.decide.final(
+                        claim, DeliveryStatus.FAILED, job=JobStatus.DEAD, error=error
+                    ),
+                )
+                return
             self._routed(log, d.channel, way)
             if self.prepare.carries_digest(claim):
                 sealed = await self._seal(log, claim)
