@@ -299,11 +299,13 @@ class Kirim:
         connection: Any = None,
         request: tuple[str, str] | None = None,
         respond: Callable[[EventResult], tuple[int, str]] | None = None,
+        fingerprint: str | None = None,
     ) -> EventResult:
         """``notify_event``'s second half: preferences read, deliveries planned and
         recorded in one transaction. ``request`` (the HTTP service's key and lock token,
-        with ``respond``: the status and body to keep for replays): that request's row
-        is completed in the same transaction, or released when a key was reused."""
+        with ``respond``: the status and body to keep for replays, and ``fingerprint``:
+        the body's): that request's row is completed in the same transaction, or
+        released when a key was reused."""
         prefs = await self.store.preferences_of(event.recipient_ids)
         now = self.clock.now()
         planned = fanout.plan(event, prefs, now=now, max_attempts=self.config.max_attempts)
@@ -329,7 +331,7 @@ class Kirim:
                 return StoredResponse(status_code=status, body=body)
 
             results = await self.store.enqueue_request(
-                items, key=key, token=token, now=now, respond=kept
+                items, key=key, token=token, now=now, respond=kept, fingerprint=fingerprint
             )
         for p, result in zip(planned, results, strict=True):
             self._recorded(p.delivery, result, connection)

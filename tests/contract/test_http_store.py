@@ -184,3 +184,40 @@ async def test_search_is_limited(make_app, limit) -> None:
     for i in range(3):
         await app.notify("same", f"u{i}", "push", {})
     assert len(await app.store.search_deliveries("same", limit=limit)) == limit
+
+
+async def test_a_double_takeover_keeps_the_creators_answer(make_app, clock) -> None:
+    """The first request (t1) stalls past its hold; a retry of the same body takes the
+    key over (t2) and stalls too; t1 wakes and creates the delivery; then t2 finds it
+    made and gives the key back. The creator's kept answer survives t2's release, so a
+    replay gets the 201 (issue 20, defect 11: on main t1's completion was fenced out and
+    t2's release deleted the row: a replay got 200)."""
+    app = await make_app()
+    now = clock.now()
+    await begin(app.store, now, ("k", "fp", "t1"))
+    [taken] = await begin(app.store, now + HOLD + 1, ("k", "fp", "t2"))
+    assert taken.state is RequestState.ACQUIRED
+
+    def http(result: EnqueueResult) -> StoredResponse | None:  # the API keeps new ones only
+        return keep(result) if result.created else None
+
+    def requested(token: str) -> RequestedDelivery:
+        return RequestedDelivery(delivery=new_delivery("k"), lock_token=token, fingerprint="fp")
+
+    [(made, kept)] = (
+        await app.store.handle_requests(
+            [], [requested("t1")], now=now + HOLD + 2, hold=HOLD, respond=http
+        )
+    )[1]
+    assert made.created
+    assert kept is not None
+    [(found, none)] = (
+        await app.store.handle_requests(
+            [], [requested("t2")], now=now + HOLD + 3, hold=HOLD, respond=http
+        )
+    )[1]
+    assert not found.created
+    assert none is None  # t2 releases what it holds: nothing, now
+    [replay] = await begin(app.store, now + HOLD + 4, ("k", "fp", "t3"))
+    assert replay.state is RequestState.COMPLETED
+    assert (replay.status_code, replay.response) == (201, f"delivery {made.delivery.id}")

@@ -120,7 +120,9 @@ class EventIntake:
                 raise in_progress()
             return EventAnswer(slot.status_code or 200, slot.response or "", True)
         try:
-            result = await self.kirim.record_event(event, request=(key, token), respond=response_of)
+            result = await self.kirim.record_event(
+                event, request=(key, token), respond=response_of, fingerprint=print_
+            )
         except IdempotencyKeyReused as exc:
             # the event was rolled back whole; the key is given back for a new body
             await self.kirim.store.enqueue_request(

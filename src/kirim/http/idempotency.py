@@ -239,7 +239,9 @@ class Intake:
         assert isinstance(slot, RequestSlot)
         if slot.state is not RequestState.ACQUIRED:
             return await self._taken(slot, item, print_)
-        done = await self._steps.submit(RequestedDelivery(delivery=item, lock_token=token))
+        done = await self._steps.submit(
+            RequestedDelivery(delivery=item, lock_token=token, fingerprint=print_)
+        )
         assert not isinstance(done, RequestSlot)
         result, kept = done
         return await self._enqueued(item, result, kept)

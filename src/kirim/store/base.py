@@ -378,6 +378,10 @@ class RequestedDelivery:
 
     delivery: NewDelivery
     lock_token: str
+    #: the request body's fingerprint: a request that creates the delivery keeps its
+    #: answer even if another took its key over meanwhile (the same body), so that the
+    #: taker's release cannot lose it
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -625,6 +629,7 @@ class Ledger(Protocol):
         token: str,
         now: float,
         respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+        fingerprint: str | None = None,
     ) -> list[EnqueueResult]:
         """Record many deliveries for one HTTP request (an event's, ``POST /v1/events``)
         and, in the same transaction, complete that request's row with

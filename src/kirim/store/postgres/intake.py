@@ -171,11 +171,13 @@ async def enqueue_request(
     token: str,
     now: float | None,
     respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+    fingerprint: str | None = None,
 ) -> list[EnqueueResult]:
     """``Store.enqueue_request``: the deliveries, then the one request's row."""
     results = await enqueue(cur, items, now)
     first = results[0].delivery.id if results else None
-    await _settle(cur, [(key, token, respond(results), first)], now)
+    made = fingerprint if any(r.created for r in results) else None
+    await _settle(cur, [(key, token, respond(results), first, made)], now)
     return results
 
 
@@ -191,7 +193,13 @@ async def enqueue_requests(
     await _settle(
         cur,
         [
-            (it.delivery.idempotency_key, it.lock_token, kept, result.delivery.id)
+            (
+                it.delivery.idempotency_key,
+                it.lock_token,
+                kept,
+                result.delivery.id,
+                it.fingerprint if result.created else None,
+            )
             for it, (result, kept) in zip(items, out, strict=True)
         ],
         now,
@@ -201,21 +209,23 @@ async def enqueue_requests(
 
 async def _settle(
     cur: Cursor,
-    requests: Sequence[tuple[str, str, StoredResponse | None, int | None]],
+    requests: Sequence[tuple[str, str, StoredResponse | None, int | None, str | None]],
     now: float | None,
 ) -> None:
     """Complete each request's row (key, lock token, response to replay, the delivery
-    it names) while it still holds its key, or release it (no response): one statement
-    for each."""
+    it names, the fingerprint of a request that created it) while it still holds its
+    key (or, having created it, while the key is in progress for the same body), or
+    release it (no response): one statement for each."""
     done: dict[str, list[Any]] = {
         "keys": [],
         "tokens": [],
         "codes": [],
         "responses": [],
         "delivery_ids": [],
+        "fingerprints": [],
     }
     released: dict[str, list[str]] = {"keys": [], "tokens": []}
-    for key, token, kept, delivery_id in requests:
+    for key, token, kept, delivery_id, made in requests:
         if kept is None:
             released["keys"].append(key)
             released["tokens"].append(token)
@@ -225,6 +235,7 @@ async def _settle(
             done["codes"].append(kept.status_code)
             done["responses"].append(kept.body)
             done["delivery_ids"].append(delivery_id)
+            done["fingerprints"].append(made)
     if done["keys"]:
         await run(cur, "complete_requests", {**done, "now": now})
     if released["keys"]:

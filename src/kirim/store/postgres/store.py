@@ -481,9 +481,12 @@ class PostgresStore:
         token: str,
         now: float,
         respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+        fingerprint: str | None = None,
     ) -> list[EnqueueResult]:
         async with self._tx() as cur:
-            return await intake.enqueue_request(cur, items, key, token, self._t(now), respond)
+            return await intake.enqueue_request(
+                cur, items, key, token, self._t(now), respond, fingerprint
+            )
 
     # -- recipients' preferences (``kirim.store.recipients``) ----------------------
 

@@ -58,7 +58,10 @@ def enqueue_requests(
     out = []
     for it, result in zip(items, results, strict=True):
         kept = respond(result)
-        _settle(conn, it.delivery.idempotency_key, it.lock_token, kept, result.delivery.id, now)
+        made = it.fingerprint if result.created else None
+        _settle(
+            conn, it.delivery.idempotency_key, it.lock_token, kept, result.delivery.id, now, made
+        )
         out.append((result, kept))
     return out
 
@@ -70,11 +73,13 @@ def enqueue_request(
     token: str,
     now: float,
     respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+    fingerprint: str | None = None,
 ) -> list[EnqueueResult]:
     """``Store.enqueue_request``: the deliveries, then the one request's row."""
     results = enqueue(conn, items, now)
     first = results[0].delivery.id if results else None
-    _settle(conn, key, token, respond(results), first, now)
+    made = fingerprint if any(r.created for r in results) else None
+    _settle(conn, key, token, respond(results), first, now, made)
     return results
 
 
@@ -85,12 +90,15 @@ def _settle(
     kept: StoredResponse | None,
     delivery_id: int | None,
     now: float,
+    made: str | None = None,
 ) -> None:
     """Complete a request's row with the response to replay, naming ``delivery_id``, or
-    release it (``kept`` None), while the request still holds its key (``token``)."""
-    args = {"key": key, "token": token, "now": now}
+    release it (``kept`` None), while the request still holds its key (``token``); or,
+    ``made`` (the fingerprint of a request that created the deliveries), while the key
+    is in progress for the same body."""
+    args = {"key": key, "token": token, "now": now, "fingerprint": made}
     if kept is None:
-        conn.execute(Q["release_request"], args)
+        conn.execute(Q["release_request"], {k: v for k, v in args.items() if k != "fingerprint"})
         return
     completed = {
         **args,

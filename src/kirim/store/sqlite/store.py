@@ -488,9 +488,12 @@ class SQLiteStore:
         token: str,
         now: float,
         respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+        fingerprint: str | None = None,
     ) -> list[EnqueueResult]:
         return await self._tx(
-            lambda conn: intake.enqueue_request(conn, items, key, token, self._t(now), respond)
+            lambda conn: intake.enqueue_request(
+                conn, items, key, token, self._t(now), respond, fingerprint
+            )
         )
 
     # -- recipients' preferences (``kirim.store.recipients``) ----------------------

@@ -102,16 +102,18 @@ RETURNING idempotency_key;
 SELECT * FROM kirim_requests WHERE idempotency_key = %(key)s;
 
 -- name: complete_requests
--- Keep the responses to replay, where each request still holds its key.
+-- Keep the responses to replay, where each request still holds its key, or where the
+-- key is in progress for the same body (u.fingerprint, given by a request that created
+-- the delivery: another that took the key over meanwhile must not lose its answer).
 UPDATE kirim_requests r
 SET state = 'completed', status_code = u.status_code, response = u.response,
     delivery_id = u.delivery_id, lock_token = NULL, locked_until = NULL,
     updated_at = kirim_now(%(now)s::float8)
 FROM unnest(%(keys)s::text[], %(tokens)s::text[], %(codes)s::int[], %(responses)s::text[],
-            %(delivery_ids)s::bigint[])
-     AS u (idempotency_key, lock_token, status_code, response, delivery_id)
-WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
-  AND r.state = 'in_progress';
+            %(delivery_ids)s::bigint[], %(fingerprints)s::text[])
+     AS u (idempotency_key, lock_token, status_code, response, delivery_id, fingerprint)
+WHERE r.idempotency_key = u.idempotency_key AND r.state = 'in_progress'
+  AND (r.lock_token = u.lock_token OR r.fingerprint = u.fingerprint);
 
 -- name: release_requests
 -- Give the keys back (the requests failed; an error is not replayed).

@@ -73,11 +73,14 @@ RETURNING idempotency_key;
 SELECT * FROM kirim_requests WHERE idempotency_key = :key;
 
 -- name: complete_request
--- Keep the response to replay, while this request still holds the key.
+-- Keep the response to replay, while this request still holds the key, or while the
+-- key is in progress for the same body (:fingerprint, given by a request that created
+-- the delivery: another that took the key over meanwhile must not lose its answer).
 UPDATE kirim_requests
 SET state = 'completed', status_code = :status_code, response = :response,
     delivery_id = :delivery_id, lock_token = NULL, locked_until = NULL, updated_at = :now
-WHERE idempotency_key = :key AND lock_token = :token AND state = 'in_progress';
+WHERE idempotency_key = :key AND state = 'in_progress'
+  AND (lock_token = :token OR (:fingerprint IS NOT NULL AND fingerprint = :fingerprint));
 
 -- name: release_request
 -- Give the key back (the request failed; an error is not replayed).
