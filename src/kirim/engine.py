@@ -438,9 +438,36 @@ class Kirim:
         return await operations.cancel(self.store, key_or_id, now=now, dead_only=dead_only, by=by)
 
     async def retry(self, key_or_id: str | int, *, by: By = "auto") -> Record:
-        """Requeue a dead letter with a fresh job (the operator releases any earlier
-        doubt); the record after. Raises ``NotFound``, ``ActionRefused`` or ``NotSettled``."""
-        return await operations.retry(self.store, key_or_id, now=self.clock.now(), by=by)
+        """Requeue a dead letter with a fresh job; the record after. An earlier doubt is
+        released (the operator accepts that the user may get a second copy: see
+        ``second_copy_possible``), unless the provider can be asked: then the worker
+        asks it before sending anything. Raises ``NotFound``, ``ActionRefused`` or
+        ``NotSettled``."""
+        return await operations.retry(
+            self.store, key_or_id, now=self.clock.now(), by=by, channels=self._known_channels()
+        )
+
+    def second_copy_possible(self, record: Record) -> bool:
+        """Whether retrying this dead letter now may give its user a second copy (an
+        earlier request may have arrived, and neither a lookup nor a provider's key
+        will keep the resend from being a second message)."""
+        return operations.second_copy_possible(record, self._known_channels(), now=self.clock.now())
+
+    async def reconcile(self, key_or_id: str | int, *, by: By = "auto") -> Record:
+        """Ask the provider of a delivery in doubt whether it has it (``lookup``) and
+        settle the doubt either way: sent (resolved) or, once nothing can still land,
+        failed (resolved; a retry then sends no second copy). The record after. Raises
+        ``NotFound``, ``NotSettled`` or ``ActionRefused``."""
+        return await operations.reconcile(
+            self.store, self._known_channels(), key_or_id, now=self.clock.now, by=by
+        )
+
+    def _known_channels(self) -> dict[str, Channel]:
+        """The channels, built when they can be (a tool without providers gets none)."""
+        try:
+            return self.channels()
+        except ConfigError:
+            return {}
 
     # -- recipients' preferences (kirim prefs, /v1/recipients/{id}/preferences) --------
 

@@ -8,16 +8,33 @@ latest jobs, then the attempts of all of them), never one query per delivery.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from kirim.errors import ActionRefused, NotFound
-from kirim.model import DeliveryStatus, JobStatus, Record, RecordFilter
+from kirim.channels import Channel
+from kirim.errors import ActionRefused, NotFound, NotSettled
+from kirim.model import (
+    Attempt,
+    AttemptStatus,
+    DeliveryStatus,
+    Doubt,
+    JobStatus,
+    Record,
+    RecordFilter,
+)
+from kirim.providers.base import Reconcilable
 from kirim.store.base import Store
+from kirim.text import stored_text
+from kirim.worker.decisions import asks_provider
 
 By = Literal["auto", "id", "key"]
 #: the largest page a caller may ask for
 MAX_PAGE = 10_000
+#: seconds within which a retried delivery is taken to be sent again: a resend later
+#: than its provider's dedup window may be a second copy
+RESEND_WITHIN = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +105,106 @@ async def cancel(
     return await must_get(store, d.id, "id")
 
 
-async def retry(store: Store, key_or_id: str | int, *, now: float, by: By = "auto") -> Record:
+async def retry(
+    store: Store,
+    key_or_id: str | int,
+    *,
+    now: float,
+    by: By = "auto",
+    channels: Mapping[str, Channel] | None = None,
+) -> Record:
+    """Requeue a dead letter. A delivery whose earlier request may have arrived at a
+    provider that can be asked keeps its doubt: the worker asks the provider before it
+    sends anything (``asks_first``); otherwise the doubt is released."""
     record = await must_get(store, key_or_id, by)
-    if not await store.retry_dead(record[0].id, now=now):
+    release = not asks_first(record, channels or {})
+    if not await store.retry_dead(record[0].id, now=now, release=release):
         raise ActionRefused(record[0].id, "not_dead_lettered", _not_dead(record))
     return await must_get(store, record[0].id, "id")
+
+
+def doubtful(record: Record) -> list[Attempt]:
+    """The attempts of a record that may have reached their provider."""
+    return [a for a in record[2] if a.status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)]
+
+
+def pinned(record: Record, channels: Mapping[str, Channel]) -> Channel | None:
+    """The channel whose provider may have the delivery (its latest doubtful attempt's),
+    if configured."""
+    found = doubtful(record)
+    if not found:
+        return None
+    return channels.get(found[-1].provider or record[0].channel)
+
+
+def asks_first(record: Record, channels: Mapping[str, Channel]) -> bool:
+    """Whether a retry of this record keeps its doubt for the worker to ask the provider
+    (a channel with ``lookup``), instead of releasing it."""
+    channel = pinned(record, channels)
+    return channel is not None and asks_provider(channel)
+
+
+def second_copy_possible(record: Record, channels: Mapping[str, Channel], *, now: float) -> bool:
+    """Whether retrying this dead letter now may give its user a second copy: an earlier
+    request may have reached a provider, the retry will not ask it first
+    (``asks_first``), and no provider key will deduplicate the resend (an idempotent
+    provider dedupes it while its dedup window lasts)."""
+    found = doubtful(record)
+    if not found or asks_first(record, channels):
+        return False
+    for a in found:
+        channel = channels.get(a.provider or record[0].channel)
+        if channel is None or not channel.idempotent:
+            return True
+        window = channel.dedup_window
+        if window is not None and a.requested_at + window <= now + RESEND_WITHIN:
+            return True
+    return False
+
+
+async def reconcile(
+    store: Store,
+    channels: Mapping[str, Channel],
+    key_or_id: str | int,
+    *,
+    now: Callable[[], float],
+    by: By = "auto",
+) -> Record:
+    """Ask the provider that may have a delivery in doubt whether it does, and settle the
+    doubt either way (``Operator.reconcile``): found, sent (resolved); not found once no
+    earlier request can still land, failed (resolved: a retry then sends no second
+    copy), or canceled when it was. Raises ``NotFound``, ``NotSettled`` (ask again at
+    ``retry_at``) or ``ActionRefused`` (no doubt to settle, a channel that cannot be
+    asked, the provider not answering, or the delivery moved on meanwhile)."""
+    record = await must_get(store, key_or_id, by)
+    d = record[0]
+    maybe = doubtful(record)
+    if d.doubt not in (Doubt.HELD, Doubt.ASSUMED_SENT) or not maybe:
+        raise ActionRefused(
+            d.id, "not_in_doubt", f"has nothing to reconcile: it is {d.status_label}"
+        )
+    channel = pinned(record, channels)
+    if channel is None or not asks_provider(channel):
+        what = "is not configured" if channel is None else "cannot be asked (no lookup)"
+        raise ActionRefused(d.id, "not_reconcilable", f"its provider {what}")
+    until = max((a.settles_at or math.inf) for a in maybe)
+    if until > now():
+        raise NotSettled(d.id, until, "reconcile")
+    provider = channel.provider
+    assert isinstance(provider, Reconcilable)
+    try:
+        found = await provider.lookup(d.idempotency_key)
+    except Exception as exc:
+        raise ActionRefused(
+            d.id, "lookup_failed", f"its provider could not be asked: {stored_text(str(exc))}"
+        ) from None
+    message_id = None if found is None else found.provider_message_id
+    done = await store.reconcile(
+        d.id, now=now(), found=found is not None, message_id=message_id, seen=len(record[2])
+    )
+    if not done:
+        raise ActionRefused(d.id, "changed", "it changed while the provider was asked; ask again")
+    return await must_get(store, d.id, "id")
 
 
 def _not_dead(record: Record) -> str:

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from kirim.errors import ActionRefused, NotFound
+from kirim.errors import ActionRefused, AmbiguousFailure, NotFound
 from kirim.model import DeliveryStatus, Doubt, JobStatus, OnUnknown, RecordFilter
 from kirim.testing import FlakyProvider
 from kirim.worker import WorkerSettings
@@ -144,3 +144,93 @@ async def test_a_page_is_two_statements_not_one_per_delivery(make_app, clock, da
     assert len(page.records) == 20
     statements = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
     assert len(statements) == 2, seen
+
+
+class Asked(FlakyProvider):
+    """A provider that can be asked (``lookup``), and whose lookup can be down."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(idempotent=False, **kwargs)  # type: ignore[arg-type]
+        self.down = False
+
+    async def lookup(self, idempotency_key: str):  # type: ignore[no-untyped-def]
+        if self.down:
+            raise AmbiguousFailure("lookup: HTTP 503 (test)")
+        return await super().lookup(idempotency_key)
+
+
+async def held_while_lookup_was_down(make_app, clock, script):
+    """A delivery held in doubt on a channel with lookup: its answer was lost, and the
+    provider could not be asked before its attempts ran out."""
+    provider = Asked(script=script)
+    app = await make_app(provider, on_unknown=OnUnknown.HOLD, lookup=True, max_attempts=2)
+    n = await app.notify("e", "u", "push", {})
+    provider.down = True
+    worker = app.worker(settings=SETTINGS)
+    for _ in range(4):
+        await worker.run_once()
+        clock.advance(60)
+    d = (await app.get(n.delivery_id))[0]
+    assert (d.status, d.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+    provider.down = False
+    clock.advance(3600)  # every earlier request settled
+    return app, provider, worker, n
+
+
+async def test_a_retry_where_the_provider_can_be_asked_asks_before_sending(make_app, clock) -> None:
+    """An operator retries a delivery held in doubt on a channel with lookup, once the
+    lookup is back: the worker asks the provider first, finds the first copy, and
+    sends nothing more (issue 20: on main the retry released the doubt and the user got
+    a second copy)."""
+    app, provider, worker, n = await held_while_lookup_was_down(
+        make_app, clock, ["accept_then_timeout"]
+    )
+    assert app.second_copy_possible(await app.get(n.delivery_id)) is False
+    await app.retry(n.delivery_id)
+    await worker.run_once()
+    d = (await app.get(n.delivery_id))[0]
+    assert (d.status, d.doubt) == (DeliveryStatus.SENT, Doubt.RESOLVED)
+    assert provider.effective(n.idempotency_key) == 1
+    assert provider.received(n.idempotency_key) == 1
+
+
+@pytest.mark.parametrize("arrived", [True, False], ids=["found", "not-found"])
+async def test_reconcile_settles_a_held_doubt_either_way(make_app, clock, arrived) -> None:
+    """``reconcile`` asks the provider: found, sent (resolved, nothing more sent); not
+    found, failed (resolved): a retry then sends it once, with no second copy possible."""
+    script = ["accept_then_timeout"] if arrived else ["ambiguous"]
+    app, provider, worker, n = await held_while_lookup_was_down(make_app, clock, script)
+    record = await app.reconcile(n.delivery_id)
+    if arrived:
+        assert (record[0].status, record[0].doubt) == (DeliveryStatus.SENT, Doubt.RESOLVED)
+        assert record[1] is not None
+        assert record[1].status is JobStatus.COMPLETED
+        assert await app.dead_letters() == []
+        return
+    assert (record[0].status, record[0].doubt) == (DeliveryStatus.FAILED, Doubt.RESOLVED)
+    assert {a.status.value for a in record[2]} == {"failed_transient"}
+    assert app.second_copy_possible(record) is False
+    await app.retry(n.delivery_id)
+    await worker.run_once()
+    assert (await app.get(n.delivery_id))[0].status is DeliveryStatus.SENT
+    assert provider.effective(n.idempotency_key) == 1
+
+
+async def test_reconcile_and_the_retry_warning_where_the_provider_cannot_be_asked(
+    make_app, clock
+) -> None:
+    """Held in doubt on a channel without lookup: reconcile refuses (it cannot ask), and
+    the retry's warning says a second copy is possible."""
+    provider = FlakyProvider(idempotent=False, script=["accept_then_timeout"])
+    app = await make_app(provider, on_unknown=OnUnknown.HOLD, max_attempts=1)
+    n = await app.notify("e", "u", "push", {})
+    await app.worker(settings=SETTINGS).run_once()
+    clock.advance(3600)
+    record = await app.get(n.delivery_id)
+    assert record[0].status is DeliveryStatus.IN_DOUBT
+    with pytest.raises(ActionRefused, match="cannot be asked") as refused:
+        await app.reconcile(n.delivery_id)
+    assert refused.value.code == "not_reconcilable"
+    assert app.second_copy_possible(record) is True
+    sent = await app.get((await app.notify("e2", "u", "push", {})).delivery_id)
+    assert app.second_copy_possible(sent) is False  # nothing in doubt

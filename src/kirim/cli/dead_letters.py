@@ -58,8 +58,11 @@ def dead_retry(state: State, ids: tuple[str, ...]) -> None:
     """Requeue dead-lettered deliveries with a fresh job (ID: delivery id or key).
 
     This releases any earlier doubt: for a delivery held in doubt, the operator
-    accepts that the notification may arrive twice. Exits 1 naming every ID that
-    was not dead-lettered.
+    accepts that the notification may arrive twice (a warning says so for each one
+    where a second copy is possible; `kirim reconcile` first settles the doubt). On a
+    channel whose provider can be asked, the doubt is kept instead and the worker asks
+    the provider before it sends anything. Exits 1 naming every ID that was not
+    dead-lettered.
 
     \b
     Example:
@@ -67,6 +70,13 @@ def dead_retry(state: State, ids: tuple[str, ...]) -> None:
     """
 
     async def action(app: Kirim, key_or_id: str) -> views.Record:
+        before = await app.get(key_or_id)
+        if before is not None and app.second_copy_possible(before):
+            click.echo(
+                f"warning: delivery {before[0].id}: an earlier request may have reached the "
+                "provider: the user may get a second copy",
+                err=True,
+            )
         return await app.retry(key_or_id)
 
     runner.operate(state, ids, action, "requeued")

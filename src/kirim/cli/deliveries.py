@@ -209,3 +209,27 @@ def cancel(state: State, key_or_id: str) -> None:
         return await app.cancel(key_or_id)
 
     runner.operate(state, (key_or_id,), action, "canceled")
+
+
+@click.command()
+@click.argument("ids", nargs=-1, required=True, metavar="ID...")
+@pass_state
+def reconcile(state: State, ids: tuple[str, ...]) -> None:
+    """Ask the provider whether it has a delivery in doubt, and settle the doubt.
+
+    For a delivery held in doubt or sent under an assumption, on a channel whose
+    provider can be asked (lookup): found, it is sent (doubt resolved); not found,
+    once no earlier request can still land, it is failed (doubt resolved), and a
+    `kirim dead-letter retry` then sends it without any risk of a second copy.
+    Exits 1 naming every ID it could not settle, and why (try again later when an
+    earlier request may still land).
+
+    \b
+    Example:
+      kirim reconcile 42
+    """
+
+    async def action(app: Kirim, key_or_id: str) -> views.Record:
+        return await app.reconcile(key_or_id)
+
+    runner.operate(state, ids, action, "reconciled")

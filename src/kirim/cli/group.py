@@ -107,6 +107,7 @@ for command in (
     deliveries.list_,
     dead_letters.dead_letter,
     deliveries.cancel,
+    deliveries.reconcile,
     setup.demo,
     setup.bench,
 ):

@@ -143,6 +143,24 @@ def draw_event_faults(seed: int, *, hosts: Sequence[str]) -> list[Fault]:
     return plan
 
 
+def draw_short_pauses(seed: int, *, hosts: Sequence[str], lease: float) -> list[Fault]:
+    """Pauses shorter than a claim's send window at a worker's checkpoints (the full
+    workload; drawn apart, so that the other workloads' plans stay as they were): a
+    garbage collection or a busy host between an intent and its request, during which
+    a callback, the reaper or an operator may act."""
+    rng = random.Random(f"plan-pauses:{seed}")
+    return [
+        Fault(
+            kind="pause",
+            host=rng.choice(list(hosts)),
+            method=rng.choice(CHECKPOINTS),
+            nth=rng.randint(1, 4),
+            duration=rng.uniform(0.6, 0.5 * lease),
+        )
+        for _ in range(rng.choice((0, 0, 1, 2)))
+    ]
+
+
 def heal_time(plan: Sequence[Fault], *, minimum: float = 30.0) -> float:
     """When crashed hosts restart, stalls are over and poison is lifted."""
     ends = [f.at + f.duration for f in plan if f.kind not in ("skew", "pause")]

@@ -263,8 +263,10 @@ class Full:
             record = ActionRecord(kind=kind, delivery=did, at=self.time(), done=False)
             try:
                 if kind == "retry":
-                    after = await app.retry(did, by="id")
-                    record.warned = _second_copy(after)
+                    before = await app.get(did, by="id")
+                    if before is not None:
+                        record.warned = _second_copy(app, before)
+                    await app.retry(did, by="id")
                 elif kind == "cancel":
                     await app.cancel(did, by="id")
                 else:
@@ -381,10 +383,11 @@ def _doubt(made: Any) -> str | None:
     return None if doubt is None else str(doubt)
 
 
-def _second_copy(record: Any) -> bool | None:
-    """What a retry's answer says about a second copy (None: it does not say)."""
-    found = getattr(record, "second_copy_possible", None)
-    return None if found is None else bool(found)
+def _second_copy(app: Kirim, record: Any) -> bool | None:
+    """What the engine says of a retry: may it give the user a second copy (None: the
+    engine does not say)."""
+    says = getattr(app, "second_copy_possible", None)
+    return None if says is None else bool(says(record))
 
 
 def _shown(prefs: Preferences) -> str:

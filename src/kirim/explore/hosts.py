@@ -194,6 +194,24 @@ class SQLiteDatabase:
             conn.close()
         return {int(d): float(r) for d, r in rows}
 
+    def kept_callbacks(self) -> int:
+        """Kept callbacks (``kirim_callback_inbox``) that a delivery's message or key
+        now matches: the reaper has yet to apply them."""
+        conn = sqlite3.connect(self.path)
+        try:
+            if not conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'kirim_callback_inbox'"
+            ).fetchone():
+                return 0
+            row = conn.execute(
+                "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
+                " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
+                " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(row[0])
+
     def pruned_with_tombstones(self) -> list[dict[str, Any]]:
         """The pruned deliveries whose key's tombstone is still kept."""
         conn = sqlite3.connect(self.path)

@@ -26,7 +26,13 @@ from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import events, operator
 from kirim.explore.checks import at_least_once, check_full
-from kirim.explore.faults import Fault, draw_event_faults, draw_plan, heal_time
+from kirim.explore.faults import (
+    Fault,
+    draw_event_faults,
+    draw_plan,
+    draw_short_pauses,
+    heal_time,
+)
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.invariants import Ledger, Violation, check
@@ -397,7 +403,8 @@ class Sim:
         )
         if self.full is not None:  # jobs waiting far ahead for a send window do not count
             later = self.true_clock.now() + self.patience()
-            return not busy and int(self.db.active_jobs(before=later)) == 0
+            kept = isinstance(self.db, SQLiteDatabase) and self.db.kept_callbacks() > 0
+            return not busy and not kept and int(self.db.active_jobs(before=later)) == 0
         return not busy and int(self.db.active_jobs()) == 0
 
 
@@ -416,6 +423,8 @@ def run_schedule(
         )
         if settings.workload in ("events", "full"):
             plan += draw_event_faults(settings.seed, hosts=names)
+        if settings.workload == "full":
+            plan += draw_short_pauses(settings.seed, hosts=names, lease=settings.lease)
     policy = (
         make_policy(settings.policy, settings.seed)
         if choices is None

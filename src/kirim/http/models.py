@@ -160,6 +160,14 @@ class DeliveryOut(BaseModel):
     attempts: list[AttemptOut]
 
 
+class RetriedOut(DeliveryOut):
+    """A dead letter requeued, and whether its user may get a second copy."""
+
+    #: an earlier request may have reached the provider, and neither a lookup nor the
+    #: provider's key keeps the resend from being a second message
+    second_copy_possible: bool
+
+
 class DeliveryPage(BaseModel):
     """A page of deliveries, oldest first; pass ``next_cursor`` as ``cursor`` for the next."""
 

@@ -266,3 +266,30 @@ async def cancel_notification(request: Request, delivery_id: DeliveryId) -> Resp
     record = await act(svc, delivery_id, lambda: svc.kirim.cancel(delivery_id, by="id"))
     svc.log.info("canceled", notification_id=delivery_id, client=request.state.kirim_client)
     return json_response(delivery_json(record))
+
+
+@router.post(
+    "/notifications/{delivery_id}/reconcile",
+    summary="Settle a notification's doubt by asking its provider",
+    response_model=None,
+    responses={
+        200: {"model": DeliveryOut, "description": "Settled: sent, or failed (resolved)."},
+        **responses(401, 404, 409, 422, 503),
+    },
+)
+async def reconcile_notification(request: Request, delivery_id: DeliveryId) -> Response:
+    """Ask the provider whether it has a delivery held in doubt or sent under an
+    assumption (its channel's `lookup`), and settle the doubt either way: found,
+    `sent` (doubt `resolved`); not found, once no earlier request can still land,
+    `failed` (doubt `resolved`), so that a retry sends no second copy. 409 when there
+    is no doubt, the provider cannot be asked or does not answer, or an earlier
+    request may still land (`not_settled`, with `Retry-After`)."""
+    svc = service(request)
+    record = await act(svc, delivery_id, lambda: svc.kirim.reconcile(delivery_id, by="id"))
+    svc.log.info(
+        "reconciled",
+        notification_id=delivery_id,
+        status=str(record[0].status),
+        client=request.state.kirim_client,
+    )
+    return json_response(delivery_json(record))

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from kirim.errors import KirimError
 from kirim.http.auth import optional_client, require_token
 from kirim.http.errors import error_response, responses
-from kirim.http.models import DeadLetters, DeliveryOut, Health
+from kirim.http.models import DeadLetters, Health, RetriedOut
 from kirim.http.routes_notifications import DeliveryId, act, json_response
 from kirim.http.service import service
 from kirim.observe.metrics import CONTENT_TYPE
@@ -47,7 +47,7 @@ async def list_dead_letters(
     summary="Retry a dead letter",
     response_model=None,
     responses={
-        200: {"model": DeliveryOut, "description": "Requeued with a fresh job."},
+        200: {"model": RetriedOut, "description": "Requeued with a fresh job."},
         **responses(401, 404, 409, 422, 503),
     },
 )
@@ -55,14 +55,22 @@ async def retry_dead_letter(request: Request, delivery_id: DeliveryId) -> Respon
     """Requeue a dead-lettered delivery with a fresh job.
 
     This releases any earlier doubt: for a delivery held in doubt, the operator
-    accepts that the notification may arrive twice.
+    accepts that the notification may arrive twice (`second_copy_possible` says when
+    it may; `POST /v1/notifications/{id}/reconcile` first settles the doubt). On a
+    channel whose provider can be asked, the doubt is kept and the worker asks the
+    provider before it sends anything.
     """
     svc = service(request)
+    before = await svc.kirim.get(delivery_id, by="id")
+    possible = before is not None and svc.kirim.second_copy_possible(before)
     record = await act(svc, delivery_id, lambda: svc.kirim.retry(delivery_id, by="id"))
     svc.log.info(
-        "dead_letter_retried", notification_id=delivery_id, client=request.state.kirim_client
+        "dead_letter_retried",
+        notification_id=delivery_id,
+        client=request.state.kirim_client,
+        second_copy_possible=possible,
     )
-    return json_response(delivery_json(record))
+    return json_response({**delivery_json(record), "second_copy_possible": possible})
 
 
 @ops_router.get(

@@ -528,8 +528,23 @@ class Operator(Protocol):
 
     async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]: ...
 
-    async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
-        """Requeue a dead-lettered delivery; the operator releases any earlier doubt."""
+    async def retry_dead(self, delivery_id: int, *, now: float, release: bool = True) -> bool:
+        """Requeue a dead-lettered delivery; the operator releases any earlier doubt
+        (``release`` False: the doubt is kept, for the worker to ask the provider)."""
+        ...
+
+    async def reconcile(
+        self,
+        delivery_id: int,
+        *,
+        now: float,
+        found: bool,
+        message_id: str | None,
+        seen: int,
+    ) -> bool:
+        """Settle a delivery's doubt with its provider's answer to ``lookup``
+        (``kirim.store.transitions.reconcile``); False when it changed since the
+        provider was asked (``seen``: its attempts then)."""
         ...
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:

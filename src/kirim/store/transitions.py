@@ -746,8 +746,10 @@ def _settled(ledger: Ledger, delivery_id: int, now: float, action: str) -> None:
         raise NotSettled(delivery_id, until, action)
 
 
-def retry_dead(delivery_id: int, given: float) -> Operation[bool]:
-    """An operator sends a dead-lettered delivery again, releasing any earlier doubt.
+def retry_dead(delivery_id: int, given: float, release: bool = True) -> Operation[bool]:
+    """An operator sends a dead-lettered delivery again, releasing any earlier doubt
+    (``release`` False: keeping it, so that the worker asks the provider first: the
+    in-doubt policy of a channel that can be asked).
 
     Not while an earlier request may still land (``NotSettled``): the operator's
     judgement that the user has nothing holds only once nothing more can arrive.
@@ -760,7 +762,8 @@ def retry_dead(delivery_id: int, given: float) -> Operation[bool]:
     jobs = ledger.jobs_of(delivery_id)
     if d is None or not rules.revivable(d, jobs):
         return False
-    ledger.released_at[delivery_id] = now  # the doubt of the requests before is released
+    if release or not ledger.doubtful(delivery_id):
+        ledger.released_at[delivery_id] = now  # the doubt of the requests before is released
     ledger.set_delivery(
         rules.unclaimed(
             d, status=DeliveryStatus.PENDING, doubt=None, last_error=None, updated_at=now
@@ -805,6 +808,86 @@ def cancel(delivery_id: int, given: float) -> Operation[bool]:
             ledger.set_job(
                 rules.unleased(
                     job, status=JobStatus.COMPLETED, last_error="canceled", updated_at=now
+                )
+            )
+    yield ledger.writes()
+    return True
+
+
+def reconcile(
+    delivery_id: int, given: float, found: bool, message_id: str | None, seen: int
+) -> Operation[bool]:
+    """Settle a delivery's doubt with what its provider answered (``found``): the
+    operator's ``reconcile``. ``seen``: how many attempts the delivery had when the
+    provider was asked; False (nothing written) when it has more now, is claimed, or
+    has no doubt left (a worker or another operator moved it on meanwhile).
+
+    Found: the user has it: ``sent`` (or the provider's word, delivered or bounced, is
+    kept), doubt ``resolved``, its jobs completed. Not found, every earlier request
+    settled (``NotSettled`` otherwise): those requests are recorded as not processed,
+    and the delivery is certain: a held or assumed one ``failed`` (a dead letter an
+    operator may retry without any risk of a second copy), a canceled one ``canceled``.
+    """
+    ledger = yield from _read([delivery_id])
+    at = yield TIME
+    now = at(given)
+    _settled(ledger, delivery_id, now, "reconcile")
+    d = ledger.delivery(delivery_id)
+    doubtful = ledger.doubtful(delivery_id)
+    if d is None or len(ledger.attempts(delivery_id)) != seen:
+        return False
+    if d.claim_token is not None or not doubtful:
+        return False
+    jobs = ledger.jobs_of(delivery_id)
+    if found:
+        if d.status in CONFIRMED_DELIVERY:
+            done = evolve(d, doubt=Doubt.RESOLVED, updated_at=now)
+        else:
+            done = rules.sent_late(d, message_id, now)
+            done = evolve(done, doubt=Doubt.RESOLVED, last_error="reconciled: the provider has it")
+        ledger.set_delivery(done)
+        for job in jobs:
+            if job.status in rules.CARRYING:
+                ledger.set_job(
+                    rules.unleased(
+                        job, status=JobStatus.COMPLETED, last_error="reconciled", updated_at=now
+                    )
+                )
+        yield ledger.writes()
+        return True
+    for a in doubtful:
+        ledger.complete(
+            delivery_id,
+            AttemptOutcome(
+                provider_request_id=a.provider_request_id,
+                status=AttemptStatus.FAILED_TRANSIENT,
+                provider_message_id=None,
+                error="reconciled: the provider has no such request",
+                completed_at=now,
+            ),
+        )
+    status = (
+        DeliveryStatus.CANCELED if d.status is DeliveryStatus.CANCELED else (DeliveryStatus.FAILED)
+    )
+    ledger.set_delivery(
+        rules.unclaimed(
+            d,
+            status=status,
+            doubt=Doubt.RESOLVED,
+            sent_at=None,
+            last_error="reconciled: the provider has no request of it",
+            updated_at=now,
+        )
+    )
+    for job in jobs:
+        if job.status in (JobStatus.QUEUED, JobStatus.RETRY_SCHEDULED, JobStatus.COMPLETED):
+            dead = status is DeliveryStatus.FAILED and job is jobs[-1]
+            ledger.set_job(
+                rules.unleased(
+                    job,
+                    status=JobStatus.DEAD if dead else JobStatus.COMPLETED,
+                    last_error="reconciled: not sent",
+                    updated_at=now,
                 )
             )
     yield ledger.writes()
@@ -967,6 +1050,7 @@ __all__ = [
     "finish",
     "heartbeat",
     "reap",
+    "reconcile",
     "record_intents",
     "release",
     "retry_dead",

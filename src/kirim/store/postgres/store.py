@@ -386,8 +386,19 @@ class PostgresStore:
         found = await self._rows("dead_letters", {"limit": _limit(limit)})
         return [DeadLetter(delivery=delivery_from(r), job=must_job(r)) for r in found]
 
-    async def retry_dead(self, delivery_id: int, *, now: float) -> bool:
-        return await self._op(transitions.retry_dead(delivery_id, now))
+    async def retry_dead(self, delivery_id: int, *, now: float, release: bool = True) -> bool:
+        return await self._op(transitions.retry_dead(delivery_id, now, release))
+
+    async def reconcile(
+        self,
+        delivery_id: int,
+        *,
+        now: float,
+        found: bool,
+        message_id: str | None,
+        seen: int,
+    ) -> bool:
+        return await self._op(transitions.reconcile(delivery_id, now, found, message_id, seen))
 
     async def cancel(self, delivery_id: int, *, now: float) -> bool:
         return await self._op(transitions.cancel(delivery_id, now))
