@@ -277,3 +277,35 @@ async def test_a_worker_without_the_type_sends_nothing(store: Store, clock: Manu
     assert await worker(store, provider, clock).run_once() == 1
     [sent] = provider.requests
     assert sent.payload == {"count": 1, "events": [["e1", {"n": 1}]]}
+
+
+async def test_a_request_late_for_its_rate_slot_does_not_leave(
+    store: Store, clock: ManualClock
+) -> None:
+    """A worker pauses between its slot and its request for longer than the rate's
+    slack: sending then would crowd the next slot's request, so nothing leaves and the
+    job comes back one interval later, the claim not counted (explorer finding: full
+    workload seeds 70, 125, rate_kept)."""
+    provider = FlakyProvider()
+    await store.enqueue([item("k0")], now=clock.now())
+    checkpoints = Checkpoints()
+    pause = checkpoints.pause("before_provider_request", worker_id="A")
+    w = worker(store, provider, clock, rate=0.5, checkpoints=checkpoints)
+    task = asyncio.create_task(w.run_once())
+    await pause.reached()
+    clock.advance(1.0)  # the slot's interval is 2 s; its slack 0.2 s
+    pause.release()
+    await task
+    assert provider.requests == []
+    d = await store.get_delivery("k0")
+    assert d is not None
+    job = await store.get_job(d.id)
+    assert job is not None
+    assert (job.status, job.attempts, job.run_at) == (
+        JobStatus.RETRY_SCHEDULED,
+        0,
+        clock.now() + 2.0,
+    )
+    clock.advance(2.0)
+    await w.run_once()
+    assert [r.idempotency_key for r in provider.requests] == ["k0"]

@@ -206,6 +206,8 @@ class SQLiteDatabase:
             row = conn.execute(
                 "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
                 " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
+                " OR EXISTS (SELECT 1 FROM kirim_deliveries d"
+                " WHERE d.provider_message_id = k.message_id)"
                 " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
             ).fetchone()
         finally:

@@ -431,6 +431,24 @@ class Decisions:
             delay=delay,  # from the commit, in the store's time
         )
 
+    def put_back(
+        self, claim: Claim, outcome: AttemptOutcome | None, error: str | None, *, delay: float
+    ) -> Finish:
+        """Try again in ``delay`` seconds, the claim not counted as an attempt (nothing
+        was sent for a reason of kirim's own, such as a missed rate slot)."""
+        return Finish(
+            delivery_id=claim.delivery.id,
+            job_id=claim.job.id,
+            token=claim.token,
+            now=self.clock.now(),
+            attempt=outcome,
+            delivery_status=DeliveryStatus.PENDING,
+            error=stored_text(error),
+            job_status=JobStatus.RETRY_SCHEDULED,
+            delay=delay,
+            refund_attempt=True,
+        )
+
     def wait_until_settled(self, claim: Claim, until: float) -> Finish:
         """Put the job back until ``until`` (store time), when no earlier request can
         still land; the claim does not count as an attempt."""

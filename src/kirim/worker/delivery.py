@@ -85,7 +85,14 @@ from kirim.worker.stats import WorkerStats
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
-__all__ = ["RECHECK_AFTER", "Deliverer", "request_timeout"]
+__all__ = ["RECHECK_AFTER", "Deliverer", "rate_slack", "request_timeout"]
+
+
+def rate_slack(rate: float) -> float:
+    """How late after its rate slot a request may still leave: a tenth of the
+    interval, at most a quarter of a second."""
+    return min(0.1 / rate, 0.25)
+
 
 #: seconds between an intent's commit and its request after which the worker confirms
 #: its claim before sending (a pause: a callback or the reaper may have revoked it)
@@ -288,6 +295,7 @@ class Deliverer:
             log.info("rate_wait", error=later.error)
             await self._commit(log, claim, later)
             return
+        paced = self._monotonic()  # the channel's rate slot, when it has one, is now
         intent = self._intent(claim, channel, request_id, timeout)
         if not await self._intents.submit(intent):
             self.stats.claims_lost += 1
@@ -304,6 +312,12 @@ class Deliverer:
             late = await self._revoked(claim)
         if late is not None:  # the bound of the intent: nothing leaves after it
             await self._not_sent(log, claim, request_id, late)
+            return
+        if channel.rate is not None and self._monotonic() - paced > rate_slack(channel.rate):
+            # a pause since its slot: sent now, it would crowd the next slot's request
+            await self._not_sent(
+                log, claim, request_id, "its request-rate slot passed", later=1.0 / channel.rate
+            )
             return
         message = self._message(claim, request_id)
         await self._request(log, claim, channel, message, timeout, chain)
@@ -352,8 +366,11 @@ class Deliverer:
             return "the intent's send deadline passed before the request left"
         return None
 
-    async def _not_sent(self, log: Any, claim: Claim, request_id: str, late: str) -> None:
-        """A committed intent whose request never left: a retry, certainly not sent."""
+    async def _not_sent(
+        self, log: Any, claim: Claim, request_id: str, late: str, *, later: float | None = None
+    ) -> None:
+        """A committed intent whose request never left: a retry, certainly not sent
+        (``later``: in that many seconds, the claim not counted as an attempt)."""
         self.stats.not_sent += 1
         log.warning("not_sent", reason=late)
         outcome = AttemptOutcome(
@@ -363,7 +380,11 @@ class Deliverer:
             error=f"not sent: {late}",
             completed_at=self.clock.now(),
         )
-        await self._commit(log, claim, self.decide.retry(claim, outcome, outcome.error))
+        if later is not None:
+            finish = self.decide.put_back(claim, outcome, outcome.error, delay=later)
+        else:
+            finish = self.decide.retry(claim, outcome, outcome.error)
+        await self._commit(log, claim, finish)
 
     @staticmethod
     def _message(claim: Claim, request_id: str) -> Message:

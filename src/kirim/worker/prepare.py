@@ -30,7 +30,10 @@ from kirim.worker.decisions import Decisions
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
-__all__ = ["Prepare"]
+__all__ = ["LATE_TRIES", "Prepare"]
+
+#: how many slots a worker that keeps waking late takes before it sends anyway
+LATE_TRIES = 3
 
 
 class Prepare:
@@ -98,30 +101,39 @@ class Prepare:
     async def pace(self, claim: Claim, channel: Channel, deadline: float) -> Finish | None:
         """Wait for a request slot of ``channel`` (when it has a ``rate``); a ``Finish``
         that puts the job back until the slot when it is too far for this claim
-        (``deadline``: the claim's local send deadline, monotonic)."""
+        (``deadline``: the claim's local send deadline, monotonic). A worker that wakes
+        late after its slot (a stall: later than a tenth of the interval, or a quarter
+        of a second) takes a new one: sending then would crowd the next slot's
+        request."""
         if channel.rate is None:
             return None
-        within = (deadline - self._monotonic()) / 2
-        wait = await self._notifications().take_rate_slot(
-            channel.name, channel.rate, now=self.clock.now(), within=within
-        )
-        if wait <= 0:
-            return None
-        if wait > within:  # not taken: back when a claim can reach it
-            reach = self.decide.settings.send_within / 2
-            return Finish(
-                delivery_id=claim.delivery.id,
-                job_id=claim.job.id,
-                token=claim.token,
-                now=self.clock.now(),
-                attempt=None,
-                delivery_status=DeliveryStatus.PENDING,
-                error=f"waiting {wait:.3g} s for channel {channel.name!r}'s request rate",
-                job_status=JobStatus.RETRY_SCHEDULED,
-                delay=max(1.0 / channel.rate, wait - reach),
-                refund_attempt=True,
+        interval = 1.0 / channel.rate
+        wait = 0.0
+        for _ in range(LATE_TRIES):
+            within = (deadline - self._monotonic()) / 2
+            wait = await self._notifications().take_rate_slot(
+                channel.name, channel.rate, now=self.clock.now(), within=within
             )
-        if self.metrics is not None:
-            self.metrics.rate_wait(channel.name, wait)
-        await self.clock.sleep(wait)
-        return None
+            if wait > within:  # not taken: back when a claim can reach it
+                break
+            if wait <= 0:
+                return None
+            if self.metrics is not None:
+                self.metrics.rate_wait(channel.name, wait)
+            slot = self._monotonic() + wait
+            await self.clock.sleep(wait)
+            if self._monotonic() - slot <= min(0.1 * interval, 0.25):
+                return None
+        reach = self.decide.settings.send_within / 2
+        return Finish(
+            delivery_id=claim.delivery.id,
+            job_id=claim.job.id,
+            token=claim.token,
+            now=self.clock.now(),
+            attempt=None,
+            delivery_status=DeliveryStatus.PENDING,
+            error=f"waiting {wait:.3g} s for channel {channel.name!r}'s request rate",
+            job_status=JobStatus.RETRY_SCHEDULED,
+            delay=max(interval, wait - reach),
+            refund_attempt=True,
+        )

@@ -10,7 +10,8 @@
 -- channel's provider (a fallback: failover, docs/channels.md).
 SELECT id, rank FROM (
     SELECT d.id, 1 AS rank FROM kirim_deliveries d
-    WHERE d.channel = %(channel)s AND d.provider_message_id = %(message_id)s
+    WHERE d.provider_message_id = %(message_id)s AND (d.channel = %(channel)s OR EXISTS (
+        SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = d.id AND a.provider = %(channel)s))
     UNION ALL
     SELECT a.delivery_id, 2 FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
     WHERE a.provider_message_id = %(message_id)s AND coalesce(a.provider, d.channel) = %(channel)s
