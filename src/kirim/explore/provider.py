@@ -357,7 +357,9 @@ class ProviderModel:
             if self.idempotent:
                 self._remembered[key] = (at, message_id)
         self._ids[request.request_id] = message_id
-        rng = random.Random(f"fate:{self.seed}:{self.name}:{request.request_id}")
+        # drawn from the key and the copy's number (request ids are random per run)
+        made = sum(1 for c in self.truth.copies if c.key == key and c.provider == self.name)
+        rng = random.Random(f"fate:{self.seed}:{self.name}:{key}:{made}")
         fate = "bounced" if not duplicate and rng.random() < self.bounce else "delivered"
         counted = not duplicate and fate == "delivered"
         times.append((at, counted))

@@ -309,15 +309,21 @@ def cancelable(d: Delivery) -> bool:
 def other_copies(
     d: Delivery, attempts: Iterable[Attempt], confirmations: Mapping[str, Row], message_id: str
 ) -> bool:
-    """Whether kirim knows of a message of ``d`` other than ``message_id`` that the
-    provider accepted: an attempt that succeeded with another message id (the
-    delivery's own id among them), or another message confirmed delivered."""
-    ids = {a.provider_message_id for a in attempts if a.status is AttemptStatus.SUCCEEDED}
-    ids.add(d.provider_message_id)
-    ids |= {m for m, r in confirmations.items() if r["status"] == CallbackStatus.DELIVERED}
-    ids.discard(None)
-    ids.discard(message_id)
-    return bool(ids)
+    """Whether another message of ``d`` than ``message_id`` may have been accepted by a
+    provider: another message confirmed delivered, or an attempt other than the one that
+    carried ``message_id`` that succeeded or may have arrived (requested, unknown). A
+    message id no attempt recorded (a callback that overtook the answer) may be any one
+    attempt's: then two that may have been accepted are needed."""
+    if any(
+        m != message_id and r["status"] == CallbackStatus.DELIVERED
+        for m, r in confirmations.items()
+    ):
+        return True
+    if d.provider_message_id is not None and d.provider_message_id != message_id:
+        return True
+    maybe = [a for a in attempts if a.status in (AttemptStatus.SUCCEEDED, *_MAYBE_SENT)]
+    carried = [a for a in maybe if a.provider_message_id == message_id]
+    return len(maybe) - (len(carried) if carried else min(1, len(maybe))) > 0
 
 
 def confirmed(
@@ -347,7 +353,7 @@ def confirmed(
     if cb.status is CallbackStatus.DELIVERED or d.status is DeliveryStatus.DELIVERED:
         status = DeliveryStatus.DELIVERED
     elif others:  # another copy was accepted: this bounce does not end the delivery
-        note = f"a copy {cb.status} (provider callback), another was accepted" + (
+        note = f"a copy {cb.status} (provider callback), another may have reached the user" + (
             f": {cb.reason}" if cb.reason else ""
         )
         return evolve(d, last_error=note, updated_at=now)

@@ -1,0 +1,166 @@
+"""The full workload: the whole configuration drawn per seed, its coverage kept, its
+invariants able to fail, and a budget of schedules that holds."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kirim.store.rules
+import kirim.store.transitions
+from kirim.explore import coverage
+from kirim.explore.command import run_seeds
+from kirim.explore.scenario import Outcome, Settings, run_schedule
+from kirim.explore.shrink import replay, save
+from kirim.worker.decisions import Decisions
+
+#: the suite's budget of full schedules (``make explore`` soaks many more)
+BUDGET = range(int(__import__("os").environ.get("KIRIM_FULL_BUDGET", "160")))
+#: the seeds the coverage test draws worlds from (drawing is cheap: no schedule runs)
+COVERAGE = range(300)
+
+
+def full(seed: int) -> Settings:
+    return Settings.draw(seed, workload="full")
+
+
+# -- coverage ----------------------------------------------------------------------------
+
+
+def test_every_setting_is_drawn_or_named_irrelevant() -> None:
+    """Each field of Channel, NotificationType and its rules, Preferences,
+    WorkerSettings and Config, and each key of a [channels.NAME] table, is drawn by the
+    full workload or named irrelevant with the reason: a knob added without explorer
+    coverage fails here."""
+    assert coverage.unlisted() == []
+
+
+def test_every_listed_knob_takes_more_than_one_value() -> None:
+    """Over the coverage seeds every listed knob takes at least two values: none is
+    listed and never drawn."""
+    seen = coverage.observe(COVERAGE)
+    assert {name: values for name, values in seen.items() if len(values) < 2} == {}
+
+
+def test_irrelevant_settings_say_why() -> None:
+    """Every setting named irrelevant carries a reason, and none is drawn too."""
+    assert all(len(why) > 10 for why in coverage.IRRELEVANT.values())
+    assert set(coverage.IRRELEVANT) & set(coverage.KNOBS) == set()
+
+
+# -- determinism -------------------------------------------------------------------------
+
+
+def test_same_full_seed_same_trace() -> None:
+    """A full schedule is deterministic: the same seed gives the same trace twice."""
+    runs = [run_schedule(full(seed)) for seed in (7, 7, 8)]
+    assert runs[0].digest == runs[1].digest
+    assert runs[0].digest != runs[2].digest
+
+
+def test_a_full_run_replays_exactly_from_its_file(tmp_path: Path) -> None:
+    """A full schedule saved to a file replays with the same trace hash."""
+    outcome = run_schedule(full(9))
+    again, exact = replay(save(outcome, tmp_path / "run.json"))
+    assert exact
+    assert again.digest == outcome.digest
+
+
+# -- the budget --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def budget() -> tuple[Any, Counter[str]]:
+    """The budget's schedules, with what they exercised."""
+    seen: Counter[str] = Counter()
+
+    def step(outcome: Outcome) -> None:
+        for line in outcome.lines:
+            for what in (
+                "failover",
+                "rate_wait",
+                "callback ",
+                "operator_reconcile",
+                "operator_retry",
+                "operator_prune",
+                "digest_sealed",
+                "not_configured",
+                "in_doubt",
+                "prefs ",
+                "not_sent",
+            ):
+                seen[what] += what in line
+        for d in outcome.deliveries:
+            seen[f"status:{d['status']}"] += 1
+            seen["pruned"] += bool(d.get("explore_pruned"))
+
+    return run_seeds(BUDGET, workload="full", on_step=step), seen
+
+
+def test_the_full_budget_holds(budget: tuple[Any, Counter[str]]) -> None:
+    """Every invariant holds on every schedule of the budget, each ends final (or
+    waiting for a send window it is owed)."""
+    summary, _ = budget
+    assert summary.schedules == len(BUDGET)
+    failing = {o.settings.seed: [str(v) for v in o.violations][:2] for o in summary.failing}
+    assert failing == {}
+
+
+def test_the_full_budget_reaches_what_the_invariants_check(
+    budget: tuple[Any, Counter[str]],
+) -> None:
+    """The budget fails over, waits for rates, applies callbacks, reconciles, retries,
+    prunes, seals digests, refuses types a worker lacks, settles doubt, flips
+    preferences, and ends deliveries in every final status that can be reached."""
+    _, seen = budget
+    for what in (
+        "failover",
+        "rate_wait",
+        "callback ",
+        "operator_reconcile",
+        "operator_retry",
+        "operator_prune",
+        "digest_sealed",
+        "not_configured",
+        "in_doubt",
+        "prefs ",
+        "pruned",
+    ):
+        assert seen[what] > 0, what
+    for status in ("sent", "delivered", "bounced", "failed", "suppressed", "in_doubt"):
+        assert seen[f"status:{status}"] > 0, status
+
+
+# -- the invariants can fail -------------------------------------------------------------
+
+
+def first_violation(name: str, seeds: range) -> int | None:
+    for seed in seeds:
+        if any(v.name == name for v in run_schedule(full(seed)).violations):
+            return seed
+    return None
+
+
+def test_mutation_claim_time_check_off_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the claim-time preference check removed, preferences_honoured fires."""
+    monkeypatch.setattr(kirim.store.rules, "preference_check", lambda *a, **k: None)
+    assert first_violation("preferences_honoured", range(120)) is not None
+
+
+def test_mutation_dedup_window_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the dedup window never judged past (a key trusted for good), key_window
+    fires."""
+    monkeypatch.setattr(Decisions, "forgotten", lambda self, claim, channel: False)
+    assert first_violation("key_window", range(400)) is not None
+
+
+def test_mutation_callbacks_not_kept_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With callbacks for messages not yet recorded dropped again, callback_truth fires."""
+    real = kirim.store.transitions.confirm
+    monkeypatch.setattr(
+        kirim.store.transitions, "confirm", lambda cb, keep=True: real(cb, keep=False)
+    )
+    assert first_violation("callback_truth", range(120)) is not None
