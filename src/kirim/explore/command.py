@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from kirim.cli.params import PathParam
 from kirim.explore.scenario import WORKLOADS, Outcome, Settings, run_schedule
-from kirim.explore.shrink import relevant, replay, save, shrink
+from kirim.explore.shrink import relevant, replay, replay_verdict, same_code, save, shrink
 
 PROVIDERS = ("plain", "lookup", "idempotent")
 
@@ -211,11 +211,15 @@ def explore(
     console = Console(stderr=True)
     if replay_file is not None:
         outcome, exact = replay(replay_file)
+        same = same_code(replay_file)
+        held = not outcome.violations
         if as_json:
             click.echo(
                 json.dumps(
                     {
                         "exact": exact,
+                        "same_code": same,
+                        "promise_held": held,
                         "violations": [str(v) for v in outcome.violations],
                         "timeline": outcome.lines,
                     },
@@ -225,7 +229,13 @@ def explore(
         else:
             for line in outcome.lines:
                 click.echo(line)
-            click.echo(f"replayed exactly: {'yes' if exact else 'no'}")
+            click.echo(f"replayed exactly: {replay_verdict(exact, same)}")
+            n = len(outcome.violations)
+            click.echo(
+                "promise held: yes (no invariant violated)"
+                if held
+                else f"promise held: no ({n} violation{'s' if n != 1 else ''})"
+            )
             for v in outcome.violations:
                 click.echo(f"VIOLATION {v}")
         raise SystemExit(1 if outcome.violations else 0)

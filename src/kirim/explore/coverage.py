@@ -139,6 +139,8 @@ KNOBS: dict[str, Read] = {
     "operator.keys": lambda w, f: [w.keys],
 }
 
+WIRE = "transport: the provider model stands in for the wire"
+SMTP = "smtp transport: the smtp provider's own tests speak to a real server"
 #: settings that do not change what is delivered, and why the explorer leaves them
 IRRELEVANT: dict[str, str] = {
     "Channel.name": "a label; the world names its channels push, email, sms",
@@ -162,22 +164,22 @@ IRRELEVANT: dict[str, str] = {
     "the explorer posts verified callbacks: Channel.callback",
     "ChannelConfig.callback_token": "as ChannelConfig.callback_secret",
     "toml.provider": "as Channel.provider",
-    "toml.url": "transport: the provider model stands in for the wire",
-    "toml.headers": "transport",
-    "toml.token": "transport (credentials)",
+    "toml.url": WIRE,
+    "toml.headers": WIRE,
+    "toml.token": WIRE,
     "toml.secret": "request signing: checked against standardwebhooks in the webhook tests",
     "toml.lookup_url": "where lookup asks: Channel.lookup is drawn",
     "toml.dedup": "a provider's name for its window, resolved by the config loader to "
     "dedup_window (drawn as Channel.dedup_window)",
-    "toml.host": "smtp transport",
-    "toml.port": "smtp transport",
-    "toml.security": "smtp transport",
-    "toml.username": "smtp transport (credentials)",
-    "toml.password": "smtp transport (credentials)",
-    "toml.from": "smtp message header",
-    "toml.local_hostname": "smtp transport",
-    "toml.ca_file": "smtp transport",
-    "toml.urls": "apprise transport",
+    "toml.host": SMTP,
+    "toml.port": SMTP,
+    "toml.security": SMTP,
+    "toml.username": SMTP,
+    "toml.password": SMTP,
+    "toml.from": "the smtp message's From header, not when or how often it goes",
+    "toml.local_hostname": SMTP,
+    "toml.ca_file": SMTP,
+    "toml.urls": "apprise transport: the apprise bridge's tests drive it end to end",
     "toml.callback_secret": "as ChannelConfig.callback_secret",
     "toml.callback_token": "as ChannelConfig.callback_token",
 }

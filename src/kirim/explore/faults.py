@@ -41,6 +41,8 @@ StoreMode = Literal["fail", "ack_lost", ""]
 STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "release")
 #: store methods of the notification layer, faulted in the events workload only
 EVENT_STORE_METHODS = ("seal_digest", "claim")
+#: store methods of the features the full workload adds, faulted there only
+FULL_STORE_METHODS = ("take_rate_slot", "apply_kept_callbacks", "prune", "heartbeat")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")
 
@@ -144,12 +146,14 @@ def draw_event_faults(seed: int, *, hosts: Sequence[str]) -> list[Fault]:
 
 
 def draw_short_pauses(seed: int, *, hosts: Sequence[str], lease: float) -> list[Fault]:
-    """Pauses shorter than a claim's send window at a worker's checkpoints (the full
-    workload; drawn apart, so that the other workloads' plans stay as they were): a
-    garbage collection or a busy host between an intent and its request, during which
-    a callback, the reaper or an operator may act."""
+    """The full workload's own faults (drawn apart, so that the other workloads' plans
+    stay as they were): pauses shorter than a claim's send window at a worker's
+    checkpoints (a garbage collection or a busy host between an intent and its
+    request, during which a callback, the reaper or an operator may act), and store
+    faults on what its features add (a rate slot, kept callbacks, a prune, a renewal
+    after a pause), failing before the commit or losing its answer after it."""
     rng = random.Random(f"plan-pauses:{seed}")
-    return [
+    plan = [
         Fault(
             kind="pause",
             host=rng.choice(list(hosts)),
@@ -159,6 +163,19 @@ def draw_short_pauses(seed: int, *, hosts: Sequence[str], lease: float) -> list[
         )
         for _ in range(rng.choice((0, 0, 1, 2)))
     ]
+    for _ in range(rng.choice((0, 1, 1, 2))):  # a commit whose answer is lost, or none
+        mode: StoreMode = rng.choice(("fail", "ack_lost"))
+        plan.append(
+            Fault(
+                kind="store",
+                host=rng.choice(list(hosts)),
+                at=rng.uniform(0.0, 40.0),
+                method=rng.choice(FULL_STORE_METHODS),
+                nth=rng.randint(1, 3),
+                mode=mode,
+            )
+        )
+    return plan
 
 
 def heal_time(plan: Sequence[Fault], *, minimum: float = 30.0) -> float:
@@ -243,3 +260,12 @@ class FaultyStore:
 
     async def seal_digest(self, *args: Any, **kwargs: Any) -> Any:
         return await self._call("seal_digest", *args, **kwargs)
+
+    async def take_rate_slot(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("take_rate_slot", *args, **kwargs)
+
+    async def apply_kept_callbacks(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("apply_kept_callbacks", *args, **kwargs)
+
+    async def prune(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("prune", *args, **kwargs)

@@ -9,6 +9,8 @@ full replay, so the result is a real schedule, replayable from its file.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -119,11 +121,24 @@ def relevant(lines: list[str], delivery: int | None) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """The sha256 of kirim's own code (every .py and .sql file of the package): a
+    replay by the same code that gives another timeline is a determinism bug."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".sql")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def record(outcome: Outcome, *, label: str = "") -> dict[str, Any]:
     """What a failure file holds."""
     first = outcome.violations[0] if outcome.violations else None
     return {
         "label": label,
+        "code": code_fingerprint(),
         "settings": outcome.settings.as_dict(),
         "plan": [f.as_dict() for f in outcome.plan],
         "choices": outcome.choices,
@@ -151,3 +166,19 @@ def replay(path: Path) -> tuple[Outcome, bool]:
     settings, plan, choices, data = load(path)
     outcome = run_schedule(settings, plan=plan, choices=choices)
     return outcome, outcome.digest == data.get("digest")
+
+
+def same_code(path: Path) -> bool:
+    """Whether the file was saved by this very code (``code_fingerprint``)."""
+    return bool(read_failure(path).get("code") == code_fingerprint())
+
+
+def replay_verdict(exact: bool, same: bool) -> str:
+    """What ``replayed exactly`` means for a file: the same timeline; another because
+    the code changed since the file was saved (expected: the schedule ran again on
+    today's code); or another from the same code: a determinism bug."""
+    if exact:
+        return "yes"
+    if same:
+        return "no: the same code gave another timeline, a determinism bug (report it)"
+    return "no: saved by other code; its schedule ran again on this code"
