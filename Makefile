@@ -53,7 +53,8 @@ loop-versions:
 	done
 
 # The long soak: every scheduling policy over many seeds (SQLite), then the PostgreSQL
-# lane on a smaller budget, then the notification layer's workload (events).
+# lane on a smaller budget, then the notification layer's workload (events), then the
+# whole configuration (full: 20,000 schedules, and a few on PostgreSQL).
 # Failures are shrunk and saved under explore-failures/.
 explore: $(STAMP)
 	$(BIN)/python tests/pg.py ensure
@@ -64,6 +65,11 @@ explore: $(STAMP)
 	  --out explore-failures
 	$(BIN)/kirim explore --seeds 1000 --workload events --out explore-failures
 	$(BIN)/kirim explore --seeds 1000 --workload events --policy random --out explore-failures
+	$(BIN)/kirim explore --seeds 14000 --workload full --out explore-failures
+	$(BIN)/kirim explore --seeds 6000 --start 14000 --workload full --policy random \
+	  --out explore-failures
+	$(BIN)/kirim explore --seeds 40 --workload full --database \
+	  postgresql://postgres@127.0.0.1:5432/test --out explore-failures
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,bench]'

@@ -41,6 +41,26 @@ EXECUTE FUNCTION explore_claim_audit();
 """
 
 
+#: a copy of every delivery and attempt row prune deletes (``hosts.pruned_audit``)
+PRUNED_AUDIT_SQL = """
+CREATE TABLE explore_pruned_deliveries (LIKE kirim_deliveries);
+CREATE TABLE explore_pruned_attempts (LIKE kirim_attempts);
+CREATE FUNCTION explore_pruned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'kirim_deliveries' THEN
+        INSERT INTO explore_pruned_deliveries SELECT (OLD).*;
+    ELSE
+        INSERT INTO explore_pruned_attempts SELECT (OLD).*;
+    END IF;
+    RETURN OLD;
+END $$;
+CREATE TRIGGER explore_pruned AFTER DELETE ON kirim_deliveries
+FOR EACH ROW EXECUTE FUNCTION explore_pruned();
+CREATE TRIGGER explore_pruned AFTER DELETE ON kirim_attempts
+FOR EACH ROW EXECUTE FUNCTION explore_pruned();
+"""
+
+
 class Runner:
     """A real event loop in a daemon thread; ``run`` blocks until a coroutine is done."""
 
@@ -132,6 +152,7 @@ class PostgresDatabase:
         runner().run(migrate())
         with self.psycopg.connect(_with_db(self.admin_url, name), autocommit=True) as conn:
             conn.execute(CLAIM_AUDIT_SQL)
+            conn.execute(PRUNED_AUDIT_SQL)
         self._templates[self.admin_url] = name
         atexit.register(_drop, self.admin_url, name)
         return name
@@ -152,9 +173,21 @@ class PostgresDatabase:
             def rows(sql: str) -> list[dict[str, Any]]:
                 return [dict(r) for r in conn.execute(sql).fetchall()]
 
+            live = rows("SELECT * FROM kirim_deliveries ORDER BY id")
+            ids = {d["id"] for d in live}
+            gone = [
+                {**d, "explore_pruned": 1}
+                for d in rows("SELECT * FROM explore_pruned_deliveries")
+                if d["id"] not in ids
+            ]
+            attempts = rows("SELECT * FROM kirim_attempts ORDER BY id")
+            seen = {a["id"] for a in attempts}
+            attempts += [
+                a for a in rows("SELECT * FROM explore_pruned_attempts") if a["id"] not in seen
+            ]
             return Ledger(
-                deliveries=rows("SELECT * FROM kirim_deliveries ORDER BY id"),
-                attempts=rows("SELECT * FROM kirim_attempts ORDER BY id"),
+                deliveries=sorted(live + gone, key=lambda d: d["id"]),
+                attempts=sorted(attempts, key=lambda a: a["id"]),
                 jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
                 audit=None,
                 digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
@@ -162,13 +195,32 @@ class PostgresDatabase:
                 claims=rows("SELECT * FROM explore_claim_audit"),
             )
 
-    def active_jobs(self) -> int:
+    def active_jobs(self, *, before: float | None = None) -> int:
+        """Jobs still to run (``before``: due before that store time, or running)."""
         with self.psycopg.connect(self.url) as conn:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM kirim_jobs "
-                "WHERE status IN ('queued', 'running', 'retry_scheduled')"
-            ).fetchone()
+            if before is None:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM kirim_jobs "
+                    "WHERE status IN ('queued', 'running', 'retry_scheduled')"
+                ).fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT COUNT(*) FROM kirim_jobs WHERE status = 'running' "
+                    "OR (status IN ('queued', 'retry_scheduled') AND run_at < %s)",
+                    (before,),
+                ).fetchone()
         return int(row[0]) if row else 0
+
+    def waiting(self, now: float) -> dict[int, float]:
+        """Deliveries whose jobs wait (queued or scheduled) past ``now``: id -> run_at."""
+        with self.psycopg.connect(self.url) as conn:
+            rows = conn.execute(
+                "SELECT delivery_id, MAX(run_at) FROM kirim_jobs "
+                "WHERE status IN ('queued', 'retry_scheduled') AND run_at > %s "
+                "GROUP BY delivery_id",
+                (now,),
+            ).fetchall()
+        return {int(d): float(r) for d, r in rows}
 
     def dispose(self) -> None:
         for store in self.stores:  # a crashed host's pool is still open
