@@ -26,13 +26,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint loop-versions
-	@# Chromium for the browser tests; without root (or a network) they skip with one line
-	@# saying why, and fail under CI.
-	test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
-	  || echo "make test: chromium could not be installed here: the browser tests will skip"
-	command -v promtool >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y --no-install-recommends prometheus) \
-	  || echo "make test: promtool could not be installed here: its check of the alert rules will skip"
+	@# Chromium (Debian's, without recommends) and promtool (out of Debian's prometheus
+	@# package, into the venv): no service started or left enabled (tests/install_tools.sh)
+	sh tests/install_tools.sh $(BIN)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
 
