@@ -23,8 +23,9 @@ echo "$*" >> "$KIRIM_TOOLS_ROOT/apt.calls"
 case " $* " in
   *" install "*)
     policy="$KIRIM_TOOLS_ROOT/usr/sbin/policy-rc.d"
-    if [ -x "$policy" ]; then "$policy" prometheus start; echo "policy $?" >> "$KIRIM_TOOLS_ROOT/apt.calls"
-    else echo "policy none" >> "$KIRIM_TOOLS_ROOT/apt.calls"; fi
+    calls="$KIRIM_TOOLS_ROOT/apt.calls"
+    if [ -x "$policy" ]; then "$policy" prometheus start; echo "policy $?" >> "$calls"
+    else echo "policy none" >> "$calls"; fi
     mkdir -p "$KIRIM_TOOLS_ROOT/etc/systemd/system/multi-user.target.wants" \
       "$KIRIM_TOOLS_ROOT/etc/rc2.d" "$KIRIM_TOOLS_ROOT/usr/bin"
     ln -sf /lib/systemd/system/avahi-daemon.service \
@@ -35,8 +36,8 @@ case " $* " in
   *" download "*)
     pkg=$(mktemp -d)
     mkdir -p "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/share/prometheus"
-    printf 'Package: prometheus\nVersion: 9.9\nArchitecture: all\nMaintainer: t <t@t>\nDescription: t\n' \
-      > "$pkg/DEBIAN/control"
+    printf 'Package: prometheus\nVersion: 9.9\nArchitecture: all\n' > "$pkg/DEBIAN/control"
+    printf 'Maintainer: t <t@t>\nDescription: t\n' >> "$pkg/DEBIAN/control"
     printf '#!/bin/sh\necho promtool 9.9\n' > "$pkg/usr/bin/promtool"
     printf '#!/bin/sh\necho server\n' > "$pkg/usr/bin/prometheus"
     chmod +x "$pkg/usr/bin/promtool" "$pkg/usr/bin/prometheus"
@@ -97,9 +98,12 @@ def test_no_service_starts_or_stays_enabled_and_only_promtool_is_taken(
     assert "disabled avahi-daemon.service" in out
     assert not (root / "usr/sbin/policy-rc.d").exists()
     assert (root / "usr/bin/chromium").exists()
-    assert subprocess.run(
-        [str(machine["bin"] / "promtool")], capture_output=True, text=True, check=True
-    ).stdout.strip() == "promtool 9.9"
+    assert (
+        subprocess.run(
+            [str(machine["bin"] / "promtool")], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        == "promtool 9.9"
+    )
     assert not (machine["bin"] / "prometheus").exists()
     assert any(c.startswith("-o") and " download prometheus" in c for c in calls)
     assert not any(" install " in f" {c} " and "prometheus" in c for c in calls)

@@ -403,6 +403,8 @@ class Lifecycle(Protocol):
     """Opening, closing and the schema of one backend."""
 
     url: str
+    #: the folder of its SQL files under ``kirim.store``: ``sqlite`` or ``postgres``
+    dialect: str
 
     async def open(self) -> None: ...
 
@@ -410,6 +412,10 @@ class Lifecycle(Protocol):
 
     async def migrate(self) -> int:
         """Apply pending migrations; return the schema version."""
+        ...
+
+    async def schema_version(self) -> int:
+        """The schema version the database has (0: no kirim schema), read only."""
         ...
 
     async def check_schema(self) -> None:

@@ -109,6 +109,8 @@ def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
 class PostgresStore:
     """The shared backend (``postgresql://user@host/db``)."""
 
+    dialect = "postgres"
+
     def __init__(self, url: str, *, timeout: float = 10.0, time: StoreTime = None) -> None:
         """``time``: the time of record (``StoreTime``); None takes each caller's ``now``,
         "database" the server's clock (``kirim_now()`` in every statement)."""
@@ -231,12 +233,13 @@ class PostgresStore:
                     current = version
             return current
 
-    async def check_schema(self) -> None:
+    async def schema_version(self) -> int:
         async with self._auto() as cur:
             found = await one(cur, "meta_exists")
-            version = await _version(cur) if found and found["present"] else 0
-        url = redact(self.url)
-        check_version(url, version)
+            return await _version(cur) if found and found["present"] else 0
+
+    async def check_schema(self) -> None:
+        check_version(redact(self.url), await self.schema_version())
 
     # -- write path ---------------------------------------------------------------
 

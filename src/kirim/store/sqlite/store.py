@@ -119,6 +119,8 @@ def connect_read_only(path: str, *, timeout: float) -> sqlite3.Connection:
 class SQLiteStore:
     """The embedded backend (``sqlite:///kirim.db``)."""
 
+    dialect = "sqlite"
+
     def __init__(
         self,
         url: str,
@@ -260,13 +262,15 @@ class SQLiteStore:
 
         return await self._tx(run)
 
-    async def check_schema(self) -> None:
+    async def schema_version(self) -> int:
         def run(conn: sqlite3.Connection) -> int:
             exists = conn.execute(Q["meta_exists"]).fetchone()
             return _version(conn) if exists else 0
 
-        version = await self._tx(run, write=False)
-        check_version(self.url, version)
+        return await self._tx(run, write=False)
+
+    async def check_schema(self) -> None:
+        check_version(self.url, await self.schema_version())
 
     # -- write path ---------------------------------------------------------------
 
