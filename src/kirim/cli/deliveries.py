@@ -11,6 +11,7 @@ from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page
+from kirim.store.imports import IMPORTED
 from kirim.validation import MAX_ID
 
 
@@ -87,7 +88,17 @@ def send(
                 "idempotency_key": n.idempotency_key,
                 "created": n.created,
                 "status": str(n.status),
+                "pruned": n.pruned,
             }
+        )
+    elif n.pruned and n.delivery_id == IMPORTED:
+        click.echo(
+            f"key {n.idempotency_key} was imported as already sent (kirim import-keys): not created"
+        )
+    elif n.pruned:
+        click.echo(
+            f"delivery {n.delivery_id} was pruned, its key kept (a tombstone): not created, "
+            f"status {n.status}, key {n.idempotency_key}"
         )
     else:
         what = "created" if n.created else "already exists (same idempotency key), not created"

@@ -96,6 +96,8 @@ KirimGroup.lazy = {
     "event": ("kirim.cli.events", "event"),
     # `kirim migrate`: the schema's migrations, or what they would do
     "migrate": ("kirim.cli.migrate", "migrate"),
+    # `kirim import-keys`: another system's sent keys as tombstones (docs/adopting.md)
+    "import-keys": ("kirim.cli.import_keys", "import_keys"),
 }
 
 

@@ -35,7 +35,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import digests, rates, recipients, retention, transitions
+from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -515,6 +515,12 @@ class PostgresStore:
         return await self._op(rates.take_slot(channel, rate, now))
 
     # -- retention ----------------------------------------------------------------
+
+    async def import_keys(
+        self, keys: Sequence[str], *, now: float, dry_run: bool = False
+    ) -> imports.ImportResult:
+        """One batch of ``kirim.store.imports.import_keys``, in one transaction."""
+        return await self._op(imports.import_keys(keys, now, dry_run))
 
     async def prune(
         self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False

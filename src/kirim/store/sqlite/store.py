@@ -30,7 +30,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import digests, rates, recipients, retention, transitions
+from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -520,6 +520,16 @@ class SQLiteStore:
         return await self._op(rates.take_slot(channel, rate, now))
 
     # -- retention ----------------------------------------------------------------
+
+    async def import_keys(
+        self, keys: Sequence[str], *, now: float, dry_run: bool = False
+    ) -> imports.ImportResult:
+        """One batch of ``kirim.store.imports.import_keys``: one transaction (a dry run
+        only reads)."""
+        op = imports.import_keys(keys, now, dry_run)
+        if dry_run:
+            return await self._tx(lambda conn: drive(op, conn, self._at()), write=False)
+        return await self._op(op)
 
     async def prune(
         self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
