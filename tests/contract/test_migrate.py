@@ -217,3 +217,14 @@ async def test_the_python_api_refuses_a_newer_schema(newer: str) -> None:
         with pytest.raises(SchemaError, match="a newer kirim migrated it"):
             await app.open(migrate=migrate)
         await app.close()
+
+
+def test_the_upgrading_guide_lists_every_migration_as_its_file_says() -> None:
+    """docs/upgrading.md's table has one row per migration, with the safe or stop its SQL
+    file gives."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    rows = [line.split("|")[1:4] for line in doc.splitlines() if line.startswith("| ")]
+    table = {cells[1].strip().strip("`"): cells[2].strip() for cells in rows[1:]}
+    assert table == {m.name: str(m.older_workers) for m in all_of("sqlite")}

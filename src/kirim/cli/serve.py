@@ -175,10 +175,17 @@ def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
 def _run(server: uvicorn.Server, sock: socket.socket) -> list[int]:
     """Run ``server`` on ``sock`` until it stops; return the signals that stopped it."""
     received: list[int] = []
+
+    def stop(number: int, _: object) -> None:
+        received.append(number)
+        # A signal before uvicorn has put in its own handlers (a stop right after the
+        # start) lands here: it must stop the server too, not only be noted.
+        server.should_exit = True
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         # uvicorn shuts down gracefully, then raises the signal again for the handler it
         # found: this one notes it, so that a stop on request exits 0 (as the worker does)
-        signal.signal(sig, lambda number, _: received.append(number))
+        signal.signal(sig, stop)
     try:
         with runner.reported():
             server.run(sockets=[sock])  # uvloop and httptools when installed
