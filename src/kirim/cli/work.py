@@ -99,7 +99,11 @@ def worker(
 
     --burst exits once no job is due, running, or waiting for a retry anywhere:
     a notification sent with a later send_after does not keep it alive (a
-    later `kirim worker --burst`, or a long-running worker, delivers it).
+    later `kirim worker --burst`, or a long-running worker, delivers it). While
+    it waits it says for what, in a burst_waiting line when that changes (and
+    every 15 s): the retries and when the first is due, the deliveries running
+    and when the last lease ends, the jobs scheduled later that it leaves;
+    burst_done says what it left.
 
     \b
     Examples:

@@ -37,6 +37,8 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
+    Waiting,
+    waiting_from,
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
@@ -311,6 +313,9 @@ class PostgresStore:
 
     async def in_flight(self) -> int:
         return int((await self._rows("count_running"))[0]["n"])
+
+    async def waiting(self, *, now: float) -> Waiting:
+        return waiting_from(await self._rows("waiting_jobs", {"now": self._t(now)}))
 
     # -- LISTEN/NOTIFY ------------------------------------------------------------
 

@@ -32,6 +32,8 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
+    Waiting,
+    waiting_from,
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
@@ -325,6 +327,12 @@ class SQLiteStore:
 
     async def in_flight(self) -> int:
         return int(must(await self._one("count_running"))["n"])
+
+    async def waiting(self, *, now: float) -> Waiting:
+        def run(conn: sqlite3.Connection) -> Waiting:
+            return waiting_from(conn.execute(Q["waiting_jobs"], {"now": self._t(now)}).fetchall())
+
+        return await self._tx(run, write=False)
 
     # -- read path and operator actions -------------------------------------------
 
