@@ -37,8 +37,6 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
-    Waiting,
-    waiting_from,
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
@@ -61,6 +59,8 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
     StoreTime,
+    Waiting,
+    waiting_from,
 )
 from kirim.store.postgres import intake
 from kirim.store.postgres.driver import Cursor, drive, one, rows

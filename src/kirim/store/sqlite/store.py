@@ -32,8 +32,6 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
-    Waiting,
-    waiting_from,
     SCHEMA_VERSION,
     ActivityBucket,
     ApiToken,
@@ -56,6 +54,8 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
     StoreTime,
+    Waiting,
+    waiting_from,
 )
 from kirim.store.rows import (
     Row,
