@@ -584,6 +584,12 @@ class Operator(Protocol):
         """Deliveries whose id, idempotency key or event id is ``text``, newest first."""
         ...
 
+    async def figures(self) -> list[dict[str, Any]]:
+        """Deliveries per channel, status, doubt and the status of each one's latest job
+        (``job_status``, None without one), counted (``n``): the dashboard's figures
+        (``kirim.http.figures``)."""
+        ...
+
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         """Every ``bucket`` seconds of ``[since, until)`` (store time), oldest first, empty
         ones included: the deliveries that reached an outcome then, each counted once, by

@@ -427,6 +427,9 @@ class PostgresStore:
         args = {"id": -1 if number is None else number, "text": text, "limit": _limit(limit)}
         return [delivery_from(r) for r in await self._rows("search_deliveries", args)]
 
+    async def figures(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._rows("figures")]
+
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
             return []

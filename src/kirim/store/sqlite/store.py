@@ -437,6 +437,9 @@ class SQLiteStore:
         args = {"id": number, "text": text, "limit": limit}
         return [delivery_from(r) for r in await self._all("search_deliveries", args)]
 
+    async def figures(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._all("figures")]
+
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
             return []
