@@ -39,6 +39,7 @@ from kirim.http import browse, chart
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
 from kirim.http.figures import LABELS, figure_of, figures, word
+from kirim.http.flash import flash as _flash
 from kirim.http.guard import host_allowed, writable
 from kirim.http.routes_notifications import read_body, record_of
 from kirim.http.service import Service, service
@@ -82,18 +83,6 @@ _env.filters["when"] = _when
 _env.globals["offered_verbs"] = _offered
 _env.globals["LABELS"] = LABELS
 
-#: flash messages, by code: the text is never taken from the URL
-MESSAGES = {
-    **{v.done_code: ("ok", f"notification {{id}} {v.done_text}") for v in VERBS.values()},
-    **{v.refused_code: ("error", f"notification {{id}} {v.refused_text}") for v in VERBS.values()},
-    "not_settled": (
-        "error",
-        "notification {id}: an earlier request may still reach the provider; try again later",
-    ),
-    "missing": ("error", "no notification {id}"),
-    "nothing_selected": ("error", "nothing selected: tick the rows to act on first"),
-    "logged_out": ("ok", "logged out"),
-}
 PAGE_ROWS = 50
 #: the chart's windows offered, in hours (``?hours=`` takes any whole number 1 to 24)
 HOURS = (1, 3, 6, 12, 24)
@@ -181,42 +170,6 @@ def _row(d: Delivery, job: Job | None, svc: Service) -> dict[str, Any]:
         "figure": figure_of(str(d.status), d.doubt),
         **{v.name: v in verbs for v in VERBS.values()},
     }
-
-
-def _flash(
-    msg: str | None, ident: str | None, request: Request | None = None
-) -> dict[str, str] | None:
-    if msg == "bulk" and request is not None:
-        return _bulk_flash(request.query_params)
-    if msg not in MESSAGES:
-        return None
-    kind, text = MESSAGES[msg]
-    safe = ident if ident is not None and ident.isdigit() else "?"
-    return {"kind": kind, "text": text.format(id=safe)}
-
-
-#: a bulk action's outcomes, in the order its message says them
-BULK_OUTCOMES = (
-    ("done", "done"),
-    ("refused", "refused"),
-    ("not_settled", "not settled yet (an earlier request may still land: try again later)"),
-    ("missing", "not found"),
-)
-
-
-def _bulk_flash(query: Any) -> dict[str, str] | None:
-    """``retry: 2 done, 1 refused``: a bulk action's counts (digits only from the URL)."""
-    verb = query.get("verb")
-    if verb not in VERBS:
-        return None
-    counts = {k: query.get(k, "0") for k, _ in BULK_OUTCOMES}
-    if not all(v.isascii() and v.isdigit() and len(v) <= 6 for v in counts.values()):
-        return None
-    parts = [
-        f"{int(counts[k])} {words}" for k, words in BULK_OUTCOMES if k == "done" or int(counts[k])
-    ]
-    failed = any(int(counts[k]) for k, _ in BULK_OUTCOMES if k != "done")
-    return {"kind": "error" if failed else "ok", "text": f"{verb}: {', '.join(parts)}"}
 
 
 def _age(seconds: float) -> str:
