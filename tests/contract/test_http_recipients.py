@@ -182,7 +182,7 @@ async def test_a_suppressed_delivery_shows_its_reason(make_app) -> None:
         anon = {"Authorization": ""}
         page = await api.client.get("/dashboard/browse?status=suppressed", headers=anon)
         assert page.status_code == 200, page.text
-        assert '<span class="reason">(opted_out)</span>' in page.text
+        assert '<span class="reason" data-reason="opted_out">(opted out)</span>' in page.text
         one = await api.client.get(f"/dashboard/notifications/{d.id}", headers=anon)
-        assert '<span class="reason" id="reason">opted_out</span>' in one.text
+        assert 'id="reason" data-reason="opted_out">opted out</span>' in one.text
         assert "order_shipped for u1" in one.text

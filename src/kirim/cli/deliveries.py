@@ -10,6 +10,7 @@ from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.errors import NotFound
+from kirim.keys import text_problem
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page, not_found
 from kirim.store.imports import IMPORTED
@@ -166,6 +167,8 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
 async def _of_event(app: Kirim, event_id: str) -> list[views.Record]:
     """The deliveries of one event (newest first, at most 50), with their jobs and
     attempts: the dashboard's search, kept to the event id."""
+    if text_problem(event_id) is not None:  # no stored event id has a NUL or a surrogate
+        return []
     found = [d for d in await app.store.search_deliveries(event_id) if d.event_id == event_id]
     records = [await app.get(d.id, by="id") for d in found]
     return [r for r in records if r is not None]

@@ -11,7 +11,7 @@ from typing import IO
 
 import click
 
-from kirim.cli import render, runner
+from kirim.cli import params, render, runner
 from kirim.cli.runner import EXIT_USAGE, State, fail, pass_state
 from kirim.errors import ConfigError
 from kirim.keys import default_key
@@ -77,7 +77,9 @@ def distinct_keys(stream: IO[str], fmt: str, name: str) -> list[str]:
 
 
 @click.command("import-keys")
-@click.argument("source", type=click.File("r", encoding="utf-8"), metavar="FILE")
+@click.argument(
+    "path", type=params.PathParam(dir_okay=False, exists=True, allow_dash=True), metavar="FILE"
+)
 @click.option(
     "--format",
     "fmt",
@@ -91,7 +93,7 @@ def distinct_keys(stream: IO[str], fmt: str, name: str) -> list[str]:
 @click.option("--dry-run", is_flag=True, help="Count what would be imported; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
-def import_keys(state: State, source: IO[str], fmt: str, dry_run: bool, as_json: bool) -> None:
+def import_keys(state: State, path: str, fmt: str, dry_run: bool, as_json: bool) -> None:
     """Import keys another system already sent, so that kirim never sends them.
 
     Each key of FILE (`-`: standard input) becomes a tombstone, as a pruned
@@ -111,14 +113,15 @@ def import_keys(state: State, source: IO[str], fmt: str, dry_run: bool, as_json:
       psql -c "COPY (SELECT key FROM sent) TO STDOUT" | kirim import-keys -
     """
     state.setup_logging()
-    name = "standard input" if source.name == "<stdin>" else str(source.name)
+    name = "standard input" if path == "-" else path
 
     async def go() -> tuple[ImportResult, float]:
         async with state.app(read_only=dry_run) as app:
             store = app.store
             if not isinstance(store, ImportsKeys):
                 raise ConfigError(f"the store {type(store).__name__} cannot import keys")
-            found = distinct_keys(source, fmt, name)  # read once the schema is checked
+            with click.open_file(path, encoding="utf-8") as source:
+                found = distinct_keys(source, fmt, name)  # read once the schema is checked
             total = ImportResult(dry_run=dry_run)
             for start in range(0, len(found), BATCH):
                 batch = found[start : start + BATCH]
