@@ -143,15 +143,7 @@ def worker(
             metrics_url = (
                 None if metrics is None else f"http://{metrics_host}:{metrics.port}/metrics"
             )
-            facts = render.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
-            if state.log_format == "json":
-                log.info("worker_banner", **facts)
-            else:
-                render.show_banner(facts)
-            if clock_offset is not None:
-                log.info("clock_offset", seconds=clock_offset)
-            if metrics is not None:
-                log.info("metrics_serving", url=metrics_url)
+            # the handlers first: a SIGTERM once the banner is out stops the worker gracefully
             loop = asyncio.get_running_loop()
             installed = []
 
@@ -163,6 +155,15 @@ def worker(
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, on_signal, sig)
                     installed.append(sig)
+            facts = render.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
+            if state.log_format == "json":
+                log.info("worker_banner", **facts)
+            else:
+                render.show_banner(facts)
+            if clock_offset is not None:
+                log.info("clock_offset", seconds=clock_offset)
+            if metrics is not None:
+                log.info("metrics_serving", url=metrics_url)
             try:
                 await w.run(burst=burst)
             finally:
