@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv loop-versions explore
+.PHONY: demo test lint bench clean venv loop-versions explore dist
 # The explorer's deterministic loop relies on asyncio internals: its tests also run on
 # these Pythons (pyenv's, else pythonX.Y on PATH; a version not found is said and skipped).
 LOOP_PYTHONS ?= 3.12 3.13
@@ -26,15 +26,18 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint loop-versions
-	@# Chromium for the browser tests; without root (or a network) they skip with one line
-	@# saying why, and fail under CI.
-	test -x /usr/bin/chromium || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
-	  || echo "make test: chromium could not be installed here: the browser tests will skip"
-	command -v promtool >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive \
-	  apt-get install -y --no-install-recommends prometheus) \
-	  || echo "make test: promtool could not be installed here: its check of the alert rules will skip"
+	@# Chromium (Debian's, without recommends) and promtool (out of Debian's prometheus
+	@# package, into the venv): no service started or left enabled (tests/install_tools.sh)
+	sh tests/install_tools.sh $(BIN)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
+
+# The sdist and the wheel (PyPA's build, isolated), checked as PyPI would read them.
+# make test builds them too, in clean venvs, the Dockerfile's way (test_packaging.py).
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
 
 loop-versions:
 	@for v in $(LOOP_PYTHONS); do \
@@ -77,4 +80,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info src/*.egg-info

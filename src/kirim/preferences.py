@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
@@ -244,6 +245,24 @@ def check_pattern(pattern: Any) -> str:
     if type_name == channel == "*":
         raise BadValue(name, "would be every type on every channel: use opt_out")
     return pattern
+
+
+def check_known(
+    patterns: Iterable[str], *, types: Collection[str], channels: Collection[str]
+) -> None:
+    """BadValue for the first pattern whose type or channel is not configured (``*``
+    matches any): a typo would otherwise be stored and never match anything."""
+    for pattern in patterns:
+        type_name, _, channel = pattern.partition(":")
+        name = f"channels[{shown(pattern)}]"
+        if type_name != "*" and type_name not in types:
+            known = ", ".join(sorted(types)) or "none configured"
+            raise BadValue(name, f"names the type {type_name!r}, which is not configured "
+                           f"(known: {known})")  # fmt: skip
+        if channel != "*" and channel not in channels:
+            known = ", ".join(sorted(channels)) or "none configured"
+            raise BadValue(name, f"names the channel {channel!r}, which is not configured "
+                           f"(known: {known})")  # fmt: skip
 
 
 def check_timezone(value: Any) -> str:

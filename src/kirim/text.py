@@ -28,3 +28,15 @@ def redact_url(url: str) -> str:
         return url
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word`` in its number, thousands separated: ``1 delivery``, ``3
+    deliveries``, ``2 requests``, ``1,204 keys``. ``many``: the plural when the rule
+    (a consonant and ``y`` make ``ies``, else ``s``) does not give it."""
+    if n == 1:
+        return f"1 {word}"
+    if many is None:
+        irregular = word.endswith("y") and word[-2:-1] not in ("a", "e", "i", "o", "u", "")
+        many = word[:-1] + "ies" if irregular else word + "s"
+    return f"{n:,} {many}"

@@ -204,7 +204,8 @@ def events(record: Record, *, now: float) -> list[Event]:
                     ("attempts", f"{job.attempts}/{job.max_attempts}"),
                     ("error", job.last_error),
                 ),
-                warn=job.status is JobStatus.DEAD,
+                # a dead job is a delivery's end (a refusal, attempts run out), not a
+                # sign of a race: the lines that led to it say whether one happened
                 order=5,
             )
         )

@@ -160,10 +160,10 @@ def _use_the_receiver(proc: subprocess.Popen[str]) -> None:
         with urllib.request.urlopen(post, timeout=10) as answer:
             assert answer.status == 200
             assert json.loads(answer.read())["id"].startswith("p-")
-        assert "1 requests, 1 notifications" in proc.stderr.readline()
+        assert "1 request, 1 notification" in proc.stderr.readline()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0
-        assert "stopped: 1 requests" in proc.stderr.read()
+        assert "stopped: 1 request," in proc.stderr.read()
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 from http_kit import Api, api_on
+from kirim.notify.types import parse_type
 from kirim.preferences import Preferences
 from kirim.views import iso
 
+SHIPPED = parse_type("order_shipped", {"templates": {"push": {"title": "{{ order_id }}"}}})
+
 PREFS = {
     "opt_out": False,
-    "channels": {"order_shipped:sms": False, "*:push": True},
+    "channels": {"order_shipped:push": False, "*:push": True},
     "timezone": "Asia/Jakarta",
     "quiet_hours": {"start": "22:00", "end": "07:00"},
 }
@@ -18,7 +21,9 @@ PREFS = {
 
 @pytest.fixture
 async def api(make_app):
-    async with api_on(await make_app()) as found:
+    app = await make_app()
+    app.types = {"order_shipped": SHIPPED}  # the one type these preferences name
+    async with api_on(app) as found:
         yield found
 
 
@@ -35,7 +40,7 @@ async def test_put_then_get_answers_the_document_as_stored(api: Api, clock) -> N
     assert body == {
         "recipient_id": "u-1",
         "opt_out": False,
-        "channels": {"*:push": True, "order_shipped:sms": False},
+        "channels": {"*:push": True, "order_shipped:push": False},
         "timezone": "Asia/Jakarta",
         "quiet_hours": {"start": "22:00", "end": "07:00"},
         "updated_at": iso(clock.now()),
@@ -57,6 +62,21 @@ async def test_put_replaces_every_field(api: Api) -> None:
     assert body["channels"] == {}
     assert body["timezone"] is None
     assert body["quiet_hours"] is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [("order_shiped:push", "the type 'order_shiped'"), ("*:sms", "the channel 'sms'")],
+)
+async def test_put_refuses_a_type_or_channel_that_is_not_configured(
+    api: Api, pattern: str, says: str
+) -> None:
+    """A new preference naming a type or channel that is not configured is a 422 naming
+    it, and nothing is stored."""
+    put = await api.client.put(url(), json={"channels": {pattern: False}})
+    assert put.status_code == 422, put.text
+    assert says in put.text
+    assert await api.kirim.preferences("u-1") is None
 
 
 async def test_a_recipient_without_preferences_is_404(api: Api) -> None:
@@ -162,7 +182,7 @@ async def test_a_suppressed_delivery_shows_its_reason(make_app) -> None:
         anon = {"Authorization": ""}
         page = await api.client.get("/dashboard/browse?status=suppressed", headers=anon)
         assert page.status_code == 200, page.text
-        assert '<span class="reason">(opted_out)</span>' in page.text
+        assert '<span class="reason" data-reason="opted_out">(opted out)</span>' in page.text
         one = await api.client.get(f"/dashboard/notifications/{d.id}", headers=anon)
-        assert '<span class="reason" id="reason">opted_out</span>' in one.text
+        assert 'id="reason" data-reason="opted_out">opted out</span>' in one.text
         assert "order_shipped for u1" in one.text

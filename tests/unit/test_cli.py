@@ -831,3 +831,25 @@ def test_read_only_commands_work_on_a_read_only_database(
         assert "0 problems" in doctor.stdout
         assert cli.json("status", "1")["status"] == "pending"
         assert len(cli.json("list")) == 1
+
+
+def test_status_finds_a_delivery_by_its_event_id(ready: Cli) -> None:
+    """A bare value that is neither a key nor an id is looked up as an event id (as the
+    dashboard's search does), and event:E names an event id only; an event with several
+    deliveries shows each (a JSON list with --json)."""
+    ready.send()  # event 48291, recipient 1007
+    one = ready("status", "48291")
+    assert one.exit_code == 0, one.output
+    assert "1007" in one.stdout
+    assert ready.json("status", "event:48291")["event_id"] == "48291"
+    base = ("send", "--event", "48291", "--recipient", "1008", "--channel", "push")
+    assert ready(*base, "--payload", '{"title": "hi"}').exit_code == 0
+    both = ready.json("status", "event:48291")
+    assert sorted(d["recipient"] for d in both) == ["1007", "1008"]
+    text = ready("status", "48291")
+    assert text.exit_code == 0, text.output
+    assert "1007" in text.stdout
+    assert "1008" in text.stdout
+    missing = ready("status", "event:nope")
+    assert missing.exit_code == 1
+    assert "no delivery of event 'nope'" in missing.stderr

@@ -308,3 +308,20 @@ def test_a_grouping_field_must_be_in_the_data() -> None:
     ntype = shipped(throttle={"limit": 1, "window": "1h", "per": "key", "key": "shop"})
     with pytest.raises(InvalidNotification, match="groups by data field 'shop'"):
         event(ntype, ["u1"])
+
+
+def test_an_event_deliverys_due_time_is_iso_8601_like_every_other_time() -> None:
+    """The JSON of an event's delivery (POST /v1/events, kirim event --json) gives
+    run_at as ISO-8601 UTC, as a job's run_at and every other time is given."""
+    import dataclasses
+
+    from kirim.notify.fanout import EventDelivery
+    from kirim.views import iso
+
+    due = datetime(2026, 12, 2, 8, 0, tzinfo=UTC).timestamp()
+    entry = EventDelivery(
+        recipient_id="1007", channel="push", delivery_id=4, idempotency_key="k",
+        created=True, status=DeliveryStatus.PENDING, run_at=due,
+    )  # fmt: skip
+    assert entry.to_json()["run_at"] == "2026-12-02T08:00:00.000Z" == iso(due)
+    assert dataclasses.replace(entry, run_at=None).to_json()["run_at"] is None

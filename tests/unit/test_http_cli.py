@@ -177,3 +177,44 @@ def test_init_migrates_a_version_1_database(folder: Path) -> None:
     assert "kirim init" in refused.stderr
     assert kirim(folder, "init").stdout.startswith(f"schema version {SCHEMA_VERSION} ")
     assert kirim(folder, "token", "create", "--name", "after-upgrade").exit_code == 0
+
+
+def test_a_sigterm_before_uvicorn_takes_the_signals_still_stops_the_server() -> None:
+    """A SIGTERM that arrives once `kirim serve` said serving but before uvicorn put in
+    its own handlers (systemd stopping a unit that has just started) stops the server,
+    instead of being noted and the server left running until SIGKILL."""
+    import socket
+    import threading
+
+    import uvicorn
+
+    from kirim.cli.serve import _run
+
+    class Early(uvicorn.Server):
+        def run(self, sockets: list[socket.socket] | None = None) -> None:
+            signal.raise_signal(signal.SIGTERM)  # in the window before capture_signals
+            super().run(sockets)
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        raise AssertionError("no request is made")
+
+    server = Early(uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    stopped_by_watchdog: list[bool] = []
+
+    def watchdog() -> None:
+        stopped_by_watchdog.append(True)
+        server.should_exit = True
+
+    timer = threading.Timer(20, watchdog)  # a bound, so that the failure is not a hang
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    timer.start()
+    try:
+        received = _run(server, sock)
+    finally:
+        timer.cancel()
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert received == [signal.SIGTERM]
+    assert not stopped_by_watchdog, "the SIGTERM was swallowed: the server ran on"

@@ -3,6 +3,7 @@ certainly not sent (issue 11, items 5 and 6)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -64,7 +65,19 @@ class Listener:
 
     def close(self) -> None:
         self.done.set()
+        # an accept() still waiting for a connection returns (OSError) once the
+        # listening socket is shut down; closing it from this thread would not wake it
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(10)
+
+
+def test_a_listener_nobody_connected_to_stops_when_closed() -> None:
+    """close() ends the listener's thread even while it still waits for a first
+    connection (it waited there for its 10 s join, in every test's teardown)."""
+    found = Listener()
+    found.close()
+    assert not found._thread.is_alive()
 
 
 @pytest.fixture

@@ -24,9 +24,17 @@ def _quiet_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     configure(level="warning")
 
 
+#: the types and channels the tests' preferences name
+CONFIG = "".join(
+    f'[channels.{c}]\nprovider = "webhook"\nurl = "http://127.0.0.1:9/hook"\n'
+    for c in ("push", "sms", "b")
+) + "".join(f'[types.{t}.templates.push]\ntitle = "t"\n' for t in ("order_shipped", "a", "c"))
+
+
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.chdir(tmp_path)  # no ./kirim.toml but the test's
+    (tmp_path / "kirim.toml").write_text(CONFIG)
     url = f"sqlite:///{tmp_path / 'k.db'}"
     asyncio.run(_migrate(url))
     return url
@@ -113,6 +121,28 @@ def test_replace_starts_from_the_defaults(db: str) -> None:
         quiet_hours=Window.parse("23:00-06:00"),
         updated_at=stored(db).updated_at,  # type: ignore[union-attr]
     )
+
+
+@pytest.mark.parametrize(
+    ("switch", "message"),
+    [
+        ("order_shiped:push=off", "names the type 'order_shiped', which is not configured "
+         "(known: a, c, order_shipped)"),
+        ("order_shipped:sns=off", "names the channel 'sns', which is not configured "
+         "(known: b, push, sms)"),
+        ("nope:*=on", "names the type 'nope'"),
+    ],
+)  # fmt: skip
+def test_set_refuses_a_type_or_channel_that_is_not_configured(
+    db: str, switch: str, message: str
+) -> None:
+    """A type or channel name that the configuration does not have exits 2 naming the
+    known ones, and nothing is stored: a typo would never match a delivery."""
+    done = kirim(db, "prefs", "set", "u-1", "--channel", switch)
+    assert done.exit_code == 2, done.output
+    assert message in done.output
+    assert stored(db) is None
+    assert kirim(db, "prefs", "set", "u-1", "--channel", "*:sms=off").exit_code == 0
 
 
 @pytest.mark.parametrize(

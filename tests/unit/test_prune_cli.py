@@ -77,7 +77,7 @@ def test_prune_dry_run_counts_then_prune_deletes(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     assert done.stderr.splitlines()[:2] == [
         "prune: batch 1: 2 deliveries (2 jobs, 2 attempts, 0 HTTP request rows), 0 expired keys",
-        "prune: batch 2: 1 deliveries (1 jobs, 1 attempts, 0 HTTP request rows), 0 expired keys",
+        "prune: batch 2: 1 delivery (1 job, 1 attempt, 0 HTTP request rows), 0 expired keys",
     ]
     assert done.stdout.startswith("pruned 3 deliveries (3 jobs, 3 attempts")
     assert (table(tmp_path, "kirim_deliveries"), table(tmp_path, "kirim_key_tombstones")) == (1, 3)
@@ -149,5 +149,5 @@ def test_the_summary_names_the_notification_rows_only_when_there_were_any() -> N
     assert "digests" not in plain
     assert "throttle" not in plain
     some = summary(PruneResult(digests=1, digest_events=3, throttle_expired=4, dry_run=True))
-    assert "1 digests (3 events emptied, 0 expired), 4 throttle counters" in some
+    assert "1 digest (3 events emptied, 0 expired), 4 throttle counters" in some
     assert some.endswith("(nothing was deleted: --dry-run)")

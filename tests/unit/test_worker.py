@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 import random
 from datetime import timedelta
 
@@ -18,6 +20,7 @@ from kirim.model import (
     JobStatus,
     OnUnknown,
 )
+from kirim.observe.logging import configure
 from kirim.providers.base import Sent
 from kirim.store.base import Claim, ClaimKind
 from kirim.testing import FlakyProvider, ManualClock
@@ -265,6 +268,43 @@ def test_in_doubt_policy_after_a_lookup() -> None:
     assert (failed.decision, failed.fields) == ("lookup_failed", {"error": "down"})
     assert failed.finish is not None
     assert failed.finish.job_status is JobStatus.RETRY_SCHEDULED
+
+
+async def test_a_burst_worker_says_what_it_waits_for(make_app, clock) -> None:
+    """While a retry is not due, a burst worker logs how many wait and when the first is
+    due, and the job scheduled later that it does not wait for; at the end, what it
+    leaves behind."""
+    provider = FlakyProvider(script=["transient"], retry_after=40)
+    app = await make_app(provider)
+    await app.notify("e1", "u", "push", {}, send_after=timedelta(hours=1))
+    await app.notify("e2", "u", "push", {})
+    out = io.StringIO()
+    configure(fmt="json", level="info", stream=out)
+    try:
+        settings = WorkerSettings(lease=10, poll_interval=0.01)
+        worker = app.worker(settings=settings, worker_id="A")
+
+        async def tick(_: float) -> None:  # the manual clock moves 5 s each time it waits
+            clock.advance(5)
+
+        clock.sleep = tick
+        stats = await worker.run(burst=True)
+    finally:
+        configure(level="warning")
+    assert stats.retries == 1
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    waiting = [line for line in lines if line["event"] == "burst_waiting"]
+    assert waiting, [line["event"] for line in lines]
+    first = waiting[0]
+    assert (first["retries"], first["running"], first["later"]) == (1, 0, 1)
+    assert first["next_retry_in_s"] == pytest.approx(40, abs=1)
+    assert "1 retry (the first due at " in first["waiting_for"]
+    assert ", in 40 s)" in first["waiting_for"]
+    assert "1 job scheduled later, not waited for (the first at " in first["waiting_for"]
+    assert len(waiting) < 8  # said when it changes, and every 15 s: not every poll
+    (done,) = [line for line in lines if line["event"] == "burst_done"]
+    assert done["later"] == 1
+    assert done["left"].startswith("1 job scheduled later")
 
 
 async def test_burst_ignores_later_schedules_but_waits_for_retries(make_app, clock) -> None:

@@ -9,8 +9,11 @@ from kirim import views
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
+from kirim.errors import NotFound
+from kirim.keys import text_problem
 from kirim.model import DeliveryStatus, RecordFilter
-from kirim.operations import Page
+from kirim.operations import Page, not_found
+from kirim.store.imports import IMPORTED
 from kirim.validation import MAX_ID
 
 
@@ -87,7 +90,17 @@ def send(
                 "idempotency_key": n.idempotency_key,
                 "created": n.created,
                 "status": str(n.status),
+                "pruned": n.pruned,
             }
+        )
+    elif n.pruned and n.delivery_id == IMPORTED:
+        click.echo(
+            f"key {n.idempotency_key} was imported as already sent (kirim import-keys): not created"
+        )
+    elif n.pruned:
+        click.echo(
+            f"delivery {n.delivery_id} was pruned, its key kept (a tombstone): not created, "
+            f"status {n.status}, key {n.idempotency_key}"
         )
     else:
         what = "created" if n.created else "already exists (same idempotency key), not created"
@@ -104,30 +117,61 @@ def send(
 def status(state: State, key_or_id: str, as_json: bool) -> None:
     """Show one delivery, its job and every attempt as a timeline.
 
-    KEY_OR_ID is the delivery's idempotency key, else its id; id:N is always
-    the id and key:K always the key (so that a key of digits is never taken
-    for an id, nor an id for such a key). A missing delivery exits 1. JSON
-    times are ISO-8601 UTC strings.
+    KEY_OR_ID is the delivery's idempotency key, else its id, else the event id
+    of its notification; id:N is always the id, key:K always the key and
+    event:E always an event id (so that a key of digits is never taken for an
+    id, nor an id for such a key). An event with several deliveries (one per
+    recipient and channel) shows each, newest first (--json: a list of them).
+    A missing delivery exits 1. JSON times are ISO-8601 UTC strings.
 
     \b
     Examples:
       kirim status 42
       kirim status id:42
       kirim status key:48291 --json
+      kirim status event:order-48291
       kirim status order-48291-push --json | jq '.attempts[].status'
     """
     state.setup_logging()
+    event = key_or_id.startswith("event:")
     value, by = runner.delivery_ref(key_or_id)
+    if event:
+        value, by = key_or_id[6:], "auto"
 
-    async def go() -> views.Record:
+    async def go() -> list[views.Record]:
         async with state.app(read_only=True) as app:
-            return await runner.resolve(app, value, by)
+            if not event:
+                found = await app.get(value, by=by)
+                if found is not None:
+                    return [found]
+            records = [] if by != "auto" else await _of_event(app, value)
+            if not records:
+                if event:
+                    raise NotFound(f"no delivery of event {value!r}")
+                if by != "auto":
+                    raise NotFound(not_found(value, by))
+                raise NotFound(f"{not_found(value, by)}, nor of that event id")
+            return records
 
-    record = run(go)
+    records = run(go)
     if as_json:
-        render.emit_json(views.delivery_json(record))
-    else:
+        shown = [views.delivery_json(r) for r in records]
+        render.emit_json(shown[0] if len(shown) == 1 else shown)
+        return
+    for i, record in enumerate(records):
+        if i:
+            click.echo()
         render.show_status(render.console(), record)
+
+
+async def _of_event(app: Kirim, event_id: str) -> list[views.Record]:
+    """The deliveries of one event (newest first, at most 50), with their jobs and
+    attempts: the dashboard's search, kept to the event id."""
+    if text_problem(event_id) is not None:  # no stored event id has a NUL or a surrogate
+        return []
+    found = [d for d in await app.store.search_deliveries(event_id) if d.event_id == event_id]
+    records = [await app.get(d.id, by="id") for d in found]
+    return [r for r in records if r is not None]
 
 
 @click.command(name="list")

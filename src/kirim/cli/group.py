@@ -94,6 +94,10 @@ KirimGroup.lazy = {
     "render": ("kirim.cli.events", "render"),
     # `kirim event`: one event of a type for its recipients (Kirim.notify_event)
     "event": ("kirim.cli.events", "event"),
+    # `kirim migrate`: the schema's migrations, or what they would do
+    "migrate": ("kirim.cli.migrate", "migrate"),
+    # `kirim import-keys`: another system's sent keys as tombstones (docs/adopting.md)
+    "import-keys": ("kirim.cli.import_keys", "import_keys"),
 }
 
 

@@ -10,7 +10,7 @@ import click
 
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
-from kirim.preferences import Preferences, Window, check_pattern, check_timezone
+from kirim.preferences import Preferences, Window, check_known, check_pattern, check_timezone
 from kirim.validation import BadValue, shown
 from kirim.views import iso, preferences_json
 
@@ -124,6 +124,8 @@ def set_cmd(
 
     async def go() -> Preferences:
         async with state.app() as app:
+            named = [pattern for pattern, on in switches if on is not None]
+            check_known(named, types=app.types, channels=app.channel_names)
             stored = None if replace else await app.preferences(recipient_id)
             base = stored or Preferences(recipient_id=recipient_id)
             table = dict(base.channels)

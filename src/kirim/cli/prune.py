@@ -8,24 +8,29 @@ import click
 from kirim.cli import params, render, runner
 from kirim.errors import ConfigError
 from kirim.store.retention import BATCH, PruneResult, Prunes
+from kirim.text import plural
 from kirim.worker.settings import RULES as WORKER_RULES
 
 
 def _line(result: PruneResult) -> str:
     return (
-        f"{result.deliveries:,} deliveries ({result.jobs:,} jobs, {result.attempts:,} attempts, "
-        f"{result.requests:,} HTTP request rows), {result.tombstones_expired:,} expired keys"
+        f"{plural(result.deliveries, 'delivery')} ({plural(result.jobs, 'job')}, "
+        f"{plural(result.attempts, 'attempt')}, {plural(result.requests, 'HTTP request row')}), "
+        f"{plural(result.tombstones_expired, 'expired key')}"
     )
 
 
 def summary(result: PruneResult) -> str:
+    kept = plural(result.tombstones_written, "key")
+    one = result.tombstones_written == 1
     if result.dry_run:
         return (
-            f"would prune {_line(result)}; {result.tombstones_written:,} keys would be kept "
-            f"as tombstones{_notify_line(result)} (nothing was deleted: --dry-run)"
+            f"would prune {_line(result)}; {kept} would be kept "
+            f"{'as a tombstone' if one else 'as tombstones'}{_notify_line(result)} "
+            "(nothing was deleted: --dry-run)"
         )
     return (
-        f"pruned {_line(result)}; {result.tombstones_written:,} keys kept as tombstones"
+        f"pruned {_line(result)}; {kept} kept {'as a tombstone' if one else 'as tombstones'}"
         f"{_notify_line(result)}"
     )
 
@@ -41,9 +46,9 @@ def _notify_line(result: PruneResult) -> str:
     ):
         return ""
     return (
-        f"; {result.digests:,} digests ({result.digest_events:,} events emptied, "
-        f"{result.digest_events_expired:,} expired), "
-        f"{result.throttle_expired:,} throttle counters"
+        f"; {plural(result.digests, 'digest')} ({plural(result.digest_events, 'event')} "
+        f"emptied, {result.digest_events_expired:,} expired), "
+        f"{plural(result.throttle_expired, 'throttle counter')}"
     )
 
 

@@ -120,7 +120,6 @@ def serve(
     log = get_logger(component="http")
     _warn_if_open(log, settings)
     app = create_app(config=config, settings=settings, token_cache=token_cache)
-    _say_serving(log, sock, config)
     server = uvicorn.Server(
         uvicorn.Config(
             app,
@@ -132,7 +131,9 @@ def serve(
             timeout_graceful_shutdown=10,
         )
     )
-    received = _run(server, sock)
+    received = _catch(server)  # before "serving": a stop from then on is graceful
+    _say_serving(log, sock, config)
+    _run(server, sock, received)
     if received:
         log.info("stopped", signal=signal.Signals(received[0]).name)
     if not server.started:
@@ -172,13 +173,31 @@ def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
     )
 
 
-def _run(server: uvicorn.Server, sock: socket.socket) -> list[int]:
-    """Run ``server`` on ``sock`` until it stops; return the signals that stopped it."""
+def _catch(server: uvicorn.Server) -> list[int]:
+    """Note SIGTERM and SIGINT from now on, and stop ``server`` on them; the list fills
+    with the signals received."""
     received: list[int] = []
+
+    def stop(number: int, _: object) -> None:
+        received.append(number)
+        # A signal before uvicorn has put in its own handlers (a stop right after the
+        # start) lands here: it must stop the server too, not only be noted.
+        server.should_exit = True
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         # uvicorn shuts down gracefully, then raises the signal again for the handler it
         # found: this one notes it, so that a stop on request exits 0 (as the worker does)
-        signal.signal(sig, lambda number, _: received.append(number))
+        signal.signal(sig, stop)
+    return received
+
+
+def _run(
+    server: uvicorn.Server, sock: socket.socket, received: list[int] | None = None
+) -> list[int]:
+    """Run ``server`` on ``sock`` until it stops; return the signals that stopped it
+    (``received``: from ``_catch``, called before; else it is called here)."""
+    if received is None:
+        received = _catch(server)
     try:
         with runner.reported():
             server.run(sockets=[sock])  # uvloop and httptools when installed

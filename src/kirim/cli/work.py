@@ -99,7 +99,11 @@ def worker(
 
     --burst exits once no job is due, running, or waiting for a retry anywhere:
     a notification sent with a later send_after does not keep it alive (a
-    later `kirim worker --burst`, or a long-running worker, delivers it).
+    later `kirim worker --burst`, or a long-running worker, delivers it). While
+    it waits it says for what, in a burst_waiting line when that changes (and
+    every 15 s): the retries and when the first is due, the deliveries running
+    and when the last lease ends, the jobs scheduled later that it leaves;
+    burst_done says what it left.
 
     \b
     Examples:
@@ -139,15 +143,7 @@ def worker(
             metrics_url = (
                 None if metrics is None else f"http://{metrics_host}:{metrics.port}/metrics"
             )
-            facts = render.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
-            if state.log_format == "json":
-                log.info("worker_banner", **facts)
-            else:
-                render.show_banner(facts)
-            if clock_offset is not None:
-                log.info("clock_offset", seconds=clock_offset)
-            if metrics is not None:
-                log.info("metrics_serving", url=metrics_url)
+            # the handlers first: a SIGTERM once the banner is out stops the worker gracefully
             loop = asyncio.get_running_loop()
             installed = []
 
@@ -159,6 +155,15 @@ def worker(
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(sig, on_signal, sig)
                     installed.append(sig)
+            facts = render.worker_facts(app, w, burst=burst, metrics_url=metrics_url)
+            if state.log_format == "json":
+                log.info("worker_banner", **facts)
+            else:
+                render.show_banner(facts)
+            if clock_offset is not None:
+                log.info("clock_offset", seconds=clock_offset)
+            if metrics is not None:
+                log.info("metrics_serving", url=metrics_url)
             try:
                 await w.run(burst=burst)
             finally:

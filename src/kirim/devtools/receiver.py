@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from kirim.keys import default_key
+from kirim.text import plural
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -280,12 +281,17 @@ def main(argv: list[str] | None = None) -> int:
                 total = sum(receiver.requests.values())
             if total != seen:
                 seen = total
-                _say(
-                    f"{total} requests, {receiver.delivered()} notifications, "
-                    f"{receiver.duplicated()} received more than once"
-                )
-    _say(f"stopped: {seen} requests, {receiver.duplicated()} notifications received more than once")
+                _say(counts(total, receiver.delivered(), receiver.duplicated()))
+    _say(f"stopped: {counts(seen, receiver.delivered(), receiver.duplicated())}")
     return 0
+
+
+def counts(requests: int, notifications: int, duplicated: int) -> str:
+    """``2 requests, 1 notification, 1 received more than once``."""
+    return (
+        f"{plural(requests, 'request')}, {plural(notifications, 'notification')}, "
+        f"{duplicated} received more than once"
+    )
 
 
 def _say(line: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from kirim.doctor.probes import Database, Table, UniqueIndex
 from kirim.errors import NotFound
+from kirim.text import plural as plural  # doctor's counts, re-exported
 
 
 class CheckStatus(enum.StrEnum):
@@ -50,10 +51,6 @@ def report_json(checks: Sequence[Check]) -> dict[str, Any]:
         "ok": not any(c.status is PROBLEM for c in checks),
         "checks": [{**asdict(c), "status": c.status.value} for c in checks],
     }
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def audit_unique(db: Database, table: Table, columns: Sequence[str], *, name: str) -> list[Check]:

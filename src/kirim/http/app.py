@@ -14,6 +14,7 @@ from starlette.responses import Response
 from kirim.config import Config, ServeSettings
 from kirim.engine import Kirim
 from kirim.http import (
+    bulk,
     dashboard,
     errors,
     routes_callbacks,
@@ -99,6 +100,7 @@ def create_app(
     app.include_router(routes_callbacks.router)
     app.include_router(routes_recipients.router)
     app.include_router(routes_events.router)
+    app.include_router(bulk.router)
     app.include_router(dashboard.router)
     css = _css()
 

@@ -38,10 +38,13 @@ from kirim.errors import ActionRefused, NotFound, NotSettled
 from kirim.http import browse, chart
 from kirim.http.auth import COOKIE, bearer_secret
 from kirim.http.errors import ApiError
+from kirim.http.figures import LABELS, figure_of, figures, word
+from kirim.http.flash import flash as _flash
 from kirim.http.guard import host_allowed, writable
 from kirim.http.routes_notifications import read_body, record_of
 from kirim.http.service import Service, service
-from kirim.model import Delivery, DeliveryStatus, Doubt, Job, JobStatus, RecordFilter
+from kirim.http.verbs import VERBS, Verb
+from kirim.model import Delivery, DeliveryStatus, Doubt, Job, RecordFilter
 from kirim.operations import Page
 from kirim.timeline import events
 from kirim.validation import MAX_ID
@@ -56,21 +59,30 @@ _env = jinja2.Environment(
     lstrip_blocks=True,
 )
 _env.filters["iso"] = iso
+_env.filters["word"] = word
 
-#: flash messages, by code: the text is never taken from the URL
-MESSAGES = {
-    "retried": ("ok", "notification {id} requeued with a fresh job"),
-    "canceled": ("ok", "notification {id} canceled"),
-    "not_retried": ("error", "notification {id} is not dead-lettered: nothing to retry"),
-    "not_canceled": ("error", "notification {id} cannot be canceled in its current state"),
-    "not_settled": (
-        "error",
-        "notification {id}: an earlier request may still reach the provider; try again later",
-    ),
-    "missing": ("error", "no notification {id}"),
-    "logged_out": ("ok", "logged out"),
-}
-CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
+
+@jinja2.pass_context
+def _when(context: jinja2.runtime.Context, epoch: float | None) -> Markup:
+    """A time as how long ago (or how soon) it is, the exact time in its ``datetime``
+    and title; the page's ``now_s`` is the clock it is read against."""
+    if epoch is None:
+        return Markup("-")
+    exact = iso(epoch) or ""
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(
+        exact, relative(epoch, float(context.get("now_s") or epoch))
+    )
+
+
+def _offered(rows: list[dict[str, Any]]) -> list[Verb]:
+    """The verbs some of ``rows`` offer, in ``VERBS``' order (a table's bulk buttons)."""
+    return [v for v in VERBS.values() if any(v in r["verbs"] for r in rows)]
+
+
+_env.filters["when"] = _when
+_env.globals["offered_verbs"] = _offered
+_env.globals["LABELS"] = LABELS
+
 PAGE_ROWS = 50
 #: the chart's windows offered, in hours (``?hours=`` takes any whole number 1 to 24)
 HOURS = (1, 3, 6, 12, 24)
@@ -146,27 +158,18 @@ def _refused(reason: str, client: str | None = None) -> HTMLResponse:
 
 
 def _row(d: Delivery, job: Job | None, svc: Service) -> dict[str, Any]:
-    """A notification's row, with the buttons its state allows (none when the dashboard
-    may not write)."""
+    """A notification's row, with the verbs its state offers (none when the dashboard may
+    not write), its figure and its words."""
     can = writable(svc.settings)
+    record: Record = (d, job, [])
+    verbs = [v for v in VERBS.values() if can and v.offered(record)]
     return {
         "d": d,
         "job": job,
-        "retry": can and job is not None and job.status is JobStatus.DEAD,
-        "cancel": can
-        and (
-            d.status in CANCELABLE
-            or (d.status is DeliveryStatus.PROCESSING and d.claim_token is None)
-        ),
+        "verbs": verbs,
+        "figure": figure_of(str(d.status), d.doubt),
+        **{v.name: v in verbs for v in VERBS.values()},
     }
-
-
-def _flash(msg: str | None, ident: str | None) -> dict[str, str] | None:
-    if msg not in MESSAGES:
-        return None
-    kind, text = MESSAGES[msg]
-    safe = ident if ident is not None and ident.isdigit() else "?"
-    return {"kind": kind, "text": text.format(id=safe)}
 
 
 def _age(seconds: float) -> str:
@@ -179,6 +182,12 @@ def _age(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+def relative(epoch: float, now: float) -> str:
+    """``5 min ago``, ``in 2 h``: how far ``epoch`` is from ``now``."""
+    gap = now - epoch
+    return f"{_age(gap)} ago" if gap >= 0 else f"in {_age(-gap)}"
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -194,41 +203,47 @@ async def overview(
     if isinstance(who, Response):
         return who
     window, problem = _hours(hours)
-    store = svc.kirim.store
-    now = svc.kirim.clock.now()
-    counts = await store.counts()
+    app = svc.kirim
+    store = app.store
+    now = app.clock.now()
+    found_figures = figures(await store.figures())
     stats = await store.queue_stats(now=now)
-    doubt_rows = [_row(d, job, svc) for d, job, _ in await svc.kirim.in_doubt(limit=PAGE_ROWS)]
-    dead_rows = [_row(d, job, svc) for d, job, _ in await svc.kirim.dead_letters(limit=PAGE_ROWS)]
+    held_rows = [_row(d, job, svc) for d, job, _ in await app.in_doubt(limit=PAGE_ROWS)]
+    assumed = await app.records(ASSUMED_SENT, limit=PAGE_ROWS)
+    assumed_rows = [_row(d, job, svc) for d, job, _ in assumed.records]
+    dead_rows = [
+        _row(d, job, svc)
+        for d, job, _ in await app.dead_letters(limit=PAGE_ROWS + len(held_rows))
+        if d.status is not DeliveryStatus.IN_DOUBT  # listed once, under its doubt
+    ][:PAGE_ROWS]
     query = (q or "").strip()
     found: list[dict[str, Any]] | None = None
     if query:
         found = [
             _row(d, await store.get_job(d.id), svc) for d in await store.search_deliveries(query)
         ]
-    statuses = [str(s) for s in DeliveryStatus]
     return render(
         "overview.html",
         status=422 if problem else 200,
         problems=[problem] if problem else [],
-        activity=await _activity(svc.kirim, window, now),
+        activity=await _activity(app, window, now),
         title="overview",
         client=who,
         protected=svc.settings.protect_dashboard,
-        flash=_flash(msg, id),
-        statuses=statuses,
-        deliveries={s: counts["deliveries"].get(s, 0) for s in statuses},
-        total=sum(counts["deliveries"].values()),
-        jobs=counts["jobs"],
+        flash=_flash(msg, id, request),
+        figures=found_figures,
+        channels=sorted(found_figures.by_channel),
         queue_depth=stats.queue_depth,
         oldest_due=_age(stats.oldest_due_age_s),
-        in_doubt_total=stats.in_doubt,
-        in_doubt=doubt_rows,
+        held=held_rows,
+        assumed=assumed_rows,
+        assumed_more=assumed.next_cursor is not None,
         dead=dead_rows,
         q=query,
         found=found,
         back=_here(request),
         now=iso(now),
+        now_s=now,
     )
 
 
@@ -329,11 +344,12 @@ async def attention_page(
         title="needs a human",
         client=who,
         protected=svc.settings.protect_dashboard,
-        flash=_flash(msg, id),
+        flash=_flash(msg, id, request),
         sections=sections,
         limit=PAGE_ROWS,
         back=_here(request),
         now=iso(now),
+        now_s=now,
     )
 
 
@@ -356,12 +372,13 @@ async def browse_page(
         "title": "browse",
         "client": who,
         "protected": svc.settings.protect_dashboard,
-        "flash": _flash(msg, id),
+        "flash": _flash(msg, id, request),
         "form": query.form,
         "statuses": [str(s) for s in DeliveryStatus],
         "doubts": [str(d) for d in Doubt],
         "back": _here(request),
         "now": iso(svc.kirim.clock.now()),
+        "now_s": svc.kirim.clock.now(),
     }
     if query.errors:
         return render("browse.html", status=422, problems=query.errors, rows=None, **context)
@@ -422,7 +439,8 @@ async def notification_page(
         title=f"notification {d.id}",
         client=who,
         protected=svc.settings.protect_dashboard,
-        flash=_flash(msg, str(d.id)),
+        flash=_flash(msg, str(d.id), request),
+        now_s=svc.kirim.clock.now(),
         row=_row(d, job, svc),
         d=d,
         job=job,
@@ -438,6 +456,31 @@ async def _act(request: Request, delivery_id: int, action: str) -> Response:
     who = await _client(request, svc)
     if isinstance(who, Response):
         return who
+    refusal = _may_write(request, svc, who)
+    if refusal is not None:
+        return refusal
+    verb = VERBS[action]
+    form = await _form(request, svc)
+    back = _local(form.get("back"))
+    try:
+        await verb.run(svc.kirim, delivery_id)
+        code = verb.done_code
+    except NotFound:
+        code = "missing"
+    except ActionRefused:
+        code = verb.refused_code
+    except NotSettled:
+        code = "not_settled"
+    if code == verb.done_code:
+        svc.log.info(f"dashboard_{code}", notification_id=delivery_id, client=who)
+    back = _strip_flash(back)
+    separator = "&" if "?" in back else "?"
+    return RedirectResponse(f"{back}{separator}msg={code}&id={delivery_id}", status_code=303)
+
+
+def _may_write(request: Request, svc: Service, who: str | None) -> Response | None:
+    """The refusal of a form that may not act (posted from another site; a dashboard
+    that may not write), or None."""
     if not _same_site(request):
         return render("forbidden.html", status=403, title="forbidden", client=who)
     if not writable(svc.settings):
@@ -446,27 +489,7 @@ async def _act(request: Request, delivery_id: int, action: str) -> Response:
             "restart it with --protect-dashboard (or bind it to 127.0.0.1).",
             who,
         )
-    form = await _form(request, svc)
-    back = _local(form.get("back"))
-    app = svc.kirim
-    try:
-        if action == "retry":
-            await app.retry(delivery_id, by="id")
-            code = "retried"
-        else:
-            await app.cancel(delivery_id, by="id")
-            code = "canceled"
-    except NotFound:
-        code = "missing"
-    except ActionRefused:
-        code = "not_retried" if action == "retry" else "not_canceled"
-    except NotSettled:
-        code = "not_settled"
-    if code in ("retried", "canceled"):
-        svc.log.info(f"dashboard_{code}", notification_id=delivery_id, client=who)
-    back = _strip_flash(back)
-    separator = "&" if "?" in back else "?"
-    return RedirectResponse(f"{back}{separator}msg={code}&id={delivery_id}", status_code=303)
+    return None
 
 
 def _strip_flash(path: str) -> str:
@@ -483,14 +506,19 @@ def _strip_flash(path: str) -> str:
     return parts.path + ("?" + "&".join(kept) if kept else "")
 
 
-@router.post("/dashboard/notifications/{delivery_id}/retry")
-async def retry_action(request: Request, delivery_id: Id) -> Response:
-    return await _act(request, delivery_id, "retry")
+@router.post("/dashboard/notifications/{delivery_id}/{action}")
+async def verb_action(request: Request, delivery_id: Id, action: str) -> Response:
+    """One verb of ``kirim.http.verbs`` on one notification (its row's button)."""
+    if action not in VERBS:
+        return render("missing.html", status=404, title="not found", delivery_id=delivery_id)
+    return await _act(request, delivery_id, action)
 
 
-@router.post("/dashboard/notifications/{delivery_id}/cancel")
-async def cancel_action(request: Request, delivery_id: Id) -> Response:
-    return await _act(request, delivery_id, "cancel")
+@router.get("/dashboard", include_in_schema=False)
+@router.get("/dashboard/", include_in_schema=False)
+async def dashboard_root() -> Response:
+    """The dashboard's pages live under /dashboard/…; its overview is at /."""
+    return RedirectResponse("/", status_code=303)
 
 
 @router.get("/dashboard/login", response_class=HTMLResponse)

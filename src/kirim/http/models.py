@@ -353,8 +353,8 @@ class EventDeliveryOut(BaseModel):
     created: bool
     status: DeliveryStatus
     reason: Reason | None = Field(description="Why it is suppressed.")
-    run_at: float | None = Field(
-        description="When it is due (epoch seconds), if later: a send window, a "
+    run_at: StrTime | None = Field(
+        description="When it is due (ISO-8601 UTC), if later: a send window, a "
         "throttle's next window, or the end of its digest's window."
     )
     digest: str | None = Field(description="The digest stream it went into.")

@@ -21,7 +21,7 @@ from kirim.http.errors import JSON, ApiError, ErrorBody, detail, responses
 from kirim.http.models import PreferencesOut
 from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
 from kirim.http.service import service
-from kirim.preferences import Preferences, check_recipient_id
+from kirim.preferences import Preferences, check_known, check_recipient_id
 from kirim.validation import MAX_KEY_LENGTH, BadValue
 from kirim.views import preferences_json
 
@@ -121,11 +121,15 @@ async def put_preferences(request: Request, recipient_id: RecipientId) -> Respon
     if not is_json(request.headers.get("content-type")):
         raise ApiError(415, "unsupported_media_type", "send the body as application/json")
     raw = parse_json(await read_body(request, min(MAX_PREFERENCES_BYTES, svc.max_body_bytes)))
+    app = svc.kirim
     try:
         prefs = Preferences.from_json(rid, raw)
+        before = await app.preferences(rid)
+        new = set(prefs.channels) - set(() if before is None else before.channels)
+        check_known(sorted(new), types=app.types, channels=app.channel_names)
     except BadValue as exc:
         raise invalid(exc) from None
-    stored = await svc.kirim.set_preferences(prefs)
+    stored = await app.set_preferences(prefs)
     svc.log.info("preferences_set", recipient_id=rid, client=request.state.kirim_client)
     return json_response(preferences_json(stored))
 

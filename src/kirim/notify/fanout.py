@@ -35,6 +35,7 @@ from kirim.notify.types import NotificationType
 from kirim.preferences import Preferences, Verdict, decide
 from kirim.store.base import DigestEvent, NewDelivery, Throttle
 from kirim.validation import MAX_KEY_LENGTH, BadValue, check_text
+from kirim.views import iso
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
@@ -115,7 +116,7 @@ class EventDelivery:
             "created": self.created,
             "status": str(self.status),
             "reason": self.reason,
-            "run_at": self.run_at,
+            "run_at": iso(self.run_at),  # ISO-8601 UTC, as every time kirim shows
             "digest": self.digest,
             "doubt": None if self.doubt is None else str(self.doubt),
         }

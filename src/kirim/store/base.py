@@ -245,6 +245,43 @@ class QueueStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Waiting:
+    """The jobs a burst worker waits for, and those it leaves (``Queue.waiting``); times
+    are the store's."""
+
+    #: jobs waiting for a retry, and when the first of them is due
+    retries: int = 0
+    next_retry_at: float | None = None
+    #: jobs running under a lease (this worker's or another's), and when the last ends
+    running: int = 0
+    lease_ends_at: float | None = None
+    #: jobs queued for later (``send_after``): a burst worker does not wait for them
+    later: int = 0
+    next_later_at: float | None = None
+
+
+def waiting_from(rows: Sequence[Mapping[str, Any]]) -> Waiting:
+    """``Waiting`` of the ``waiting_jobs`` query's rows (one per job status)."""
+    by = {str(r["status"]): r for r in rows}
+
+    def n(status: str) -> int:
+        return int(by[status]["n"]) if status in by else 0
+
+    def at(status: str, column: str) -> float | None:
+        value = by[status][column] if status in by else None
+        return None if value is None else float(value)
+
+    return Waiting(
+        retries=n("retry_scheduled"),
+        next_retry_at=at("retry_scheduled", "first_run_at"),
+        running=n("running"),
+        lease_ends_at=at("running", "last_lease"),
+        later=n("queued"),
+        next_later_at=at("queued", "first_run_at"),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeadLetter:
     delivery: Delivery
     job: Job
@@ -415,6 +452,8 @@ class Lifecycle(Protocol):
     """Opening, closing and the schema of one backend."""
 
     url: str
+    #: the folder of its SQL files under ``kirim.store``: ``sqlite`` or ``postgres``
+    dialect: str
 
     async def open(self) -> None: ...
 
@@ -422,6 +461,10 @@ class Lifecycle(Protocol):
 
     async def migrate(self) -> int:
         """Apply pending migrations; return the schema version."""
+        ...
+
+    async def schema_version(self) -> int:
+        """The schema version the database has (0: no kirim schema), read only."""
         ...
 
     async def check_schema(self) -> None:
@@ -469,6 +512,11 @@ class Queue(Protocol):
 
     async def next_run_at(self) -> float | None:
         """The run_at of the earliest claimable job, if any."""
+        ...
+
+    async def waiting(self, *, now: float) -> Waiting:
+        """The jobs running, waiting for a retry, and queued for after ``now`` (the
+        caller's time; the store's time of record when it keeps one)."""
         ...
 
     async def next_due_in(self, *, now: float) -> float | None:
@@ -567,6 +615,12 @@ class Operator(Protocol):
 
     async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
         """Deliveries whose id, idempotency key or event id is ``text``, newest first."""
+        ...
+
+    async def figures(self) -> list[dict[str, Any]]:
+        """Deliveries per channel, status, doubt and the status of each one's latest job
+        (``job_status``, None without one), counted (``n``): the dashboard's figures
+        (``kirim.http.figures``)."""
         ...
 
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from kirim.errors import SchemaError
 from kirim.store.base import SCHEMA_VERSION
 from kirim.validation import shown
+from kirim.version import __version__
 
 
 def parse_version(value: object) -> int:
@@ -20,9 +21,11 @@ def parse_version(value: object) -> int:
 
 
 def too_new(version: int) -> str:
+    """Why a kirim refuses a database that a newer kirim migrated."""
     return (
-        f"the database has schema version {version} but this kirim knows only up to "
-        f"{SCHEMA_VERSION}; upgrade kirim"
+        f"the database has schema version {version} but this kirim ({__version__}) knows "
+        f"only up to {SCHEMA_VERSION}: a newer kirim migrated it, and this one refuses to "
+        "read or write it; upgrade kirim here (docs/upgrading.md)"
     )
 
 
@@ -35,5 +38,5 @@ def check_version(url: str, version: int) -> None:
     if version < SCHEMA_VERSION:
         raise SchemaError(
             f"{url} has schema version {version}, this kirim needs {SCHEMA_VERSION}; "
-            "run `kirim init` to migrate"
+            "run `kirim migrate` (or `kirim init`) to migrate: docs/upgrading.md"
         )

@@ -33,9 +33,15 @@ def load_queries(dialect: str) -> dict[str, str]:
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
     """``(version, sql)`` of every ``NNNN_name.sql`` migration, in order."""
+    return [(version, sql) for version, _, sql in migration_files(dialect)]
+
+
+def migration_files(dialect: str) -> list[tuple[int, str, str]]:
+    """``(version, name, sql)`` of every ``NNNN_name.sql`` migration, in order (``name``
+    without ``.sql``)."""
     found = []
     for entry in _folder(dialect).iterdir():
-        match = re.fullmatch(r"(\d{4})_\w+\.sql", entry.name)
+        match = re.fullmatch(r"((\d{4})_\w+)\.sql", entry.name)
         if match:
-            found.append((int(match.group(1)), entry.read_text()))
+            found.append((int(match.group(2)), match.group(1), entry.read_text()))
     return sorted(found)

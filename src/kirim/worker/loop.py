@@ -33,6 +33,7 @@ from kirim.observe.logging import get_logger
 from kirim.providers.base import Message, Sent
 from kirim.store.base import Claim, ClaimKind, Lease, Queue, QueueStats, WaitsForJobs
 from kirim.store.retention import PruneResult
+from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer
@@ -99,6 +100,7 @@ class Worker:
         self._claimed_at: dict[int, float] = {}
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
+        self._burst = BurstProgress(self.log, self._monotonic)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         #: set while the worker waits for work (tests use it to know it is idle)
@@ -273,6 +275,7 @@ class Worker:
             return False
         if due_in is not None and due_in <= 0:
             return False
+        await self._say_waiting(done=not unfinished)
         if unfinished:
             # A retry due soon, or someone else's lease (perhaps a dead worker's).
             wait = self.settings.poll_interval
@@ -281,6 +284,19 @@ class Worker:
             await self.clock.sleep(min(wait, self.settings.reap_every))
             return False
         return True
+
+    async def _say_waiting(self, *, done: bool) -> None:
+        """Say what the burst waits for (or, ``done``, what it leaves); a store that does
+        not answer is said elsewhere (the next step)."""
+        try:
+            now = self.clock.now()
+            found = await self.store.waiting(now=now)
+        except StoreError:
+            return
+        if done:
+            self._burst.done(found, now)
+        else:
+            self._burst.waiting(found, now)
 
     async def _next_due_in(self) -> float | None:
         """Seconds until the next job is due, in the store's time (never this worker's

@@ -35,7 +35,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import digests, rates, recipients, retention, transitions
+from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -59,6 +59,8 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
     StoreTime,
+    Waiting,
+    waiting_from,
 )
 from kirim.store.postgres import intake
 from kirim.store.postgres.driver import Cursor, drive, one, rows
@@ -108,6 +110,8 @@ def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
 
 class PostgresStore:
     """The shared backend (``postgresql://user@host/db``)."""
+
+    dialect = "postgres"
 
     def __init__(self, url: str, *, timeout: float = 10.0, time: StoreTime = None) -> None:
         """``time``: the time of record (``StoreTime``); None takes each caller's ``now``,
@@ -231,12 +235,13 @@ class PostgresStore:
                     current = version
             return current
 
-    async def check_schema(self) -> None:
+    async def schema_version(self) -> int:
         async with self._auto() as cur:
             found = await one(cur, "meta_exists")
-            version = await _version(cur) if found and found["present"] else 0
-        url = redact(self.url)
-        check_version(url, version)
+            return await _version(cur) if found and found["present"] else 0
+
+    async def check_schema(self) -> None:
+        check_version(redact(self.url), await self.schema_version())
 
     # -- write path ---------------------------------------------------------------
 
@@ -308,6 +313,9 @@ class PostgresStore:
 
     async def in_flight(self) -> int:
         return int((await self._rows("count_running"))[0]["n"])
+
+    async def waiting(self, *, now: float) -> Waiting:
+        return waiting_from(await self._rows("waiting_jobs", {"now": self._t(now)}))
 
     # -- LISTEN/NOTIFY ------------------------------------------------------------
 
@@ -433,6 +441,9 @@ class PostgresStore:
         args = {"id": -1 if number is None else number, "text": text, "limit": _limit(limit)}
         return [delivery_from(r) for r in await self._rows("search_deliveries", args)]
 
+    async def figures(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._rows("figures")]
+
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
             return []
@@ -531,6 +542,12 @@ class PostgresStore:
         return await self._op(rates.take_slot(channel, rate, now, within))
 
     # -- retention ----------------------------------------------------------------
+
+    async def import_keys(
+        self, keys: Sequence[str], *, now: float, dry_run: bool = False
+    ) -> imports.ImportResult:
+        """One batch of ``kirim.store.imports.import_keys``, in one transaction."""
+        return await self._op(imports.import_keys(keys, now, dry_run))
 
     async def prune(
         self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False

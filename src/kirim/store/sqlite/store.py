@@ -30,7 +30,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import digests, rates, recipients, retention, transitions
+from kirim.store import digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -54,6 +54,8 @@ from kirim.store.base import (
     Respond,
     StoredResponse,
     StoreTime,
+    Waiting,
+    waiting_from,
 )
 from kirim.store.rows import (
     Row,
@@ -118,6 +120,8 @@ def connect_read_only(path: str, *, timeout: float) -> sqlite3.Connection:
 
 class SQLiteStore:
     """The embedded backend (``sqlite:///kirim.db``)."""
+
+    dialect = "sqlite"
 
     def __init__(
         self,
@@ -260,13 +264,15 @@ class SQLiteStore:
 
         return await self._tx(run)
 
-    async def check_schema(self) -> None:
+    async def schema_version(self) -> int:
         def run(conn: sqlite3.Connection) -> int:
             exists = conn.execute(Q["meta_exists"]).fetchone()
             return _version(conn) if exists else 0
 
-        version = await self._tx(run, write=False)
-        check_version(self.url, version)
+        return await self._tx(run, write=False)
+
+    async def check_schema(self) -> None:
+        check_version(self.url, await self.schema_version())
 
     # -- write path ---------------------------------------------------------------
 
@@ -321,6 +327,12 @@ class SQLiteStore:
 
     async def in_flight(self) -> int:
         return int(must(await self._one("count_running"))["n"])
+
+    async def waiting(self, *, now: float) -> Waiting:
+        def run(conn: sqlite3.Connection) -> Waiting:
+            return waiting_from(conn.execute(Q["waiting_jobs"], {"now": self._t(now)}).fetchall())
+
+        return await self._tx(run, write=False)
 
     # -- read path and operator actions -------------------------------------------
 
@@ -439,6 +451,9 @@ class SQLiteStore:
         args = {"id": number, "text": text, "limit": limit}
         return [delivery_from(r) for r in await self._all("search_deliveries", args)]
 
+    async def figures(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._all("figures")]
+
     async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
         if ActivityBucket.span(since=since, until=until, bucket=bucket) == 0:
             return []
@@ -535,6 +550,16 @@ class SQLiteStore:
         return await self._op(rates.take_slot(channel, rate, now, within))
 
     # -- retention ----------------------------------------------------------------
+
+    async def import_keys(
+        self, keys: Sequence[str], *, now: float, dry_run: bool = False
+    ) -> imports.ImportResult:
+        """One batch of ``kirim.store.imports.import_keys``: one transaction (a dry run
+        only reads)."""
+        op = imports.import_keys(keys, now, dry_run)
+        if dry_run:
+            return await self._tx(lambda conn: drive(op, conn, self._at()), write=False)
+        return await self._op(op)
 
     async def prune(
         self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False

@@ -1,5 +1,8 @@
 -- kirim schema version 2 (PostgreSQL): the HTTP service's API tokens and idempotent
 -- requests. Same tables, names and checks as SQLite.
+--
+-- upgrade: safe: it adds the HTTP service's tables (tokens, requests), which older
+--   workers never read
 
 -- Bearer tokens of `kirim serve`. Only the sha256 of a token is stored; `prefix` (its
 -- first characters) lets an operator recognise one in `kirim token list`.

@@ -7,6 +7,10 @@
 -- deadline plus the request timeout). Lookup-not-found, an operator retry of a
 -- doubtful delivery and cancel wait until every earlier attempt has settled.
 -- Rows written before this version have neither: they count as settled.
+--
+-- upgrade: stop: older workers would go on writing attempts without a send deadline,
+--   which newer ones count as settled at once, so an operator's retry or cancel could
+--   overlap a request still in flight
 ALTER TABLE kirim_attempts ADD COLUMN send_deadline double precision;
 ALTER TABLE kirim_attempts ADD COLUMN settles_at double precision;
 

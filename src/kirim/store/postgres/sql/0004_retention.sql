@@ -6,6 +6,10 @@
 -- sha256 (hex) of the key, so that a notify() with that key still creates nothing.
 -- seen_at is the delivery's created_at; pruned_at when it was deleted (tombstones
 -- older than [retention] keys are deleted in turn, then the key is free again).
+--
+-- upgrade: safe: it adds the tombstones table and indexes, which older workers never
+--   read; prune (kirim prune, [retention]) only once every process that enqueues runs
+--   the newer kirim, since an older one does not read tombstones
 CREATE TABLE kirim_key_tombstones (
     key_hash    text             PRIMARY KEY,
     delivery_id bigint           NOT NULL,

@@ -3,6 +3,10 @@
 --
 -- A delivery may now be `delivered` or `bounced`, as a provider's callback says, and a
 -- pruned one leaves a tombstone with that status.
+--
+-- upgrade: safe: it widens two status checks and adds the callbacks' tables; older
+--   workers never write delivered or bounced, but an older kirim fails on a delivery a
+--   callback marked so: take callbacks only once every process runs the newer kirim
 ALTER TABLE kirim_deliveries DROP CONSTRAINT kirim_deliveries_status_check;
 ALTER TABLE kirim_deliveries ADD CONSTRAINT kirim_deliveries_status_check CHECK (status IN
     ('pending', 'processing', 'sent', 'confirmed', 'failed', 'canceled', 'in_doubt',

@@ -1,5 +1,9 @@
 -- kirim schema version 7 (PostgreSQL): the notification layer (docs/notifications.md).
 -- Same statuses, tables, names and checks as SQLite.
+--
+-- upgrade: stop: older workers would deliver a notification type's deliveries without
+--   reading the recipient's preferences again at claim, and fail on the status
+--   suppressed
 ALTER TABLE kirim_deliveries ADD COLUMN type text;
 ALTER TABLE kirim_deliveries ADD COLUMN recipient_id text;
 ALTER TABLE kirim_deliveries ADD COLUMN reason text;

@@ -20,3 +20,13 @@ FROM (
 ) AS happened
 GROUP BY i, kind
 ORDER BY i, kind;
+
+-- name: figures
+-- The overview's figures (kirim.http.figures): deliveries per channel, status, doubt
+-- and the status of each one's latest job (NULL: none), in one scan of the deliveries.
+SELECT d.channel, d.status, d.doubt, j.status AS job_status, COUNT(*) AS n
+FROM kirim_deliveries d
+LEFT JOIN kirim_jobs j
+    ON j.id = (SELECT MAX(k.id) FROM kirim_jobs k WHERE k.delivery_id = d.id)
+GROUP BY d.channel, d.status, d.doubt, j.status
+ORDER BY d.channel, d.status;

@@ -128,3 +128,12 @@ RETURNING *;
 UPDATE kirim_tokens SET revoked_at = kirim_now(%(now)s::float8)
 WHERE id = %(id)s::bigint AND revoked_at IS NULL
 RETURNING *;
+
+-- name: waiting_jobs
+-- What a burst worker waits for: per status, the jobs running (the last lease end),
+-- waiting for a retry and queued for after now (the first run_at of each).
+SELECT status, COUNT(*) AS n, MIN(run_at) AS first_run_at, MAX(lease_expires_at) AS last_lease
+FROM kirim_jobs
+WHERE status IN ('running', 'retry_scheduled')
+   OR (status = 'queued' AND run_at > kirim_now(%(now)s::float8))
+GROUP BY status;

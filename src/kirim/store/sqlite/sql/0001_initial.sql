@@ -1,4 +1,6 @@
 -- kirim schema version 1 (SQLite)
+--
+-- upgrade: stop: it creates the schema; no kirim runs on the database before it
 
 CREATE TABLE kirim_deliveries (
     id                  INTEGER PRIMARY KEY,

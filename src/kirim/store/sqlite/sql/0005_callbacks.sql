@@ -6,6 +6,10 @@
 -- SQLite's ALTER TABLE documentation gives for a change that leaves every stored row
 -- valid): the migration runner then bumps the schema version, so that every open
 -- connection reads the new text.
+--
+-- upgrade: safe: it widens two status checks and adds the callbacks' tables; older
+--   workers never write delivered or bounced, but an older kirim fails on a delivery a
+--   callback marked so: take callbacks only once every process runs the newer kirim
 PRAGMA writable_schema = ON;
 UPDATE sqlite_master
 SET sql = replace(sql, '''canceled'', ''in_doubt'')',

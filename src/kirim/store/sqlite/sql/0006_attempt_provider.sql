@@ -5,4 +5,7 @@
 -- docs/channels.md "How failover decides"). The worker routes each attempt from these
 -- rows, not from its memory, so the rule holds across workers and crashes. Rows
 -- written before this version have none: they went to the delivery's own channel.
+--
+-- upgrade: safe: older workers write attempts without a provider, which newer ones
+--   read as the delivery's own channel, true of a kirim without failover
 ALTER TABLE kirim_attempts ADD COLUMN provider TEXT;

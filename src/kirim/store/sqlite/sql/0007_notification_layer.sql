@@ -5,6 +5,10 @@
 -- `suppressed`, a final status, with the reason beside it. SQLite cannot alter a
 -- CHECK constraint, so the status lists are widened in the schema's text, as in
 -- version 5 (the migration runner then bumps the schema cookie).
+--
+-- upgrade: stop: older workers would deliver a notification type's deliveries without
+--   reading the recipient's preferences again at claim, and fail on the status
+--   suppressed
 ALTER TABLE kirim_deliveries ADD COLUMN type TEXT;
 ALTER TABLE kirim_deliveries ADD COLUMN recipient_id TEXT;
 ALTER TABLE kirim_deliveries ADD COLUMN reason TEXT;

@@ -110,3 +110,11 @@ RETURNING *;
 -- name: tokens
 -- API tokens, oldest first; the revoked ones only when :all.
 SELECT * FROM kirim_tokens WHERE :all OR revoked_at IS NULL ORDER BY id;
+
+-- name: waiting_jobs
+-- What a burst worker waits for: per status, the jobs running (the last lease end),
+-- waiting for a retry and queued for after :now (the first run_at of each).
+SELECT status, COUNT(*) AS n, MIN(run_at) AS first_run_at, MAX(lease_expires_at) AS last_lease
+FROM kirim_jobs
+WHERE status IN ('running', 'retry_scheduled') OR (status = 'queued' AND run_at > :now)
+GROUP BY status;

@@ -1,0 +1,165 @@
+"""The operator's verbs the dashboard offers, on one row and on a selection of rows.
+
+Each verb is one entry of ``VERBS``: its name (the form's ``action``, the button's
+class), its label, which rows offer it, how it runs (a ``Kirim`` method, the same as
+the CLI's and the API's), and what it may do to the user: the confirmation of a bulk
+action says, for each notification, whether a second copy is possible. Adding a verb
+(``reconcile``, say) is adding one ``Verb`` to the tuple.
+
+A retry may make a second copy when an earlier request may have reached the provider
+(an attempt requested, unknown or succeeded: the delivery held in doubt, assumed
+sent, or sent) and the channel does not honour idempotency keys. When it does, the
+same key goes again and the provider answers with the first message; when every
+request was refused (or none left), there is no earlier copy to double.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kirim.engine import Kirim
+from kirim.model import Attempt, AttemptStatus, DeliveryStatus, JobStatus
+from kirim.views import Record, iso
+
+#: statuses a cancel is offered for (a delivery being sent, only once its claim is gone)
+CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
+#: an attempt in one of these may have reached the provider
+_MAY_HAVE_ARRIVED = frozenset(
+    {AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN, AttemptStatus.SUCCEEDED}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Effect:
+    """What a verb may do to one notification, in words; ``twice``: a second copy of
+    it may reach the user."""
+
+    text: str
+    twice: bool = False
+    #: an earlier request may still land until then: the verb is refused before it
+    wait_until: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Verb:
+    name: str
+    label: str
+    #: the flash message codes of one row's button (kept: links and tests name them)
+    done_code: str
+    refused_code: str
+    #: what was done, and why it was refused, after "notification N"
+    done_text: str
+    refused_text: str
+    #: whether a row in this state offers it
+    offered: Callable[[Record], bool]
+    run: Callable[[Kirim, int], Awaitable[object]]
+    #: what it may do, given the channel's idempotency (None: not known here) and the
+    #: time
+    effect: Callable[[Record, bool | None, float], Effect]
+
+
+def _retry_offered(record: Record) -> bool:
+    job = record[1]
+    return job is not None and job.status is JobStatus.DEAD
+
+
+def _cancel_offered(record: Record) -> bool:
+    d = record[0]
+    return d.status in CANCELABLE or (
+        d.status is DeliveryStatus.PROCESSING and d.claim_token is None
+    )
+
+
+def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
+    """Until when an earlier request may still land (None: every attempt is settled)."""
+    later = [a.settles_at for a in attempts if not a.settled(now) and a.settles_at is not None]
+    return max(later) if later else None
+
+
+def _retry_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
+    found = _copies(record, idempotent)
+    until = _pending(record[2], now)
+    if until is None:
+        return found
+    return Effect(
+        text=f"{found.text}; refused until {iso(until)}: an earlier request may still land "
+        "until then",
+        twice=found.twice,
+        wait_until=until,
+    )
+
+
+def _copies(record: Record, idempotent: bool | None) -> Effect:
+    d, _, attempts = record
+    channel = d.channel
+    if not any(a.status in _MAY_HAVE_ARRIVED for a in attempts):
+        if attempts:
+            return Effect(text="no second copy: the provider refused every request")
+        return Effect(text="no second copy: no request was sent")
+    if idempotent:
+        return Effect(
+            text=f"no second copy: {channel} honours idempotency keys, and the same key goes again"
+        )
+    why = "an earlier request may have reached the provider"
+    if idempotent is None:
+        return Effect(
+            text=f"may arrive twice: {why}, and {channel} is not configured here", twice=True
+        )
+    return Effect(
+        text=f"may arrive twice: {why}, and {channel} does not honour idempotency keys",
+        twice=True,
+    )
+
+
+def _cancel_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
+    d, _, attempts = record
+    until = _pending(attempts, now)
+    if until is not None:
+        return Effect(
+            text=f"refused until {iso(until)}: an earlier request may still land until then",
+            wait_until=until,
+        )
+    if d.status is DeliveryStatus.IN_DOUBT or any(
+        a.status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN) for a in attempts
+    ):
+        return Effect(
+            text="nothing more is sent; an earlier request may still have reached the user"
+        )
+    return Effect(text="nothing more is sent")
+
+
+async def _retry(app: Kirim, delivery_id: int) -> object:
+    return await app.retry(delivery_id, by="id")
+
+
+async def _cancel(app: Kirim, delivery_id: int) -> object:
+    return await app.cancel(delivery_id, by="id")
+
+
+# fmt: off
+VERBS: Mapping[str, Verb] = {
+    v.name: v
+    for v in (
+        Verb(name="retry", label="Retry", done_code="retried", refused_code="not_retried",
+             done_text="requeued with a fresh job",
+             refused_text="is not dead-lettered: nothing to retry",
+             offered=_retry_offered, run=_retry, effect=_retry_effect),
+        Verb(name="cancel", label="Cancel", done_code="canceled", refused_code="not_canceled",
+             done_text="canceled", refused_text="cannot be canceled in its current state",
+             offered=_cancel_offered, run=_cancel, effect=_cancel_effect),
+    )
+}
+# fmt: on
+
+
+def idempotency(app: Kirim) -> dict[str, bool]:
+    """Whether each configured channel honours idempotency keys (empty when the channels
+    cannot be built here)."""
+    try:
+        return {name: channel.idempotent for name, channel in app.channels().items()}
+    except Exception:  # a provider that cannot be built here: said as "not known"
+        return {}
+
+
+__all__ = ["CANCELABLE", "VERBS", "Effect", "Verb", "idempotency"]

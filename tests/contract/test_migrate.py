@@ -1,0 +1,230 @@
+"""``kirim migrate`` (``--check``, ``--dry-run``) and the refusal of a schema newer than
+this kirim knows, on both backends.
+
+A database "of an older kirim" is made here by applying the first migrations as
+written (the SQL files), with the schema version they leave; one "of a newer kirim"
+by raising the recorded version past ``SCHEMA_VERSION``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Iterator
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from kirim.cli import main
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.errors import SchemaError
+from kirim.store import open_store
+from kirim.store.base import SCHEMA_VERSION
+from kirim.store.migrations import OlderWorkers, all_of
+from kirim.store.sqlfiles import load_queries, migrations
+from kirim.store.sqlite.store import _statements
+
+
+def _sql(url: str, statements: list[str]) -> None:
+    """Run ``statements`` on the database itself, outside kirim."""
+    if url.startswith("sqlite:"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        try:
+            for s in statements:
+                conn.execute(s)
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for s in statements:
+            conn.execute(s.encode())  # bytes: no placeholders
+
+
+def _dialect(url: str) -> str:
+    return "sqlite" if url.startswith("sqlite:") else "postgres"
+
+
+def at_version(url: str, version: int) -> None:
+    """The database as a kirim of schema ``version`` left it."""
+    dialect = _dialect(url)
+    statements = [load_queries(dialect)["create_meta"]]
+    for number, sql in migrations(dialect):
+        if number <= version:
+            statements += _statements(sql) if dialect == "sqlite" else [sql]
+    statements.append(f"INSERT INTO kirim_meta (key, value) VALUES ('schema_version', '{version}')")
+    _sql(url, statements)
+
+
+def set_version(url: str, version: int) -> None:
+    _sql(url, [f"UPDATE kirim_meta SET value = '{version}' WHERE key = 'schema_version'"])
+
+
+def version_of(url: str) -> int:
+    async def go() -> int:
+        store = open_store(url)
+        await store.open()
+        try:
+            return await store.schema_version()
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+def cli(url: str, *args: str) -> Result:
+    return CliRunner().invoke(main, ["--database", url, *args], catch_exceptions=False)
+
+
+@pytest.fixture
+def newer(database_url: str) -> str:
+    """A database a newer kirim migrated: the current schema, its version one past."""
+    assert cli(database_url, "migrate").exit_code == 0
+    set_version(database_url, SCHEMA_VERSION + 1)
+    return database_url
+
+
+def test_check_and_dry_run_say_what_would_run_and_change_nothing(database_url: str) -> None:
+    """On a database of schema 4, --check lists 5 to 7 with whether older workers may
+    run on and exits 1, --dry-run prints their SQL too; neither changes the version,
+    then migrate applies them and --check exits 0."""
+    at_version(database_url, 4)
+    check = cli(database_url, "migrate", "--check")
+    assert check.exit_code == 1, check.output
+    assert "schema version 4" in check.output
+    for m in all_of(_dialect(database_url))[4:]:
+        assert m.name in check.output
+    assert "0004_retention" not in check.output
+    assert "0006_attempt_provider  attempt provider (older workers may run on)" in check.output
+    assert "stop every worker older than this kirim" in check.output
+    assert "0007_notification_layer" in check.output.split("stop every worker")[1]
+    dry = cli(database_url, "migrate", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "-- 0005_callbacks.sql" in dry.output
+    assert "CREATE TABLE kirim_confirmations" in dry.output
+    assert dry.output.rstrip().endswith("nothing was changed (--dry-run)")
+    assert version_of(database_url) == 4
+    applied = cli(database_url, "migrate")
+    assert applied.exit_code == 0, applied.output
+    assert f"applied; schema version {SCHEMA_VERSION}" in applied.output
+    assert version_of(database_url) == SCHEMA_VERSION
+    again = cli(database_url, "migrate", "--check")
+    assert again.exit_code == 0, again.output
+    assert "nothing to migrate" in again.output
+
+
+def test_check_as_json(database_url: str) -> None:
+    """--check --json gives the plan as one object: versions, each pending migration."""
+    at_version(database_url, 6)
+    import json
+
+    done = cli(database_url, "migrate", "--check", "--json")
+    assert done.exit_code == 1
+    plan = json.loads(done.output)
+    assert (plan["current"], plan["target"], plan["too_new"]) == (6, SCHEMA_VERSION, False)
+    assert [p["name"] for p in plan["pending"]] == ["0007_notification_layer"]
+    assert plan["pending"][0]["older_workers"] == "stop"
+    assert plan["stop_workers_first"] is True
+
+
+def test_every_migration_says_whether_older_workers_may_run_on() -> None:
+    """Each migration of both dialects has its upgrade line, and the two dialects agree."""
+    sqlite, postgres = all_of("sqlite"), all_of("postgres")
+    assert [m.version for m in sqlite] == list(range(1, SCHEMA_VERSION + 1))
+    assert [(m.name, m.older_workers) for m in sqlite] == [
+        (m.name, m.older_workers) for m in postgres
+    ]
+    assert all(m.why for m in sqlite)
+    assert OlderWorkers.SAFE in {m.older_workers for m in sqlite}
+
+
+#: every command that opens the store, with arguments it would accept
+STORE_COMMANDS: list[list[str]] = [
+    ["worker", "--burst"],
+    ["send", "--event", "e-1", "--recipient", "1007", "--channel", "push", "--payload", "{}"],
+    ["event", "order_shipped", "--event", "e-1", "--recipient", "1007"],
+    ["status", "1"],
+    ["list"],
+    ["cancel", "1"],
+    ["dead-letter", "list"],
+    ["dead-letter", "retry", "1"],
+    ["dead-letter", "cancel", "1"],
+    ["prune", "--keep", "30d"],
+    ["prune", "--keep", "30d", "--dry-run"],
+    ["token", "create", "--name", "ops"],
+    ["token", "list"],
+    ["token", "revoke", "ops"],
+    ["prefs", "show", "1007"],
+    ["prefs", "set", "1007", "--timezone", "Asia/Jakarta"],
+    ["prefs", "clear", "1007"],
+    ["serve", "--port", "0"],
+    ["init"],
+    ["migrate"],
+    ["migrate", "--check"],
+    ["migrate", "--dry-run"],
+    ["import-keys", "-"],
+]
+#: the commands that open no store of the configuration's (or only say what is wrong)
+NO_STORE = {"render", "demo", "bench", "simulate", "explore", "analyze", "doctor"}
+
+
+def _leaves(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from _leaves(command, (*prefix, name))
+        elif command is not None:
+            yield (*prefix, name)
+
+
+def test_the_refusal_list_names_every_command_that_opens_the_store() -> None:
+    """Every command of the click tree is in the list below or opens no store: a new
+    command must be added to one of them."""
+    tested = {tuple(a for a in args if not a.startswith("-"))[:2] for args in STORE_COMMANDS}
+    for leaf in _leaves(main):
+        if leaf[0] in NO_STORE:
+            continue
+        assert any(leaf == t[: len(leaf)] for t in tested), leaf
+
+
+@pytest.mark.parametrize("args", STORE_COMMANDS, ids=" ".join)
+def test_every_command_refuses_a_schema_newer_than_it_knows(newer: str, args: list[str]) -> None:
+    """Against a database a newer kirim migrated, the command exits 2 saying so, and the
+    database keeps its version (nothing was written)."""
+    done = CliRunner().invoke(main, ["--database", newer, *args], input="k-1\n")
+    assert done.exit_code == 2, done.output
+    assert f"schema version {SCHEMA_VERSION + 1}" in done.output
+    assert "a newer kirim migrated it" in done.output
+    assert "upgrade kirim here" in done.output
+    assert version_of(newer) == SCHEMA_VERSION + 1
+
+
+def test_doctor_names_the_newer_schema(newer: str) -> None:
+    """kirim doctor reports a schema newer than this kirim as a problem, with the fix."""
+    done = cli(newer, "doctor")
+    assert done.exit_code == 1, done.output
+    assert "newer than this kirim" in done.output
+
+
+async def test_the_python_api_refuses_a_newer_schema(newer: str) -> None:
+    """Kirim.open raises SchemaError on a newer schema, with or without migrate."""
+    for migrate in (False, True):
+        app = Kirim(Config(database=newer))
+        with pytest.raises(SchemaError, match="a newer kirim migrated it"):
+            await app.open(migrate=migrate)
+        await app.close()
+
+
+def test_the_upgrading_guide_lists_every_migration_as_its_file_says() -> None:
+    """docs/upgrading.md's table has one row per migration, with the safe or stop its SQL
+    file gives."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    rows = [line.split("|")[1:4] for line in doc.splitlines() if line.startswith("| ")]
+    table = {cells[1].strip().strip("`"): cells[2].strip() for cells in rows[1:]}
+    assert table == {m.name: str(m.older_workers) for m in all_of("sqlite")}
