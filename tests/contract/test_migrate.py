@@ -125,7 +125,10 @@ def test_check_as_json(database_url: str) -> None:
     assert done.exit_code == 1
     plan = json.loads(done.output)
     assert (plan["current"], plan["target"], plan["too_new"]) == (6, SCHEMA_VERSION, False)
-    assert [p["name"] for p in plan["pending"]] == ["0007_notification_layer"]
+    assert [p["name"] for p in plan["pending"]] == [
+        "0007_notification_layer",
+        "0008_truthful_records",
+    ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True
 
@@ -149,6 +152,7 @@ STORE_COMMANDS: list[list[str]] = [
     ["status", "1"],
     ["list"],
     ["cancel", "1"],
+    ["reconcile", "1"],
     ["dead-letter", "list"],
     ["dead-letter", "retry", "1"],
     ["dead-letter", "cancel", "1"],

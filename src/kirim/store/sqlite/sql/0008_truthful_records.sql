@@ -1,5 +1,9 @@
 -- kirim schema version 8 (SQLite): records that claim no more than kirim knows.
 --
+-- upgrade: safe: it adds a column older workers leave empty (their tombstones keep no
+--   doubt, as before) and a table they never read (their callbacks for unrecorded
+--   messages are answered unknown and dropped, as before)
+--
 -- kirim_key_tombstones.doubt: the doubt a pruned delivery had (assumed_sent, held,
 -- resolved), so that asking for its key again answers "sent (assumed)" and not a plain
 -- "sent" for as long as the tombstone lasts. Tombstones written before this version
