@@ -201,8 +201,8 @@ async def test_the_attention_page_lists_each_kind_with_its_timeline(api: Api, ma
     assert "status=in_doubt doubt=held" in held
     assert "result=unknown" in assumed
     assert buttons(dead, ids["dead"]) == {"retry", "cancel"}
-    assert buttons(held, ids["held"]) == {"retry", "cancel"}
-    assert buttons(assumed, ids["assumed"]) == set()  # sent: nothing to retry or cancel
+    assert buttons(held, ids["held"]) == {"retry", "cancel", "reconcile"}
+    assert buttons(assumed, ids["assumed"]) == {"reconcile"}  # sent: only its doubt to settle
     assert f'data-id="{ids["fine"]}"' not in html
     assert re.search(r'id="attention-assumed-count">1<', html)
     overview = await api.client.get("/", headers=ANON)
@@ -405,3 +405,25 @@ async def test_browse_takes_edge_values_without_an_error(api: Api, query: str) -
     await api.post(BODY)
     page = await api.client.get(f"/dashboard/browse?{query}", headers=ANON)
     assert page.status_code == 200, page.text
+
+
+async def test_a_held_doubt_offers_reconcile_and_the_button_settles_it(make_app, clock) -> None:
+    """A delivery held in doubt on a channel whose provider can be asked shows a
+    Reconcile button; pressing it asks the provider and settles the doubt (found: sent)."""
+    provider = FlakyProvider(idempotent=False, script=["accept_then_timeout"])
+    kirim = await make_app(provider, on_unknown=OnUnknown.HOLD, lookup=True, max_attempts=1)
+    async with api_on(kirim, settings=LOCAL) as api:
+        created = (await api.post(BODY)).json()
+        held = int(created["id"])
+        await kirim.worker(settings=WorkerSettings(lease=10), worker_id="A").run_once()
+        assert (await api.client.get(f"/v1/notifications/{held}")).json()["status"] == "in_doubt"
+        clock.advance(3600)
+        page = await api.client.get(f"/dashboard/notifications/{held}", headers=ANON)
+        assert f'action="/dashboard/notifications/{held}/reconcile"' in page.text
+        done = await api.client.post(
+            f"/dashboard/notifications/{held}/reconcile", data={"back": "/"}, headers=SAME_ORIGIN
+        )
+        assert done.headers["location"] == f"/?msg=reconciled&id={held}"
+        shown = (await api.client.get(f"/v1/notifications/{held}")).json()
+        assert (shown["status"], shown["doubt"]) == ("sent", "resolved")
+        assert len(provider.requests) == 1

@@ -4,7 +4,7 @@ Each verb is one entry of ``VERBS``: its name (the form's ``action``, the button
 class), its label, which rows offer it, how it runs (a ``Kirim`` method, the same as
 the CLI's and the API's), and what it may do to the user: the confirmation of a bulk
 action says, for each notification, whether a second copy is possible. Adding a verb
-(``reconcile``, say) is adding one ``Verb`` to the tuple.
+(``reconcile`` was) is adding one ``Verb`` to the tuple.
 
 A retry may make a second copy when an earlier request may have reached the provider
 (an attempt requested, unknown or succeeded: the delivery held in doubt, assumed
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kirim.engine import Kirim
-from kirim.model import Attempt, AttemptStatus, DeliveryStatus, JobStatus
+from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.views import Record, iso
 
 #: statuses a cancel is offered for (a delivery being sent, only once its claim is gone)
@@ -129,6 +129,29 @@ def _cancel_effect(record: Record, idempotent: bool | None, now: float) -> Effec
     return Effect(text="nothing more is sent")
 
 
+def _reconcile_offered(record: Record) -> bool:
+    """A delivery in doubt (held, or sent under an assumption): whether its provider can
+    be asked, the verb says when it runs."""
+    return record[0].doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
+
+
+def _reconcile_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
+    until = _pending(record[2], now)
+    if until is not None:
+        return Effect(
+            text=f"refused until {iso(until)}: an earlier request may still land until then",
+            wait_until=until,
+        )
+    return Effect(
+        text="nothing is sent: the provider is asked whether it has it, and the doubt "
+        "settled either way (sent, or failed so that a retry sends no second copy)"
+    )
+
+
+async def _reconcile(app: Kirim, delivery_id: int) -> object:
+    return await app.reconcile(delivery_id, by="id")
+
+
 async def _retry(app: Kirim, delivery_id: int) -> object:
     return await app.retry(delivery_id, by="id")
 
@@ -148,6 +171,12 @@ VERBS: Mapping[str, Verb] = {
         Verb(name="cancel", label="Cancel", done_code="canceled", refused_code="not_canceled",
              done_text="canceled", refused_text="cannot be canceled in its current state",
              offered=_cancel_offered, run=_cancel, effect=_cancel_effect),
+        Verb(name="reconcile", label="Reconcile", done_code="reconciled",
+             refused_code="not_reconciled",
+             done_text="settled by asking its provider",
+             refused_text="cannot be reconciled: its provider cannot be asked (no lookup), "
+             "does not answer, or it is not in doubt",
+             offered=_reconcile_offered, run=_reconcile, effect=_reconcile_effect),
     )
 }
 # fmt: on
