@@ -444,14 +444,14 @@ class Kirim:
         asks it before sending anything. Raises ``NotFound``, ``ActionRefused`` or
         ``NotSettled``."""
         return await operations.retry(
-            self.store, key_or_id, now=self.clock.now(), by=by, channels=self._known_channels()
+            self.store, key_or_id, now=self.clock.now(), by=by, channels=self.known_channels()
         )
 
     def second_copy_possible(self, record: Record) -> bool:
         """Whether retrying this dead letter now may give its user a second copy (an
         earlier request may have arrived, and neither a lookup nor a provider's key
         will keep the resend from being a second message)."""
-        return operations.second_copy_possible(record, self._known_channels(), now=self.clock.now())
+        return operations.second_copy_possible(record, self.known_channels(), now=self.clock.now())
 
     async def reconcile(self, key_or_id: str | int, *, by: By = "auto") -> Record:
         """Ask the provider of a delivery in doubt whether it has it (``lookup``) and
@@ -459,10 +459,10 @@ class Kirim:
         failed (resolved; a retry then sends no second copy). The record after. Raises
         ``NotFound``, ``NotSettled`` or ``ActionRefused``."""
         return await operations.reconcile(
-            self.store, self._known_channels(), key_or_id, now=self.clock.now, by=by
+            self.store, self.known_channels(), key_or_id, now=self.clock.now, by=by
         )
 
-    def _known_channels(self) -> dict[str, Channel]:
+    def known_channels(self) -> dict[str, Channel]:
         """The channels, built when they can be (a tool without providers gets none)."""
         try:
             return self.channels()

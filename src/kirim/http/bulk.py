@@ -31,7 +31,7 @@ from kirim.http.dashboard import (
 )
 from kirim.http.routes_notifications import read_body
 from kirim.http.service import Service, service
-from kirim.http.verbs import VERBS, Verb, idempotency
+from kirim.http.verbs import VERBS, Verb
 from kirim.validation import as_id
 
 router = APIRouter(include_in_schema=False)
@@ -87,7 +87,6 @@ async def _ask(
 ) -> Response:
     """The confirmation page: each notification with what ``verb`` does to it."""
     app = svc.kirim
-    keys = idempotency(app)
     rows: list[dict[str, Any]] = []
     missing: list[int] = []
     for delivery_id in ids:
@@ -101,7 +100,7 @@ async def _ask(
             {
                 **row,
                 "offered": verb in row["verbs"],
-                "effect": verb.effect(record, keys.get(d.channel), app.clock.now()),
+                "effect": verb.effect(app, record, app.clock.now()),
             }
         )
     twice = sum(1 for r in rows if r["offered"] and r["effect"].twice)

@@ -6,11 +6,10 @@ the CLI's and the API's), and what it may do to the user: the confirmation of a 
 action says, for each notification, whether a second copy is possible. Adding a verb
 (``reconcile`` was) is adding one ``Verb`` to the tuple.
 
-A retry may make a second copy when an earlier request may have reached the provider
-(an attempt requested, unknown or succeeded: the delivery held in doubt, assumed
-sent, or sent) and the channel does not honour idempotency keys. When it does, the
-same key goes again and the provider answers with the first message; when every
-request was refused (or none left), there is no earlier copy to double.
+Whether a retry may make a second copy is the engine's rule
+(``Kirim.second_copy_possible``, the same for the API and the CLI): an earlier request
+may have reached the provider, the worker will not ask the provider first (no
+lookup), and no idempotency key will keep the resend from being a second message.
 """
 
 from __future__ import annotations
@@ -18,16 +17,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kirim import operations
 from kirim.engine import Kirim
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.views import Record, iso
 
 #: statuses a cancel is offered for (a delivery being sent, only once its claim is gone)
 CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
-#: an attempt in one of these may have reached the provider
-_MAY_HAVE_ARRIVED = frozenset(
-    {AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN, AttemptStatus.SUCCEEDED}
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,9 +50,8 @@ class Verb:
     #: whether a row in this state offers it
     offered: Callable[[Record], bool]
     run: Callable[[Kirim, int], Awaitable[object]]
-    #: what it may do, given the channel's idempotency (None: not known here) and the
-    #: time
-    effect: Callable[[Record, bool | None, float], Effect]
+    #: what it may do, by the engine's rules, at the time given
+    effect: Callable[[Kirim, Record, float], Effect]
 
 
 def _retry_offered(record: Record) -> bool:
@@ -77,8 +72,8 @@ def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
     return max(later) if later else None
 
 
-def _retry_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
-    found = _copies(record, idempotent)
+def _retry_effect(app: Kirim, record: Record, now: float) -> Effect:
+    found = _copies(app, record, now)
     until = _pending(record[2], now)
     if until is None:
         return found
@@ -90,29 +85,35 @@ def _retry_effect(record: Record, idempotent: bool | None, now: float) -> Effect
     )
 
 
-def _copies(record: Record, idempotent: bool | None) -> Effect:
+def _copies(app: Kirim, record: Record, now: float) -> Effect:
+    """Whether a retry may make a second copy (``Kirim.second_copy_possible``, the rule
+    the API and the CLI use too), in words."""
     d, _, attempts = record
-    channel = d.channel
-    if not any(a.status in _MAY_HAVE_ARRIVED for a in attempts):
+    channels = app.known_channels()
+    if app.second_copy_possible(record):
+        why = "an earlier request may have reached the provider"
+        if d.channel not in channels:
+            return Effect(
+                text=f"may arrive twice: {why}, and {d.channel} is not configured here",
+                twice=True,
+            )
+        return Effect(
+            text=f"may arrive twice: {why}, and neither a lookup nor {d.channel}'s "
+            "idempotency key keeps the resend from being a second message",
+            twice=True,
+        )
+    if not operations.doubtful(record):
         if attempts:
-            return Effect(text="no second copy: the provider refused every request")
+            return Effect(text="no second copy: no request may have reached the provider")
         return Effect(text="no second copy: no request was sent")
-    if idempotent:
-        return Effect(
-            text=f"no second copy: {channel} honours idempotency keys, and the same key goes again"
-        )
-    why = "an earlier request may have reached the provider"
-    if idempotent is None:
-        return Effect(
-            text=f"may arrive twice: {why}, and {channel} is not configured here", twice=True
-        )
+    if operations.asks_first(record, channels):
+        return Effect(text="no second copy: the worker asks the provider first (lookup)")
     return Effect(
-        text=f"may arrive twice: {why}, and {channel} does not honour idempotency keys",
-        twice=True,
+        text=f"no second copy: {d.channel} honours idempotency keys, and the same key goes again"
     )
 
 
-def _cancel_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
+def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
     d, _, attempts = record
     until = _pending(attempts, now)
     if until is not None:
@@ -135,7 +136,7 @@ def _reconcile_offered(record: Record) -> bool:
     return record[0].doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
 
 
-def _reconcile_effect(record: Record, idempotent: bool | None, now: float) -> Effect:
+def _reconcile_effect(app: Kirim, record: Record, now: float) -> Effect:
     until = _pending(record[2], now)
     if until is not None:
         return Effect(
@@ -182,13 +183,4 @@ VERBS: Mapping[str, Verb] = {
 # fmt: on
 
 
-def idempotency(app: Kirim) -> dict[str, bool]:
-    """Whether each configured channel honours idempotency keys (empty when the channels
-    cannot be built here)."""
-    try:
-        return {name: channel.idempotent for name, channel in app.channels().items()}
-    except Exception:  # a provider that cannot be built here: said as "not known"
-        return {}
-
-
-__all__ = ["CANCELABLE", "VERBS", "Effect", "Verb", "idempotency"]
+__all__ = ["CANCELABLE", "VERBS", "Effect", "Verb"]
