@@ -196,7 +196,11 @@ def decide(policy: TypePolicy, channel: str, prefs: Preferences | None, now: flo
 
 def opening(now: float, zone: ZoneInfo, *, quiet: Window | None, window: Window | None) -> float:
     """The first instant from ``now`` outside ``quiet`` and inside ``window`` (each
-    optional), in ``zone``'s local time; ``now`` itself when it is one."""
+    optional), in ``zone``'s local time; ``now`` itself when it is one.
+
+    When the quiet hours cover the whole of the window, the window wins: the first
+    instant from ``now`` inside it (``now`` itself when the window is open), so that a
+    delivery deferred to the window's opening goes then, not a day later each time."""
     at = now
     for _ in range(_SEARCH):
         moved = at
@@ -207,7 +211,7 @@ def opening(now: float, zone: ZoneInfo, *, quiet: Window | None, window: Window 
         if at == moved:
             return at
     assert window is not None  # quiet hours alone end in one move
-    return _next_start(window, now, zone)
+    return now if _span_end(window, now, zone) is not None else _next_start(window, now, zone)
 
 
 # -- checks ----------------------------------------------------------------------------
