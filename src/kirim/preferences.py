@@ -26,7 +26,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from kirim.validation import MAX_KEY_LENGTH, BadValue, check_text, shown
+from kirim import limits
+from kirim.validation import BadValue, check_text, shown
 
 #: what ``Preferences.to_json`` writes and ``from_json`` accepts
 FIELDS = ("opt_out", "channels", "timezone", "quiet_hours")
@@ -218,9 +219,9 @@ def opening(now: float, zone: ZoneInfo, *, quiet: Window | None, window: Window 
 
 
 def check_recipient_id(value: Any) -> str:
-    """A recipient id: non-blank text, at most ``MAX_KEY_LENGTH`` characters (it is a
-    primary key and a path segment of the HTTP API)."""
-    return check_text("recipient_id", value, max_len=MAX_KEY_LENGTH)
+    """A recipient id: non-blank text, at most ``kirim.limits.RECIPIENT_ID`` bytes (it is
+    a primary key and a path segment of the HTTP API)."""
+    return check_text("recipient_id", value, limit=limits.RECIPIENT_ID)
 
 
 def check_channels(value: Any) -> dict[str, bool]:
@@ -241,7 +242,7 @@ def check_pattern(pattern: Any) -> str:
     name = f"channels[{shown(pattern)}]"
     if not isinstance(pattern, str) or pattern.count(":") != 1:
         raise BadValue(name, "must be TYPE:CHANNEL, TYPE:* or *:CHANNEL")
-    check_text(name, pattern, max_len=MAX_KEY_LENGTH)
+    check_text(name, pattern, limit=limits.PATTERN)
     type_name, channel = pattern.split(":")
     if not type_name.strip() or not channel.strip() or pattern != pattern.strip():
         raise BadValue(name, "must be TYPE:CHANNEL, TYPE:* or *:CHANNEL")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from kirim import views
+from kirim import limits, views
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
@@ -19,19 +19,19 @@ from kirim.validation import MAX_ID
     "--event",
     "event_id",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.EVENT_ID),
     help="The business event's id.",
 )
 @click.option(
     "--recipient",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.RECIPIENT),
     help="Who receives it (a user id, an address).",
 )
 @click.option(
     "--channel",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.CHANNEL),
     help="A channel configured in kirim.toml.",
 )
 @click.option(

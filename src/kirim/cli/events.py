@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from kirim import limits
 from kirim.cli import params, runner
 from kirim.cli import render as output
 from kirim.cli.runner import EXIT_USAGE, State, pass_state
@@ -92,7 +93,7 @@ def _show(channel: str, payload: dict[str, Any]) -> None:
     "--event",
     "event_id",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.EVENT_ID),
     help="The business event's id (each delivery's key comes from it).",
 )
 @click.option(

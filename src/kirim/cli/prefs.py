@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from kirim import limits
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
 from kirim.preferences import Preferences, Window, check_pattern, check_timezone
@@ -41,7 +42,7 @@ def prefs() -> None:
 
 
 @prefs.command(name="show")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
 def show_cmd(state: State, recipient_id: str, as_json: bool) -> None:
@@ -69,7 +70,7 @@ def show_cmd(state: State, recipient_id: str, as_json: bool) -> None:
 
 
 @prefs.command(name="set")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @click.option(
     "--opt-out/--opt-in",
     "opt_out",
@@ -144,7 +145,7 @@ def set_cmd(
 
 
 @prefs.command(name="clear")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @pass_state
 def clear_cmd(state: State, recipient_id: str) -> None:
     """Forget a recipient's preferences (each type's defaults apply again). Exits 1 when

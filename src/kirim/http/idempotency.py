@@ -111,12 +111,12 @@ def invalid_details(
     exc: InvalidNotification, fields: Sequence[str] = _FIELDS
 ) -> list[dict[str, str]]:
     """The ``details`` of a refusal by ``Kirim.prepare`` (or ``prepare_event``): the
-    field it names (its ``field``, else the first word of "payload[0] must not …" or
-    "recipients[1]: …"), if it is one of the body's ``fields``."""
+    field it names (its ``field``, else the first word of "payload[0] must not …",
+    "recipients[1]: …" or "data.group …"), if it is one of the body's ``fields``."""
     message = str(exc)
     name = getattr(exc, "field", None)
     if not isinstance(name, str):
-        name = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
+        name = message.split(" ", 1)[0].split("[", 1)[0].split(".", 1)[0].rstrip(":")
     return [detail(f"body.{name}", message, "value_error")] if name in fields else []
 
 
