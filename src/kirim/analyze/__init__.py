@@ -78,7 +78,9 @@ def open_binary(stream: IO[bytes]) -> IO[bytes]:
 def _text(stream: IO[bytes]) -> Iterator[io.TextIOWrapper]:
     """A text view of ``stream`` (gunzipped if needed) that leaves ``stream`` itself open."""
     binary = open_binary(stream)
-    text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape")
+    # Lines end at \n alone, as kirim writes them: a carriage return, NEL or U+2028
+    # inside a line (text a client sent) does not start a line of its own.
+    text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="\n")
     try:
         yield text
     finally:
