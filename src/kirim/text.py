@@ -146,6 +146,29 @@ def redact_url(url: str) -> str:
     return out
 
 
+def url_secrets(url: str) -> list[str]:
+    """The secrets a URL holds (its password, its secret-looking parameters' values),
+    longest first."""
+    try:
+        parts = urlsplit(url)
+        found = [parts.password] if parts.password else []
+    except ValueError:
+        return []
+    for pair in parts.query.split("&"):
+        name, sep, value = pair.partition("=")
+        if sep and value and secret_parameter(unquote(name)):
+            found += [value, unquote(value)]
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def scrub(message: str, url: str) -> str:
+    """``message`` (a driver's error about ``url``) with every secret of ``url`` written
+    ``***``: a driver may quote the parameter it could not read."""
+    for secret in url_secrets(url):
+        message = message.replace(secret, "***")
+    return message
+
+
 def _redact_query(query: str) -> str:
     if not query:
         return query
