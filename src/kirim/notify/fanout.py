@@ -30,6 +30,7 @@ from kirim import limits
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.keys import canonical_json, default_key, payload_hash
 from kirim.model import DeliveryStatus, EnqueueResult
+from kirim.notify import sandbox
 from kirim.notify.messages import check_data, digest_context, render_channel
 from kirim.notify.templates import normalize_locale
 from kirim.notify.types import NotificationType
@@ -39,6 +40,10 @@ from kirim.validation import BadValue, check_text, shown
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
+#: the most bytes one event renders in all (every delivery's payload): what one request
+#: may write, so that it cannot hold the database's writer for long (4 MiB take about
+#: a tenth of a second to record on SQLite and PostgreSQL)
+MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,20 +231,29 @@ def prepare(
     context = digest_context([data]) if digest is not None else data
     rendered: dict[tuple[str, str], str] = {}
     placeholders: dict[tuple[str, str], str] = {}
-    for r in who:
-        for channel in ntype.channels:
-            _check_streams(ntype, r.id, channel, data)
-            payload = render_channel(ntype, channel, context, locale=r.locale, recipient=r.id)
-            rendered[(r.id, channel)] = _sized(payload, max_payload_bytes)
-            if digest is not None:
-                placeholders[(r.id, channel)] = canonical_json(
-                    {
-                        "type": ntype.name,
-                        "locale": r.locale or ntype.default_locale,
-                        "digest": stream(ntype, r.id, channel, data),
-                        "events": [],
-                    }
-                )
+    total = 0
+    with sandbox.limited(sandbox.Budget()):  # one budget for all of the event's renders
+        for r in who:
+            for channel in ntype.channels:
+                _check_streams(ntype, r.id, channel, data)
+                payload = render_channel(ntype, channel, context, locale=r.locale, recipient=r.id)
+                text = rendered[(r.id, channel)] = _sized(payload, max_payload_bytes)
+                total += len(text)
+                if total > MAX_EVENT_BYTES:
+                    raise PayloadTooLarge(
+                        f"the event renders more than {MAX_EVENT_BYTES} bytes for its "
+                        f"{len(who) * len(ntype.channels)} deliveries (the limit of one event): "
+                        "send it to fewer recipients at a time"
+                    )
+                if digest is not None:
+                    placeholders[(r.id, channel)] = canonical_json(
+                        {
+                            "type": ntype.name,
+                            "locale": r.locale or ntype.default_locale,
+                            "digest": stream(ntype, r.id, channel, data),
+                            "events": [],
+                        }
+                    )
     return Event(
         type=ntype,
         event_id=event,
@@ -253,7 +267,7 @@ def prepare(
 
 def _sized(payload: dict[str, Any], limit: int) -> str:
     text = canonical_json(payload)
-    size = len(text.encode())
+    size = len(text)  # canonical JSON is ASCII (every other character is escaped)
     if size > limit:
         raise PayloadTooLarge(f"the rendered payload is {size} bytes, over the limit of {limit}")
     return text
