@@ -190,3 +190,63 @@ async def test_preferences_suppress_with_their_reason(api: Api) -> None:
     assert by["u-1", "email"]["reason"] == "opted_out"
     assert by["u-2", "email"]["status"] == DeliveryStatus.PENDING
     assert by["u-2", "email"]["reason"] is None
+
+
+async def test_an_event_is_bounded_in_what_it_renders_in_all(api: Api) -> None:
+    """One valid request whose data is copied into every recipient's payload renders at
+    most MAX_EVENT_BYTES in all (413 naming body.data, nothing written); the issue's
+    258 KB request for 1,000 recipients wrote 500 MB and stalled every other client."""
+    from kirim.notify.fanout import MAX_EVENT_BYTES
+
+    recipients = [f"u-{i}" for i in range(300)]
+    name = "x" * 16000  # 300 recipients' emails of 16 kB: past 4 MiB
+    big = {**EVENT, "recipients": recipients, "data": {"order_id": "1", "name": name}}
+    response = await post(api, big)
+    assert response.status_code == 413, response.status_code
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["body.data"]
+    assert str(MAX_EVENT_BYTES) in response.json()["error"]["message"]
+    assert await deliveries(api) == []
+    small = {**big, "recipients": recipients[:100]}  # within the bound: recorded
+    assert (await post(api, small)).status_code == 201
+
+
+async def test_a_replay_answers_its_response_after_the_config_changed(
+    database_url: str, api: Api
+) -> None:
+    """A completed event replays its first response after its template gained a
+    variable the body lacks (it got 422) or one of its channels was removed
+    (unknown_channel): the key is looked up before today's configuration."""
+    first = await post(api, EVENT, key="k-1")
+    plain = await post(api, {**EVENT, "event_id": "order-2"})
+    assert first.status_code == plain.status_code == 201
+    changed = {
+        "templates": {
+            "email": {"subject": "Order {{ order_id }} shipped to {{ city }}", "body": "x"},
+            "push": {"title": "Shipped {{ order_id }}"},
+        }
+    }
+    for channels, spec in (
+        (("email", "push"), changed),
+        (("email",), {"templates": {"email": {"body": "b"}, "push": {"title": "t"}}}),
+    ):
+        kirim = Kirim(
+            Config(database=database_url),
+            channels={n: Channel(name=n, provider=FlakyProvider()) for n in channels},
+            clock=ManualClock(),
+            types=[parse_type("order_shipped", spec)],
+        )
+        await kirim.open()
+        try:
+            async with api_on(kirim, name=f"later-{len(channels)}") as later:
+                again = await post(later, EVENT, key="k-1")
+                assert again.status_code == 201, again.text
+                assert again.headers["Idempotent-Replayed"] == "true"
+                assert again.json() == first.json()
+                replayed = await post(later, {**EVENT, "event_id": "order-2"})
+                assert replayed.status_code == 201, replayed.text
+                assert replayed.json() == plain.json()
+                fresh = await post(later, {**EVENT, "event_id": "order-3"})
+                assert fresh.status_code == 422, fresh.text
+        finally:
+            await kirim.close()

@@ -125,10 +125,9 @@ def test_a_libpq_uri_without_an_authority_opens(request: pytest.FixtureRequest) 
     import asyncio
     from urllib.parse import urlsplit
 
-    from pg import fresh_database
-
     from kirim.config import Config
     from kirim.engine import Kirim
+    from pg import fresh_database
 
     parts = urlsplit(fresh_database(request))
     url = f"postgresql:///{parts.path.lstrip('/')}?host={parts.hostname}&port={parts.port}"
