@@ -18,7 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kirim.analyze import ProgressCallback, analyze_paths
+from kirim.analyze import NoLineEnd, ProgressCallback, analyze_paths
 from kirim.analyze.detect import AnalyzeOptions
 from kirim.analyze.parse import FIELDS, parse_field_map
 from kirim.analyze.report import write_report
@@ -124,7 +124,7 @@ def analyze(
     try:
         with _progress(logs) as progress:
             report = analyze_paths(logs, options=options, stdin=sys.stdin.buffer, progress=progress)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, NoLineEnd) as exc:
         click.echo(f"kirim analyze: cannot read input: {exc}", err=True)
         sys.exit(2)
     if output is None:

@@ -230,7 +230,7 @@ class LineParser:
     def _parse_json(self, line: str) -> Record | None:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: not a log line
             return None
         if not isinstance(obj, dict):
             return None
