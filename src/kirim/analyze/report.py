@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from kirim.text import json_text, visible
 
 JSON: TypeAlias = str | int | float | bool | list["JSON"] | dict[str, "JSON"] | None
 
@@ -233,8 +234,8 @@ class Tally:
 
 
 def render_json(report: Report) -> str:
-    """One JSON object, pretty-printed."""
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+    """One JSON object, pretty-printed (no control character raw: ``json_text``)."""
+    return json_text(report.to_dict(), indent=2)
 
 
 def _verdict(incident: Incident) -> str:
@@ -244,7 +245,9 @@ def _verdict(incident: Incident) -> str:
 
 
 def _show(value: JSON) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+    """A value of the evidence as the text and Markdown reports show it: control
+    characters escaped (a log's line may hold any: ``kirim.text.visible``)."""
+    return visible(value) if isinstance(value, str) else json_text(value)
 
 
 def _facts(incident: Incident) -> list[tuple[str, str]]:
@@ -255,7 +258,7 @@ def _facts(incident: Incident) -> list[tuple[str, str]]:
         ("attempts", incident.attempts),
     ):
         if values:
-            facts.append((name, ", ".join(values)))
+            facts.append((name, visible(", ".join(values))))
     for key, value in incident.evidence.items():
         if key == "requests" and isinstance(value, list):
             for item in value:
@@ -279,7 +282,7 @@ def _groups(report: Report) -> list[list[Incident]]:
 
 def _title(group: list[Incident]) -> str:
     nid = group[0].notification_id
-    who = "lines without a notification" if nid is None else f"notification {nid}"
+    who = "lines without a notification" if nid is None else f"notification {visible(nid)}"
     return f"{who} · " + ", ".join(_verdict(i) for i in group)
 
 
@@ -321,7 +324,8 @@ def render_text(report: Report, console: Console) -> None:
         ("suggested lease", lease),
     ]
     rows += [
-        ("worst gap", f"{g.gap_s} s  {g.notification_id} / {g.request_id}") for g in s.worst_gaps
+        ("worst gap", visible(f"{g.gap_s} s  {g.notification_id} / {g.request_id}"))
+        for g in s.worst_gaps
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -341,7 +345,8 @@ def render_text(report: Report, console: Console) -> None:
             body.append(Text("timeline", style="bold underline"))
             for raw in timeline:
                 hot = any(m in raw for m in marks)
-                body.append(Text(f"{'▶' if hot else ' '} {raw}", style="bold" if hot else "dim"))
+                line = f"{'▶' if hot else ' '} {visible(raw)}"
+                body.append(Text(line, style="bold" if hot else "dim"))
         border = styles[0] if styles else "yellow"
         console.print(Panel(Group(*body), title=_title(group), border_style=border))
     if report.incidents_truncated:
@@ -359,7 +364,10 @@ def render_markdown(report: Report) -> str:
     if s.worst_gaps:
         out += ["", "## Worst status-write gaps", "", "| notification | request | gap (s) |"]
         out.append("|---|---|---|")
-        out += [f"| `{g.notification_id}` | `{g.request_id}` | {g.gap_s} |" for g in s.worst_gaps]
+        out += [
+            visible(f"| `{g.notification_id}` | `{g.request_id}` | {g.gap_s} |")
+            for g in s.worst_gaps
+        ]
     out += ["", "## Incidents", ""]
     if not report.incidents:
         out.append("No incidents found.")
@@ -370,7 +378,7 @@ def render_markdown(report: Report) -> str:
             out += [f"- {name}: `{value}`" for name, value in _facts(incident)]
             out.append("")
         if group[0].timeline:
-            out += ["```", *group[0].timeline, "```", ""]
+            out += ["```", *(visible(line) for line in group[0].timeline), "```", ""]
     if report.incidents_truncated:
         out.append(f"_Incident list truncated: {len(report.incidents)} of {s.incidents_total}._")
     return "\n".join(out).rstrip() + "\n"

@@ -11,6 +11,7 @@ from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page
+from kirim.text import visible
 from kirim.validation import MAX_ID
 
 
@@ -91,7 +92,8 @@ def send(
         )
     else:
         what = "created" if n.created else "already exists (same idempotency key), not created"
-        click.echo(f"delivery {n.delivery_id} {what}: status {n.status}, key {n.idempotency_key}")
+        key = visible(n.idempotency_key)
+        click.echo(f"delivery {n.delivery_id} {what}: status {n.status}, key {key}")
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from kirim import limits
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
 from kirim.preferences import Preferences, Window, check_pattern, check_timezone
+from kirim.text import visible
 from kirim.validation import BadValue, shown
 from kirim.views import iso, preferences_json
 
@@ -66,7 +67,7 @@ def show_cmd(state: State, recipient_id: str, as_json: bool) -> None:
         render.emit_json(preferences_json(found))
         return
     for line in describe(found):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 @prefs.command(name="set")
@@ -141,7 +142,7 @@ def set_cmd(
         render.emit_json(preferences_json(done))
         return
     for line in describe(done):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 @prefs.command(name="clear")

@@ -1,11 +1,11 @@
 """The CLI's output: JSON on stdout, and deliveries, timelines and the worker's banner
-as rich tables (user data shown literally, never as markup)."""
+as rich tables (user data shown literally, never as markup, its control characters
+escaped: ``kirim.text.visible``, the one escaping of every text sink)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -20,7 +20,7 @@ from rich.text import Text
 from kirim.engine import Kirim
 from kirim.model import AttemptStatus, Delivery, DeliveryStatus, JobStatus
 from kirim.observe.logging import Sink
-from kirim.text import redact_url
+from kirim.text import json_text, redact_url, visible
 from kirim.timeline import events
 from kirim.views import Record, iso
 from kirim.worker import Worker
@@ -34,7 +34,8 @@ def console() -> Console:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False))
+    """``data`` as one line of JSON, no control character raw (``kirim.text.json_text``)."""
+    click.echo(json_text(data))
 
 
 # -- output ----------------------------------------------------------------------------
@@ -67,12 +68,13 @@ STYLES = {
 
 
 def styled(status: Any) -> Text:
-    return Text(str(status), style=STYLES.get(status, ""))
+    return Text(visible(str(status)), style=STYLES.get(status, ""))
 
 
 def _text(value: Any) -> Text:
-    """A cell that shows user data literally (no rich markup)."""
-    return Text("-" if value is None or value == "" else str(value))
+    """A cell that shows user data literally (no rich markup, control characters
+    escaped: an event id cannot set the window's title or clear the screen)."""
+    return Text("-" if value is None or value == "" else visible(str(value)))
 
 
 def show_status(console: Console, record: Record) -> None:
@@ -97,7 +99,8 @@ def show_status(console: Console, record: Record) -> None:
         line = Text.assemble(f"{job.id} ", styled(job.status))
         line.append(f" attempts {job.attempts}/{job.max_attempts}")
         if job.lease_owner:
-            line.append(f" leased by {job.lease_owner} until {iso(job.lease_expires_at)}")
+            owner = visible(job.lease_owner)
+            line.append(f" leased by {owner} until {iso(job.lease_expires_at)}")
         facts.add_row("job", line)
         if job.last_error and job.last_error != d.last_error:
             facts.add_row("job error", _text(job.last_error))
@@ -109,15 +112,16 @@ def show_status(console: Console, record: Record) -> None:
     table.add_column("detail")
     for e in events(record, now=time.time()):
         style = "yellow" if e.warn else ""
-        detail = Text(e.detail(leave_out=_SAID), style=style)
-        table.add_row(iso(e.at), f"{e.at - d.created_at:.3f}", Text(e.summary, style=style), detail)
+        detail = Text(e.detail(leave_out=_SAID), style=style)  # escaped by the timeline
+        summary = Text(visible(e.summary), style=style)
+        table.add_row(iso(e.at), f"{e.at - d.created_at:.3f}", summary, detail)
     console.print(table)
 
 
 def _status(d: Delivery) -> Text:
     """The status as people read it, with why a suppressed one is: ``suppressed (opted_out)``."""
     label = d.status_label if d.reason is None else f"{d.status_label} ({d.reason})"
-    return Text(label, style=STYLES.get(d.status, ""))
+    return Text(visible(label), style=STYLES.get(d.status, ""))
 
 
 def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
@@ -206,7 +210,7 @@ def show_banner(facts: Mapping[str, Any]) -> None:
         )
     if facts["metrics"]:
         lines.append(f"  metrics      {facts['metrics']}")
-    Sink().write("\n".join(lines) + "\n")
+    Sink().write("\n".join(visible(line) for line in lines) + "\n")
     Sink().flush()
 
 
