@@ -15,7 +15,7 @@ from rich.console import Console
 
 from kirim.analyze import analyze_lines
 from kirim.analyze.report import write_report
-from kirim.cli import render
+from kirim.cli import render, tables
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
 from kirim.observe.logging import configure, get_logger
 from kirim.text import escape_char, json_text, visible
@@ -100,8 +100,8 @@ def test_no_input_reaches_a_sink_raw(value: str) -> None:
     rec = record(value)
     for width in (60, 80, 120):
         console = Console(file=io.StringIO(), width=width, color_system=None, highlight=False)
-        render.show_status(console, rec)
-        render.show_deliveries(console, [rec], title="deliveries")
+        tables.show_status(console, rec)
+        tables.show_deliveries(console, [rec], title="deliveries")
         shown = console.file.getvalue()  # type: ignore[attr-defined]
         assert raw(shown, lines=True) == [], width
     from kirim.views import delivery_json

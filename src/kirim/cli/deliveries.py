@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from kirim import limits, views
-from kirim.cli import params, render, runner
+from kirim.cli import params, render, runner, tables
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.model import DeliveryStatus, RecordFilter
@@ -129,7 +129,7 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     if as_json:
         render.emit_json(views.delivery_json(record))
     else:
-        render.show_status(render.console(), record)
+        tables.show_status(render.console(), record)
 
 
 @click.command(name="list")
@@ -187,7 +187,7 @@ def list_(
         render.emit_json([views.delivery_json(r) for r in page.records])
         return
     title = f"deliveries ({len(page.records)})"
-    render.show_deliveries(render.console(), page.records, title=title)
+    tables.show_deliveries(render.console(), page.records, title=title)
     if page.next_cursor is not None:
         order = " --oldest-first" if oldest_first else ""
         click.echo(f"more: --after {page.next_cursor}{order}", err=True)
