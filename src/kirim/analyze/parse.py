@@ -33,6 +33,7 @@ FIELDS: Final = frozenset(
         "result",
         "status",
         "latency_s",
+        "error",
     }
 )
 
@@ -95,6 +96,18 @@ _QUOTED_RE: Final = re.compile(r'([^ \t="]+)=("(?:[^"\\]|\\.)*"|[^ \t]*)|([^ \t]
 _ESCAPE_RE: Final = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
 _ESCAPES: Final[Mapping[str, str]] = {"n": "\n", "t": "\t", "r": "\r"}
 _MINUTES: dict[str, float] = {}
+#: the lines of ``kirim worker``'s start banner (``kirim.cli.render.show_banner``), which
+#: share its stderr with the log: known, not malformed
+_BANNER: Final = re.compile(
+    r"kirim .+ worker .+ \(pid \d+(?:, burst)?\)"
+    r"|  (?:database|config|lease|concurrency|channels|metrics) +\S.*"
+    r"| {15}\S[^=]*: .*; in doubt: .*"
+)
+
+
+def is_banner(line: str) -> bool:
+    """Whether ``line`` is one of the worker's banner lines (not a log line)."""
+    return _BANNER.fullmatch(line.rstrip("\r\n")) is not None
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -173,9 +186,10 @@ class LineParser:
         self._keymap: dict[str, str] = keymap
 
     def parse(self, line: str) -> Record | None:
-        """Return the canonical fields of ``line``, ``{}`` if none apply, ``None`` if
-        malformed. A field named twice is the first (kirim writes ``ts``, ``level`` and
-        ``event`` first: nothing later in the line replaces them)."""
+        """Return the canonical fields of ``line``, ``{}`` if none apply (a blank line,
+        the worker's banner), ``None`` if malformed. A field named twice is the first
+        (kirim writes ``ts``, ``level`` and ``event`` first: nothing later in the line
+        replaces them)."""
         if not line.isascii():
             try:
                 line.encode("utf-8")
@@ -185,6 +199,8 @@ class LineParser:
             return None
         line = line.rstrip("\r\n")
         head = line[:1]
+        if head in ("k", " ", "") and (not line.strip() or is_banner(line)):
+            return {}  # a blank line, or the worker's banner: no event, not malformed
         if head == "{" or (head in " \t" and line.lstrip().startswith("{")):
             return self._parse_json(line)
         if "=" not in line:

@@ -296,6 +296,21 @@ def _marks(group: list[Incident]) -> list[str]:
     return [m for m in marks if m]
 
 
+#: the most lines of a notification's timeline the reports show without ``verbose``
+EXCERPT = 8
+
+
+def excerpt(timeline: tuple[str, ...], marks: list[str]) -> tuple[str, ...]:
+    """A short excerpt of an incident's evidence: the lines that name its requests, its
+    message ids or its times (at most ``EXCERPT``), else the first three."""
+    hot = tuple(line for line in timeline if any(m in line for m in marks))
+    return (hot or timeline[:3])[:EXCERPT]
+
+
+def _more(shown: int, kept: int) -> str:
+    return f"… {kept - shown} more line(s) of this notification: --verbose shows them"
+
+
 _STYLE = {
     "duplicate_request": "red",
     "overlapping_attempt": "yellow",
@@ -304,8 +319,9 @@ _STYLE = {
 }
 
 
-def render_text(report: Report, console: Console) -> None:
-    """A readable terminal report: summary, then per notification its incidents and timeline."""
+def render_text(report: Report, console: Console, *, verbose: bool = False) -> None:
+    """A readable terminal report: summary, then per notification its incidents and a
+    short excerpt of its evidence (``verbose``: every line kept of its timeline)."""
     s = report.summary
     table = Table(title="kirim analyze", show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
@@ -342,20 +358,24 @@ def render_text(report: Report, console: Console) -> None:
         timeline = group[0].timeline
         if timeline:
             marks = _marks(group)
-            body.append(Text("timeline", style="bold underline"))
-            for raw in timeline:
+            shown = timeline if verbose else excerpt(timeline, marks)
+            body.append(Text("timeline" if verbose else "evidence", style="bold underline"))
+            for raw in shown:
                 hot = any(m in raw for m in marks)
                 line = f"{'▶' if hot else ' '} {visible(raw)}"
                 body.append(Text(line, style="bold" if hot else "dim"))
+            if len(shown) < len(timeline):
+                body.append(Text(f"  {_more(len(shown), len(timeline))}", style="dim italic"))
         border = styles[0] if styles else "yellow"
         console.print(Panel(Group(*body), title=_title(group), border_style=border))
     if report.incidents_truncated:
-        shown = len(report.incidents)
-        console.print(Text(f"(incident list truncated: {shown} of {s.incidents_total} shown)"))
+        kept = len(report.incidents)
+        console.print(Text(f"(incident list truncated: {kept} of {s.incidents_total} shown)"))
 
 
-def render_markdown(report: Report) -> str:
-    """A Markdown report: summary table and one section per notification with incidents."""
+def render_markdown(report: Report, *, verbose: bool = False) -> str:
+    """A Markdown report: summary table and one section per notification with incidents
+    (a short excerpt of its evidence; ``verbose``: every line kept)."""
     s = report.summary
     out = ["# kirim analyze report", "", "| metric | value |", "|---|---|"]
     for key, value in s.to_dict().items():
@@ -377,20 +397,27 @@ def render_markdown(report: Report) -> str:
             out += [f"**{_verdict(incident)}**", ""]
             out += [f"- {name}: `{value}`" for name, value in _facts(incident)]
             out.append("")
-        if group[0].timeline:
-            out += ["```", *(visible(line) for line in group[0].timeline), "```", ""]
+        timeline = group[0].timeline
+        if timeline:
+            shown = timeline if verbose else excerpt(timeline, _marks(group))
+            out += ["```", *(visible(line) for line in shown), "```", ""]
+            if len(shown) < len(timeline):
+                out += [f"_{_more(len(shown), len(timeline))}_", ""]
     if report.incidents_truncated:
         out.append(f"_Incident list truncated: {len(report.incidents)} of {s.incidents_total}._")
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_report(report: Report, fmt: str, stream: IO[str], *, color: bool) -> None:
-    """Render ``report`` as ``fmt`` (text, json or markdown) onto ``stream``."""
+def write_report(
+    report: Report, fmt: str, stream: IO[str], *, color: bool, verbose: bool = False
+) -> None:
+    """Render ``report`` as ``fmt`` (text, json or markdown) onto ``stream``; the JSON
+    always has every kept line, the others an excerpt unless ``verbose``."""
     if fmt == "json":
         stream.write(render_json(report) + "\n")
     elif fmt == "markdown":
-        stream.write(render_markdown(report))
+        stream.write(render_markdown(report, verbose=verbose))
     else:
         width = None if color else 120
         console = Console(file=stream, force_terminal=color, no_color=not color, width=width)
-        render_text(report, console)
+        render_text(report, console, verbose=verbose)
