@@ -250,3 +250,38 @@ async def test_a_replay_answers_its_response_after_the_config_changed(
                 assert fresh.status_code == 422, fresh.text
         finally:
             await kirim.close()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ total | number }}",
+        "{{ total | currency('IDR') }}",
+        "{{ shipped_at | date('long') }}",
+        "{{ 5 | currency(code) }}",
+        "{{ total | round | number }}",
+    ],
+)
+async def test_a_missing_variable_is_named_through_a_filter(database_url: str, source: str) -> None:
+    """A variable the data lacks, given to a filter, is a 422 that names it, in the
+    message and in details (body.data.NAME); it was 'ValueError: Undefined is not a
+    number' with empty details."""
+    name = source.split("{{ ")[1].split(" ")[0] if "code" not in source else "code"
+    kirim = Kirim(
+        Config(database=database_url),
+        channels={"email": Channel(name="email", provider=FlakyProvider())},
+        clock=ManualClock(),
+        types=[parse_type("receipt", {"templates": {"email": {"body": source}}})],
+    )
+    await kirim.open(migrate=True)
+    try:
+        async with api_on(kirim) as client:
+            body = {"type": "receipt", "event_id": "e1", "recipients": ["u1"], "data": {}}
+            response = await post(client, body)
+    finally:
+        await kirim.close()
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert f"'{name}' is undefined" in error["message"]
+    assert "Undefined is not" not in error["message"]
+    assert [(d["field"], d["type"]) for d in error["details"]] == [(f"body.data.{name}", "missing")]

@@ -113,13 +113,17 @@ def invalid_details(
     exc: InvalidNotification, fields: Sequence[str] = _FIELDS
 ) -> list[dict[str, str]]:
     """The ``details`` of a refusal by ``Kirim.prepare`` (or ``prepare_event``): the
-    field it names (its ``field``, else the first word of "payload[0] must not …",
-    "recipients[1]: …" or "data.group …"), if it is one of the body's ``fields``."""
+    field it names (its ``field``, such as a missing variable's ``data.total``, else
+    the first word of "payload[0] must not …", "recipients[1]: …" or "data.group …"),
+    if it is one of the body's ``fields``; its ``kind`` (``missing``) is the type."""
     message = str(exc)
-    name = getattr(exc, "field", None)
-    if not isinstance(name, str):
-        name = message.split(" ", 1)[0].split("[", 1)[0].split(".", 1)[0].rstrip(":")
-    return [detail(f"body.{name}", message, "value_error")] if name in fields else []
+    named = getattr(exc, "field", None)
+    path = named if isinstance(named, str) else message.split(" ", 1)[0].rstrip(":")
+    head = path.split("[", 1)[0].split(".", 1)[0]
+    kind = getattr(exc, "kind", "value_error")
+    if head not in fields:
+        return []
+    return [detail(f"body.{path if isinstance(named, str) else head}", message, str(kind))]
 
 
 def _delivery_id(body: str) -> int | None:

@@ -39,7 +39,7 @@ from typing import Any
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import Context
+from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import (
     ImmutableSandboxedEnvironment,
     SandboxedEscapeFormatter,
@@ -286,16 +286,27 @@ PRECHECKS: dict[str, Callable[..., tuple[Any, ...] | None]] = {
 }
 
 
+#: the filters made to be given a missing variable (``{{ x | default('-') }}``)
+_TAKE_UNDEFINED = frozenset({"default", "d"})
+
+
 def bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` (a filter) as a step of the budget, its arguments checked first when it
-    is one of ``PRECHECKS``, its result after; Jinja's ``pass_context`` and the like are
-    kept (the first argument is then the context, not the value)."""
+    is one of ``PRECHECKS``, its result after; a missing variable given to it raises
+    the error that names the variable (``'total' is undefined``), except for
+    ``default``. Jinja's ``pass_context`` and the like are kept (the first argument is
+    then the context, not the value)."""
     precheck = PRECHECKS.get(name)
     passes = getattr(func, "jinja_pass_arg", None) is not None
+    strict = name not in _TAKE_UNDEFINED
 
     @wraps(func)
     def bounded(*args: Any, **kwargs: Any) -> Any:
         current().step()
+        if strict:
+            for value in (*(args[1:] if passes else args), *kwargs.values()):
+                if isinstance(value, Undefined):  # a missing variable: named, not a
+                    value._fail_with_undefined_error()  # filter's "Undefined is not..."
         if precheck is not None:
             head, given = (args[:1], args[1:]) if passes else ((), args)
             if (instead := precheck(*given, **kwargs)) is not None:

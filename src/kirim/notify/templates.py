@@ -24,6 +24,7 @@ least, then the type's default: ``id_ID`` -> ``id`` -> ``en``.
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, time
@@ -35,7 +36,7 @@ from babel import Locale, UnknownLocaleError
 from babel import dates as babel_dates
 from babel import numbers as babel_numbers
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, pass_context
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -58,7 +59,23 @@ MAX_EXPONENT = sandbox.MAX_EXPONENT
 
 class RenderError(InvalidNotification):
     """A template could not be rendered (a missing variable, a refused access, a bad
-    value for a filter); nothing was written."""
+    value for a filter); nothing was written. ``field``: the data's field it names
+    (``data.total`` for a missing variable ``total``), ``kind``: ``missing`` then."""
+
+    def __init__(self, message: str, *, field: str | None = None, kind: str = "value_error"):
+        super().__init__(message)
+        self.field = field
+        self.kind = kind
+
+
+#: what a missing variable's error says (``UndefinedError``): its name
+_UNDEFINED = re.compile(r"'([^']+)' is undefined|has no attribute '([^']+)'")
+
+
+def _missing(exc: UndefinedError) -> str | None:
+    """The data field a missing variable's error names, as ``data.NAME``."""
+    found = _UNDEFINED.search(str(exc))
+    return None if found is None else f"data.{found.group(1) or found.group(2)}"
 
 
 # -- locales ---------------------------------------------------------------------------
@@ -147,7 +164,12 @@ def render(source: str, context: Mapping[str, Any], *, html: bool, where: str) -
             return compile_template(source, html=html).render(context)
     except SecurityError as exc:
         raise RenderError(f"{where}{_line(exc)}: refused by the sandbox: {exc}") from None
-    except TemplateError as exc:  # UndefinedError among them: names the variable
+    except UndefinedError as exc:  # names the variable
+        field = _missing(exc)
+        raise RenderError(
+            f"{where}{_line(exc)}: {exc}", field=field, kind="missing" if field else "value_error"
+        ) from None
+    except TemplateError as exc:
         raise RenderError(f"{where}{_line(exc)}: {exc}") from None
     except Exception as exc:  # a filter given a bad value, a division by zero...
         raise RenderError(f"{where}{_line(exc)}: {type(exc).__name__}: {exc}") from None
