@@ -468,3 +468,16 @@ async def test_a_replay_answers_its_response_after_the_channel_is_gone(api: Api,
         # the refused request took nothing: its key is free for a valid body
         ok = await other.post({**BODY, "event_id": "order-3", "channel": "sms"})
         assert ok.status_code == 201, ok.text
+
+
+async def test_a_number_json_cannot_keep_is_a_422_naming_the_payload(api: Api) -> None:
+    """A payload of 1e999 (a float's infinity once read) is refused naming body.payload,
+    before its key is taken: the key then records a valid body (it was a 500 while the
+    key was looked up first)."""
+    raw = b'{"event_id": "e", "recipient": "r", "channel": "push", "payload": 1e999}'
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "k-inf"}
+    answer = await api.client.post("/v1/notifications", content=raw, headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert [d["field"] for d in answer.json()["error"]["details"]] == ["body.payload"]
+    ok = await api.post(key="k-inf")
+    assert ok.status_code == 201, ok.text

@@ -285,3 +285,16 @@ async def test_a_missing_variable_is_named_through_a_filter(database_url: str, s
     assert f"'{name}' is undefined" in error["message"]
     assert "Undefined is not" not in error["message"]
     assert [(d["field"], d["type"]) for d in error["details"]] == [(f"body.data.{name}", "missing")]
+
+
+async def test_an_event_with_a_number_json_cannot_keep_is_a_422(api: Api) -> None:
+    """Data holding 1e999 is a 422 naming body.data, never a 500."""
+    raw = (
+        b'{"type": "order_shipped", "event_id": "e-inf", "recipients": ["u-1"], '
+        b'"data": {"order_id": 1e999, "name": "a"}}'
+    )
+    answer = await api.client.post(
+        "/v1/events", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert [d["field"] for d in answer.json()["error"]["details"]] == ["body.data"]

@@ -115,7 +115,11 @@ class EventIntake:
                 )
             event_id = given
         key = request_key(given, body["type"], event_id)
-        print_ = fingerprint(raw)
+        try:
+            print_ = fingerprint(raw)
+        except ApiError:
+            await asyncio.to_thread(self.prepare, body, event_id)  # names the field
+            raise
         token = secrets.token_hex(16)
         begin = RequestBegin(idempotency_key=key, fingerprint=print_, lock_token=token)
         slots, _ = await self.kirim.store.handle_requests(

@@ -66,8 +66,19 @@ class Answer:
 
 
 def fingerprint(body: Any) -> str:
-    """sha256 of the canonical JSON of a request body (key order and spacing ignored)."""
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    """sha256 of the canonical JSON of a request body (key order and spacing ignored).
+    A body that has none (a number past a float: ``1e999``; nested too deeply) is a
+    422, before its key is taken."""
+    try:
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    except (ValueError, TypeError, RecursionError):
+        raise ApiError(
+            422,
+            "validation_error",
+            "the body holds a value JSON cannot keep (a number too large for a float, "
+            "or nesting too deep)",
+            details=[detail("body", "no canonical JSON", "value_error")],
+        ) from None
 
 
 def one_header(values: Sequence[str]) -> str | None:
@@ -239,7 +250,11 @@ class Intake:
         kept for replays (step 2; ``_enqueued``)."""
         request = notify_request(body, header_key(key_header))
         key = request.key or default_key(request.event_id, request.recipient, request.channel)
-        print_ = fingerprint(raw)
+        try:
+            print_ = fingerprint(raw)
+        except ApiError:
+            self._prepare(request)  # the refusal that names the field (payload: 1e999)
+            raise
         token = secrets.token_hex(16)
         slot = await self._steps.submit(
             RequestBegin(idempotency_key=key, fingerprint=print_, lock_token=token)
