@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kirim import operations
+from kirim import limits, operations
 from kirim.callbacks import CallbackAuth
 from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
@@ -51,6 +51,7 @@ from kirim.store.base import (
     Store,
     StoredResponse,
 )
+from kirim.text import stored_text
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
@@ -359,9 +360,9 @@ class Kirim:
         """The one check of a notification, for ``notify()``, the CLI and the API alike
         (rules in ``kirim.validation``); raises ``InvalidNotification``."""
         try:
-            event_id = check_text("event_id", _as_text(r.event_id))
-            recipient = check_text("recipient", _as_text(r.recipient))
-            channel = check_text("channel", _as_text(r.channel))
+            event_id = check_text("event_id", _as_text(r.event_id), limit=limits.EVENT_ID)
+            recipient = check_text("recipient", _as_text(r.recipient), limit=limits.RECIPIENT)
+            channel = check_text("channel", _as_text(r.channel), limit=limits.CHANNEL)
             key = None if r.key is None else check_key(r.key)
         except BadValue as exc:
             raise InvalidNotification(str(exc)) from None
@@ -519,13 +520,19 @@ class Kirim:
         delivery to delivered, ``bounced`` or ``failed`` to bounced, resolving any doubt;
         a second message id confirmed for one delivery is a measured duplicate. Never
         sends anything. ``key``: the idempotency key the provider was given, for a
-        message id kirim never learned."""
+        message id kirim never learned. ``InvalidNotification`` for a message id or key
+        over its limit (``kirim.limits``); a longer reason is kept cut."""
+        try:  # the limits of the indexes that find the delivery (kirim.limits)
+            message_id = check_text("message_id", message_id, limit=limits.MESSAGE_ID)
+            key = None if key is None else check_text("key", key, limit=limits.KEY)
+        except BadValue as exc:
+            raise InvalidNotification(str(exc)) from None
         callback = Callback(
             channel=channel,
             message_id=message_id,
             status=CallbackStatus(status),
             key=key,
-            reason=reason,
+            reason=stored_text(reason, limit=limits.REASON.bytes),
             reported_at=at,
             now=self.clock.now(),
         )

@@ -27,7 +27,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from kirim.validation import MAX_KEY_LENGTH, BadValue, check_text, shown
+from kirim import limits
+from kirim.validation import BadValue, check_text, shown
 
 #: what ``Preferences.to_json`` writes and ``from_json`` accepts
 FIELDS = ("opt_out", "channels", "timezone", "quiet_hours")
@@ -197,7 +198,11 @@ def decide(policy: TypePolicy, channel: str, prefs: Preferences | None, now: flo
 
 def opening(now: float, zone: ZoneInfo, *, quiet: Window | None, window: Window | None) -> float:
     """The first instant from ``now`` outside ``quiet`` and inside ``window`` (each
-    optional), in ``zone``'s local time; ``now`` itself when it is one."""
+    optional), in ``zone``'s local time; ``now`` itself when it is one.
+
+    When the quiet hours cover the whole of the window, the window wins: the first
+    instant from ``now`` inside it (``now`` itself when the window is open), so that a
+    delivery deferred to the window's opening goes then, not a day later each time."""
     at = now
     for _ in range(_SEARCH):
         moved = at
@@ -208,16 +213,16 @@ def opening(now: float, zone: ZoneInfo, *, quiet: Window | None, window: Window 
         if at == moved:
             return at
     assert window is not None  # quiet hours alone end in one move
-    return _next_start(window, now, zone)
+    return now if _span_end(window, now, zone) is not None else _next_start(window, now, zone)
 
 
 # -- checks ----------------------------------------------------------------------------
 
 
 def check_recipient_id(value: Any) -> str:
-    """A recipient id: non-blank text, at most ``MAX_KEY_LENGTH`` characters (it is a
-    primary key and a path segment of the HTTP API)."""
-    return check_text("recipient_id", value, max_len=MAX_KEY_LENGTH)
+    """A recipient id: non-blank text, at most ``kirim.limits.RECIPIENT_ID`` bytes (it is
+    a primary key and a path segment of the HTTP API)."""
+    return check_text("recipient_id", value, limit=limits.RECIPIENT_ID)
 
 
 def check_channels(value: Any) -> dict[str, bool]:
@@ -238,7 +243,7 @@ def check_pattern(pattern: Any) -> str:
     name = f"channels[{shown(pattern)}]"
     if not isinstance(pattern, str) or pattern.count(":") != 1:
         raise BadValue(name, "must be TYPE:CHANNEL, TYPE:* or *:CHANNEL")
-    check_text(name, pattern, max_len=MAX_KEY_LENGTH)
+    check_text(name, pattern, limit=limits.PATTERN)
     type_name, channel = pattern.split(":")
     if not type_name.strip() or not channel.strip() or pattern != pattern.strip():
         raise BadValue(name, "must be TYPE:CHANNEL, TYPE:* or *:CHANNEL")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kirim.model import CONFIRMED_DELIVERY, AttemptStatus, Delivery, DeliveryStatus, JobStatus
+from kirim.text import first_control, visible
 from kirim.views import Record, iso
 
 
@@ -63,10 +64,13 @@ SUMMARY = {
 
 
 def _value(value: Any) -> str:
+    """A field's value as logfmt writes it (``kirim.observe.logging.logfmt_value``'s
+    rules): bare, or quoted with ``\\``, ``\"`` and every control character escaped
+    (``kirim.text.visible``)."""
     text = str(value)
-    if not text or any(c in text for c in ' "=\\') or not text.isprintable():
+    if not text or any(c in text for c in ' "=\\') or first_control(text) is not None:
         escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-        return '"' + "".join(c if c.isprintable() else repr(c)[1:-1] for c in escaped) + '"'
+        return '"' + visible(escaped) + '"'
     return text
 
 

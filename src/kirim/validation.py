@@ -15,12 +15,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 
+from kirim import limits
 from kirim.errors import ConfigError
+from kirim.limits import Limit
+from kirim.text import escape_char, first_control
 
 #: the largest id an integer column holds
 MAX_ID = 2**63 - 1
 #: idempotency keys travel in HTTP headers and database indexes: at most this long
-MAX_KEY_LENGTH = 255
+#: (printable ASCII: as many bytes as characters; ``kirim.limits.KEY``)
+MAX_KEY_LENGTH = limits.KEY.bytes
 #: the latest time kirim can show or store: 9999-12-31T23:59:59Z, in epoch seconds
 MAX_EPOCH = 253_402_300_799.0
 DAY = 86_400.0
@@ -205,28 +209,39 @@ def text_problem(value: str) -> str | None:
     return None
 
 
-def check_text(name: str, value: Any, *, max_len: int | None = None, ascii: bool = False) -> str:
-    """``value`` if it is a non-blank string every backend can store, at most ``max_len``
-    characters; with ``ascii``, printable ASCII without surrounding spaces (the form
-    an HTTP header carries unchanged)."""
+def check_text(
+    name: str,
+    value: Any,
+    *,
+    limit: Limit | None = None,
+    ascii: bool = False,
+    line: bool = True,
+) -> str:
+    """``value`` if it is a non-blank string every backend can store, within ``limit``
+    (bytes of UTF-8, ``kirim.limits``); ``line`` (ids, names, addresses): without
+    control characters (``kirim.text.CONTROL``: a line break, an escape sequence), so
+    that it cannot forge a log line or drive a terminal; with ``ascii``, printable ASCII
+    without surrounding spaces (the form an HTTP header carries unchanged)."""
     if not isinstance(value, str) or not value.strip():
         raise BadValue(name, "is required (a non-empty string)")
     if (problem := text_problem(value)) is not None:
         raise BadValue(name, problem)
-    if max_len is not None and len(value) > max_len:
-        raise BadValue(name, f"must be at most {max_len} characters, not {len(value)}")
     if ascii and (not all(" " <= c <= "~" for c in value) or value != value.strip()):
         raise BadValue(
             name,
             "must be printable ASCII without leading or trailing spaces "
             f"(it travels in HTTP headers), not {shown(value)}",
         )
+    if line and (char := first_control(value)) is not None:
+        raise BadValue(name, f"must not contain control characters ({escape_char(char)})")
+    if limit is not None and (problem := limit.problem(value)) is not None:
+        raise BadValue(name, problem)
     return value
 
 
 def check_key(value: Any, name: str = "key") -> str:
     """An explicit idempotency key: printable ASCII, at most ``MAX_KEY_LENGTH`` characters."""
-    return check_text(name, value, max_len=MAX_KEY_LENGTH, ascii=True)
+    return check_text(name, value, limit=limits.KEY, ascii=True)
 
 
 # -- payloads --------------------------------------------------------------------------

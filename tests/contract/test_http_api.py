@@ -444,3 +444,40 @@ async def test_a_key_notify_used_for_another_recipient_is_refused(api: Api) -> N
     assert error["code"] == "idempotency_key_reused"
     assert [d["field"] for d in error["details"]] == ["body.recipient"]
     assert (await api.kirim.store.counts())["deliveries"] == {"pending": 1}
+
+
+async def test_a_replay_answers_its_response_after_the_channel_is_gone(api: Api, make_app) -> None:
+    """A completed request replays its first response even once its channel is removed
+    from the configuration (it got 422 unknown_channel), with or without a header."""
+    first = await api.post(key="k-1")
+    without = await api.post({**BODY, "event_id": "order-2"})
+    assert first.status_code == without.status_code == 201
+    later = await make_app(channel="sms")  # the same database, without channel push
+    async with api_on(later, name="later") as other:
+        again = await other.post(key="k-1")
+        assert again.status_code == 201, again.text
+        assert again.headers["Idempotent-Replayed"] == "true"
+        assert again.json() == first.json()
+        assert again.headers["location"] == first.headers["location"]
+        replayed = await other.post({**BODY, "event_id": "order-2"})
+        assert replayed.status_code == 201, replayed.text
+        assert replayed.json() == without.json()
+        fresh = await other.post({**BODY, "event_id": "order-3"})
+        assert fresh.status_code == 422
+        assert fresh.json()["error"]["code"] == "unknown_channel"
+        # the refused request took nothing: its key is free for a valid body
+        ok = await other.post({**BODY, "event_id": "order-3", "channel": "sms"})
+        assert ok.status_code == 201, ok.text
+
+
+async def test_a_number_json_cannot_keep_is_a_422_naming_the_payload(api: Api) -> None:
+    """A payload of 1e999 (a float's infinity once read) is refused naming body.payload,
+    before its key is taken: the key then records a valid body (it was a 500 while the
+    key was looked up first)."""
+    raw = b'{"event_id": "e", "recipient": "r", "channel": "push", "payload": 1e999}'
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "k-inf"}
+    answer = await api.client.post("/v1/notifications", content=raw, headers=headers)
+    assert answer.status_code == 422, answer.text
+    assert [d["field"] for d in answer.json()["error"]["details"]] == ["body.payload"]
+    ok = await api.post(key="k-inf")
+    assert ok.status_code == 201, ok.text

@@ -190,3 +190,111 @@ async def test_preferences_suppress_with_their_reason(api: Api) -> None:
     assert by["u-1", "email"]["reason"] == "opted_out"
     assert by["u-2", "email"]["status"] == DeliveryStatus.PENDING
     assert by["u-2", "email"]["reason"] is None
+
+
+async def test_an_event_is_bounded_in_what_it_renders_in_all(api: Api) -> None:
+    """One valid request whose data is copied into every recipient's payload renders at
+    most MAX_EVENT_BYTES in all (413 naming body.data, nothing written); the issue's
+    258 KB request for 1,000 recipients wrote 500 MB and stalled every other client."""
+    from kirim.notify.fanout import MAX_EVENT_BYTES
+
+    recipients = [f"u-{i}" for i in range(300)]
+    name = "x" * 16000  # 300 recipients' emails of 16 kB: past 4 MiB
+    big = {**EVENT, "recipients": recipients, "data": {"order_id": "1", "name": name}}
+    response = await post(api, big)
+    assert response.status_code == 413, response.status_code
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert [d["field"] for d in response.json()["error"]["details"]] == ["body.data"]
+    assert str(MAX_EVENT_BYTES) in response.json()["error"]["message"]
+    assert await deliveries(api) == []
+    small = {**big, "recipients": recipients[:100]}  # within the bound: recorded
+    assert (await post(api, small)).status_code == 201
+
+
+async def test_a_replay_answers_its_response_after_the_config_changed(
+    database_url: str, api: Api
+) -> None:
+    """A completed event replays its first response after its template gained a
+    variable the body lacks (it got 422) or one of its channels was removed
+    (unknown_channel): the key is looked up before today's configuration."""
+    first = await post(api, EVENT, key="k-1")
+    plain = await post(api, {**EVENT, "event_id": "order-2"})
+    assert first.status_code == plain.status_code == 201
+    changed = {
+        "templates": {
+            "email": {"subject": "Order {{ order_id }} shipped to {{ city }}", "body": "x"},
+            "push": {"title": "Shipped {{ order_id }}"},
+        }
+    }
+    for channels, spec in (
+        (("email", "push"), changed),
+        (("email",), {"templates": {"email": {"body": "b"}, "push": {"title": "t"}}}),
+    ):
+        kirim = Kirim(
+            Config(database=database_url),
+            channels={n: Channel(name=n, provider=FlakyProvider()) for n in channels},
+            clock=ManualClock(),
+            types=[parse_type("order_shipped", spec)],
+        )
+        await kirim.open()
+        try:
+            async with api_on(kirim, name=f"later-{len(channels)}") as later:
+                again = await post(later, EVENT, key="k-1")
+                assert again.status_code == 201, again.text
+                assert again.headers["Idempotent-Replayed"] == "true"
+                assert again.json() == first.json()
+                replayed = await post(later, {**EVENT, "event_id": "order-2"})
+                assert replayed.status_code == 201, replayed.text
+                assert replayed.json() == plain.json()
+                fresh = await post(later, {**EVENT, "event_id": "order-3"})
+                assert fresh.status_code == 422, fresh.text
+        finally:
+            await kirim.close()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ total | number }}",
+        "{{ total | currency('IDR') }}",
+        "{{ shipped_at | date('long') }}",
+        "{{ 5 | currency(code) }}",
+        "{{ total | round | number }}",
+    ],
+)
+async def test_a_missing_variable_is_named_through_a_filter(database_url: str, source: str) -> None:
+    """A variable the data lacks, given to a filter, is a 422 that names it, in the
+    message and in details (body.data.NAME); it was 'ValueError: Undefined is not a
+    number' with empty details."""
+    name = source.split("{{ ")[1].split(" ")[0] if "code" not in source else "code"
+    kirim = Kirim(
+        Config(database=database_url),
+        channels={"email": Channel(name="email", provider=FlakyProvider())},
+        clock=ManualClock(),
+        types=[parse_type("receipt", {"templates": {"email": {"body": source}}})],
+    )
+    await kirim.open(migrate=True)
+    try:
+        async with api_on(kirim) as client:
+            body = {"type": "receipt", "event_id": "e1", "recipients": ["u1"], "data": {}}
+            response = await post(client, body)
+    finally:
+        await kirim.close()
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert f"'{name}' is undefined" in error["message"]
+    assert "Undefined is not" not in error["message"]
+    assert [(d["field"], d["type"]) for d in error["details"]] == [(f"body.data.{name}", "missing")]
+
+
+async def test_an_event_with_a_number_json_cannot_keep_is_a_422(api: Api) -> None:
+    """Data holding 1e999 is a 422 naming body.data, never a 500."""
+    raw = (
+        b'{"type": "order_shipped", "event_id": "e-inf", "recipients": ["u-1"], '
+        b'"data": {"order_id": 1e999, "name": "a"}}'
+    )
+    answer = await api.client.post(
+        "/v1/events", content=raw, headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 422, answer.text
+    assert [d["field"] for d in answer.json()["error"]["details"]] == ["body.data"]

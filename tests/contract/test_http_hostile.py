@@ -162,3 +162,59 @@ async def test_two_idempotency_key_headers_are_400(api: Api) -> None:
     assert error["code"] == "bad_request"
     assert [d["field"] for d in error["details"]] == ["header.idempotency-key"]
     assert (await api.kirim.store.counts())["deliveries"] == {}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/notifications"),
+        ("POST", "/v1/events"),
+        ("PUT", "/v1/recipients/u1/preferences"),
+    ],
+)
+async def test_a_client_that_disconnects_mid_body_is_no_500(
+    log_lines, api: Api, method: str, path: str
+) -> None:
+    """A client gone before its body ended is logged and counted as 499 (client closed
+    request), never as an internal error: it was logged, counted and metered as a 500
+    (error=ClientDisconnect), which pages someone for nothing."""
+    sent: list[dict[str, Any]] = []
+    body = [
+        {"type": "http.request", "body": b'{"event_id": "x", "recip', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return body.pop(0) if body else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"authorization", f"Bearer {api.token}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"1000"),
+        ],
+        "client": ("127.0.0.1", 5000),
+        "server": ("testserver", 80),
+        "state": {},
+    }
+    await api.app(scope, receive, send)
+    lines = [json.loads(line) for line in log_lines.getvalue().splitlines()]
+    assert not [line for line in lines if line.get("level") == "error"], lines
+    access = [line for line in lines if line["event"] == "http_request"]
+    assert [line["status"] for line in access] == [499]
+    metrics = await api.client.get("/metrics")
+    assert 'status="500"' not in metrics.text
+    assert 'status="499"' in metrics.text

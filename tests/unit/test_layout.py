@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "kirim"
 
 CORE = {
     "callbacks",
+    "limits",
     "channels",
     "clock",
     "errors",

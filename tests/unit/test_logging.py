@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import unicodedata
 from collections.abc import Iterator
 
 import pytest
@@ -111,3 +112,42 @@ async def test_notify_in_the_callers_transaction_logs_staged_not_enqueued(
     assert events["e-1"]["notification_id"] == staged.delivery_id
     assert events["e-1"]["job_id"] is not None
     assert events["e-2"]["event"] == "enqueued"
+
+
+FORGED = "/x\rts=2026-12-01T10:00:00.000Z level=info event=provider_request notification_id=4242"
+CONTROLS = "\r\n\x1b]0;owned\x07\x85\u2028\x7f\x9b"
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_no_control_character_reaches_a_log_line_raw(fmt: str) -> None:
+    """A value with a carriage return, an escape sequence, NEL, U+2028, DEL or CSI is
+    written escaped in both formats: the line stays one line, and no terminal acts on it
+    (logfmt escaped \\n but not \\r, the JSON renderer left DEL and C1 raw)."""
+    out = io.StringIO()
+    configure(fmt=fmt, level="info", stream=out)
+    try:
+        get_logger().info("http_request", path=FORGED, event_id=CONTROLS)
+    finally:
+        configure(level="warning")
+    text = out.getvalue()
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    raw = [c for c in text[:-1] if unicodedata.category(c) == "Cc" or c in "\u2028\u2029"]
+    assert raw == []
+
+
+def test_a_logfmt_line_reads_back_as_it_was_written() -> None:
+    """kirim analyze's parser gives back every field of a logfmt line exactly, control
+    characters, quotes and backslashes included."""
+    from kirim.analyze.parse import LineParser
+
+    out = io.StringIO()
+    configure(fmt="logfmt", level="info", stream=out)
+    values = {"event_id": CONTROLS + '"q" \\ =', "notification_id": "7", "worker_id": "a b"}
+    try:
+        get_logger().info("job_claimed", **values)
+    finally:
+        configure(level="warning")
+    record = LineParser().parse(out.getvalue())
+    assert record is not None
+    assert {k: record[k] for k in values} == values

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from kirim.preferences import (
+    SEND,
     Preferences,
     Reason,
     TypePolicy,
@@ -246,3 +247,15 @@ def test_without_a_zone_quiet_hours_are_utc() -> None:
     prefs = Preferences(recipient_id="u1", quiet_hours=Window(time(22), time(7)))
     verdict = decide(SHIPPED, "email", prefs, at("2026-06-01T23:00", ZoneInfo("UTC")))
     assert verdict.until == at("2026-06-02T07:00", ZoneInfo("UTC"))
+
+
+def test_a_window_inside_the_quiet_hours_opens_when_it_is_due() -> None:
+    """Quiet hours covering a type's window: a delivery due at the window's opening
+    (or later inside it) goes then, instead of waiting for the next day's for ever."""
+    day = TypePolicy(name="t", window=Window(time(8), time(21)))
+    prefs = quiet("Europe/Berlin", "07:00-22:00")
+    for now in ("2026-06-01T08:00", "2026-06-01T12:30"):
+        assert decide(day, "email", prefs, at(now, BERLIN)) == SEND
+    early = decide(day, "email", prefs, at("2026-06-01T07:30", BERLIN))
+    assert early.until is not None
+    assert local(early.until, BERLIN) == "2026-06-01T08:00:00+02:00"

@@ -21,10 +21,13 @@ from kirim.analyze.detect import AnalyzeOptions, Detector
 from kirim.analyze.report import Gap, Incident, Report, Summary
 
 __all__ = [
+    "MAX_LINE",
+    "MAX_RUN",
     "AnalyzeOptions",
     "Detector",
     "Gap",
     "Incident",
+    "NoLineEnd",
     "ProgressCallback",
     "Report",
     "Summary",
@@ -37,6 +40,17 @@ __all__ = [
 #: Called now and then with (source name, bytes read so far, total bytes or ``None``).
 ProgressCallback = Callable[[str, int, int | None], None]
 _PROGRESS_EVERY = 1 << 16
+#: the longest line analyzed (characters); a longer one is counted malformed, unread
+MAX_LINE = 64 * 1024
+#: the most characters read without a line end before the input is given up on
+MAX_RUN = 64 * 1024 * 1024
+#: what a line past MAX_LINE is analyzed as: a line the parser counts malformed
+_TOO_LONG = "\x00 (a line longer than MAX_LINE)\n"
+
+
+class NoLineEnd(ValueError):
+    """The input ran ``MAX_RUN`` characters without a line end (``/dev/zero``): it is
+    not a log."""
 
 
 class _Prefixed(io.RawIOBase):
@@ -78,7 +92,9 @@ def open_binary(stream: IO[bytes]) -> IO[bytes]:
 def _text(stream: IO[bytes]) -> Iterator[io.TextIOWrapper]:
     """A text view of ``stream`` (gunzipped if needed) that leaves ``stream`` itself open."""
     binary = open_binary(stream)
-    text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape")
+    # Lines end at \n alone, as kirim writes them: a carriage return, NEL or U+2028
+    # inside a line (text a client sent) does not start a line of its own.
+    text = io.TextIOWrapper(binary, encoding="utf-8", errors="surrogateescape", newline="\n")
     try:
         yield text
     finally:
@@ -90,7 +106,24 @@ def _text(stream: IO[bytes]) -> Iterator[io.TextIOWrapper]:
 def iter_lines(stream: IO[bytes]) -> Iterator[str]:
     """Yield text lines of a (possibly gzip) binary stream; bad bytes become surrogates."""
     with _text(stream) as text:
-        yield from text
+        yield from _bounded(text)
+
+
+def _bounded(text: io.TextIOWrapper, name: str = "the input") -> Iterator[str]:
+    """The lines of ``text``, each at most ``MAX_LINE`` characters: a longer one is
+    skipped to its end and given as a line the parser counts malformed. ``NoLineEnd``
+    after ``MAX_RUN`` characters without a line end."""
+    readline = text.readline
+    while line := readline(MAX_LINE + 1):
+        if len(line) <= MAX_LINE or line[-1] == "\n":
+            yield line
+            continue
+        run = len(line)
+        while (rest := readline(MAX_LINE)) and rest[-1] != "\n":
+            run += len(rest)
+            if run > MAX_RUN:
+                raise NoLineEnd(f"{name}: no line end in {MAX_RUN} characters: not a log")
+        yield _TOO_LONG
 
 
 @contextmanager
@@ -127,11 +160,12 @@ def _feed_stream(
 ) -> None:
     feed = detector.feed
     with _text(stream) as text:
+        lines = _bounded(text, name)
         if progress is None or not stream.seekable():
-            for line in text:
+            for line in lines:
                 feed(line)
             return
-        for count, line in enumerate(text, 1):
+        for count, line in enumerate(lines, 1):
             feed(line)
             if not count & (_PROGRESS_EVERY - 1):
                 progress(name, stream.tell(), total)
@@ -147,8 +181,8 @@ def analyze_paths(
 ) -> Report:
     """Analyze log files in order as one stream; ``-`` reads ``stdin`` (default: sys.stdin).
 
-    Files may be plain text or gzip (detected by magic bytes).  ``OSError`` and
-    ``EOFError`` (truncated gzip) propagate to the caller.
+    Files may be plain text or gzip (detected by magic bytes).  ``OSError``,
+    ``EOFError`` (truncated gzip) and ``NoLineEnd`` propagate to the caller.
     """
     detector = Detector(options)
     with _fewer_collections():

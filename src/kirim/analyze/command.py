@@ -18,7 +18,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from kirim.analyze import ProgressCallback, analyze_paths
+from kirim.analyze import NoLineEnd, ProgressCallback, analyze_paths
 from kirim.analyze.detect import AnalyzeOptions
 from kirim.analyze.parse import FIELDS, parse_field_map
 from kirim.analyze.report import write_report
@@ -43,6 +43,12 @@ notification_id seen earlier with that job), and reports per notification:
   late_status_write    a provider success whose status write (db_update) came
                        more than --late-after seconds later, or never
   missing_correlation  delivery lines lacking the ids needed to follow the chain
+
+A request that kirim's own log records as not sent (its provider_response says
+error="not sent: ...": refused at connect, say) is no request. The worker's start
+banner and blank lines are skipped; a line that cannot be read is counted
+malformed. The text and Markdown reports show a short excerpt of each
+incident's evidence (--verbose: every line kept).
 
 The summary adds provider latency p99 and a suggested lease length.
 Use --field CANONICAL=THEIRS (repeatable) when your logs name fields
@@ -99,6 +105,13 @@ def _progress(paths: tuple[str, ...]) -> Iterator[ProgressCallback | None]:
     help="Seconds after a provider success beyond which the status write counts as late.",
 )
 @click.option(
+    "--verbose",
+    "-v",
+    is_flag=True,
+    help="Show every kept line of each incident's notification (default: a short "
+    "excerpt of its evidence; the JSON report always has them all).",
+)
+@click.option(
     "--output",
     "-o",
     type=PathParam(dir_okay=False, writable=True),
@@ -106,7 +119,12 @@ def _progress(paths: tuple[str, ...]) -> Iterator[ProgressCallback | None]:
     help="Write the report to FILE instead of stdout.",
 )
 def analyze(
-    logs: tuple[str, ...], fmt: str, fields: tuple[str, ...], late_after: float, output: str | None
+    logs: tuple[str, ...],
+    fmt: str,
+    fields: tuple[str, ...],
+    late_after: float,
+    verbose: bool,
+    output: str | None,
 ) -> None:
     try:
         field_map = parse_field_map(fields)
@@ -124,15 +142,15 @@ def analyze(
     try:
         with _progress(logs) as progress:
             report = analyze_paths(logs, options=options, stdin=sys.stdin.buffer, progress=progress)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, NoLineEnd) as exc:
         click.echo(f"kirim analyze: cannot read input: {exc}", err=True)
         sys.exit(2)
     if output is None:
-        write_report(report, fmt, sys.stdout, color=sys.stdout.isatty())
+        write_report(report, fmt, sys.stdout, color=sys.stdout.isatty(), verbose=verbose)
     else:
         try:
             with open(output, "w", encoding="utf-8") as handle:
-                write_report(report, fmt, handle, color=False)
+                write_report(report, fmt, handle, color=False, verbose=verbose)
         except OSError as exc:
             click.echo(f"kirim analyze: cannot write {output}: {exc.strerror or exc}", err=True)
             sys.exit(2)

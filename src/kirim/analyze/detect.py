@@ -27,6 +27,16 @@ from kirim.analyze.report import (
 
 SUCCESS = frozenset({"success", "succeeded", "ok", "sent", "delivered", "accepted"})
 SENT_STATUSES = frozenset({"sent", "confirmed", "delivered"})
+#: how kirim's provider seam begins the error of a request that never left the host
+#: (refused at connect, not buildable): the log's ``provider_response error="not sent: …"``
+NOT_SENT = "not sent"
+#: the events whose lines are evidence: kept in an incident's timeline beyond its limit
+EVIDENCE = frozenset(
+    {
+        "provider_request", "provider_response", "db_update", "lease_expired", "claim_lost",
+        "stale_write_rejected", "in_doubt",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -167,9 +177,11 @@ class Detector:
         st.last_line = n
         if t is not None:
             st.last_t = t
-        if len(st.timeline) < self._keep:
-            st.timeline.append(line)
         event = rec.get("event")
+        if len(st.timeline) < self._keep or (
+            event in EVIDENCE and len(st.timeline) < self._keep * 8
+        ):
+            st.timeline.append(line)
         if event == "provider_request":
             self._on_request(st, rec, t, line)
         elif event == "provider_response":
@@ -250,6 +262,10 @@ class Detector:
         if req.inflight:
             req.inflight = False
             st.inflight -= 1
+        if (rec.get("error") or "").startswith(NOT_SENT):
+            # kirim's word that no byte of it left the host: a request that never was
+            del st.reqs[req.rid]
+            return
         st.dirty = req.answered = True
         req.t_resp = t
         req.result = result = rec.get("result")

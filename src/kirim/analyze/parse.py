@@ -33,6 +33,7 @@ FIELDS: Final = frozenset(
         "result",
         "status",
         "latency_s",
+        "error",
     }
 )
 
@@ -89,14 +90,33 @@ _EVENT_ALIASES: Final[Mapping[str, str]] = {
     "status_update": "db_update",
 }
 
-_QUOTED_RE: Final = re.compile(r'([^\s="]+)=("(?:[^"\\]|\\.)*"|\S*)|(\S+)')
-_ESCAPE_RE: Final = re.compile(r"\\(.)")
+#: a line's fields are separated by spaces (or tabs), never by another control
+#: character: kirim writes those escaped, so a raw one belongs to the value it is in
+_QUOTED_RE: Final = re.compile(r'([^ \t="]+)=("(?:[^"\\]|\\.)*"|[^ \t]*)|([^ \t]+)')
+_ESCAPE_RE: Final = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
 _ESCAPES: Final[Mapping[str, str]] = {"n": "\n", "t": "\t", "r": "\r"}
 _MINUTES: dict[str, float] = {}
+#: the lines of ``kirim worker``'s start banner (``kirim.cli.render.show_banner``), which
+#: share its stderr with the log: known, not malformed
+_BANNER: Final = re.compile(
+    r"kirim .+ worker .+ \(pid \d+(?:, burst)?\)"
+    r"|  (?:database|config|lease|concurrency|channels|metrics) +\S.*"
+    r"| {15}\S[^=]*: .*; in doubt: .*"
+)
+
+
+def is_banner(line: str) -> bool:
+    """Whether ``line`` is one of the worker's banner lines (not a log line)."""
+    return _BANNER.fullmatch(line.rstrip("\r\n")) is not None
 
 
 def _unescape(match: re.Match[str]) -> str:
+    """One escape of a quoted value, as ``kirim.observe.logging.logfmt_value`` writes
+    them: ``\\n``, ``\\t``, ``\\r``, ``\\xHH``, ``\\uHHHH``, ``\\UHHHHHHHH``; any
+    other escaped character stands for itself."""
     char = match.group(1)
+    if len(char) > 1:
+        return chr(int(char[1:], 16))
     return _ESCAPES.get(char, char)
 
 
@@ -166,7 +186,10 @@ class LineParser:
         self._keymap: dict[str, str] = keymap
 
     def parse(self, line: str) -> Record | None:
-        """Return the canonical fields of ``line``, ``{}`` if none apply, ``None`` if malformed."""
+        """Return the canonical fields of ``line``, ``{}`` if none apply (a blank line,
+        the worker's banner), ``None`` if malformed. A field named twice is the first
+        (kirim writes ``ts``, ``level`` and ``event`` first: nothing later in the line
+        replaces them)."""
         if not line.isascii():
             try:
                 line.encode("utf-8")
@@ -174,7 +197,10 @@ class LineParser:
                 return None  # undecodable bytes (read with surrogateescape)
         if "\x00" in line:
             return None
+        line = line.rstrip("\r\n")
         head = line[:1]
+        if head in ("k", " ", "") and (not line.strip() or is_banner(line)):
+            return {}  # a blank line, or the worker's banner: no event, not malformed
         if head == "{" or (head in " \t" and line.lstrip().startswith("{")):
             return self._parse_json(line)
         if "=" not in line:
@@ -194,14 +220,18 @@ class LineParser:
                 if value[:1] == '"' and len(value) >= 2:
                     value = _ESCAPE_RE.sub(_unescape, value[1:-1])
                 canonical = keymap.get(key)
-                if canonical is not None and value:
+                if canonical is not None and value and canonical not in rec:
                     rec[canonical] = value
         else:
-            for token in line.split():
+            if "\t" in line:
+                line = line.replace("\t", " ")
+            for token in line.split(" "):
+                if not token:
+                    continue
                 key, sep, value = token.partition("=")
                 if sep:
                     canonical = keymap.get(key)
-                    if canonical is not None and value:
+                    if canonical is not None and value and canonical not in rec:
                         rec[canonical] = value
                 elif token in EVENTS:
                     word = token
@@ -216,7 +246,7 @@ class LineParser:
     def _parse_json(self, line: str) -> Record | None:
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: not a log line
             return None
         if not isinstance(obj, dict):
             return None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,8 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+
+from kirim.text import json_text, visible
 
 JSON: TypeAlias = str | int | float | bool | list["JSON"] | dict[str, "JSON"] | None
 
@@ -233,8 +234,8 @@ class Tally:
 
 
 def render_json(report: Report) -> str:
-    """One JSON object, pretty-printed."""
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False)
+    """One JSON object, pretty-printed (no control character raw: ``json_text``)."""
+    return json_text(report.to_dict(), indent=2)
 
 
 def _verdict(incident: Incident) -> str:
@@ -244,7 +245,9 @@ def _verdict(incident: Incident) -> str:
 
 
 def _show(value: JSON) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
+    """A value of the evidence as the text and Markdown reports show it: control
+    characters escaped (a log's line may hold any: ``kirim.text.visible``)."""
+    return visible(value) if isinstance(value, str) else json_text(value)
 
 
 def _facts(incident: Incident) -> list[tuple[str, str]]:
@@ -255,7 +258,7 @@ def _facts(incident: Incident) -> list[tuple[str, str]]:
         ("attempts", incident.attempts),
     ):
         if values:
-            facts.append((name, ", ".join(values)))
+            facts.append((name, visible(", ".join(values))))
     for key, value in incident.evidence.items():
         if key == "requests" and isinstance(value, list):
             for item in value:
@@ -279,7 +282,7 @@ def _groups(report: Report) -> list[list[Incident]]:
 
 def _title(group: list[Incident]) -> str:
     nid = group[0].notification_id
-    who = "lines without a notification" if nid is None else f"notification {nid}"
+    who = "lines without a notification" if nid is None else f"notification {visible(nid)}"
     return f"{who} · " + ", ".join(_verdict(i) for i in group)
 
 
@@ -293,6 +296,21 @@ def _marks(group: list[Incident]) -> list[str]:
     return [m for m in marks if m]
 
 
+#: the most lines of a notification's timeline the reports show without ``verbose``
+EXCERPT = 8
+
+
+def excerpt(timeline: tuple[str, ...], marks: list[str]) -> tuple[str, ...]:
+    """A short excerpt of an incident's evidence: the lines that name its requests, its
+    message ids or its times (at most ``EXCERPT``), else the first three."""
+    hot = tuple(line for line in timeline if any(m in line for m in marks))
+    return (hot or timeline[:3])[:EXCERPT]
+
+
+def _more(shown: int, kept: int) -> str:
+    return f"… {kept - shown} more line(s) of this notification: --verbose shows them"
+
+
 _STYLE = {
     "duplicate_request": "red",
     "overlapping_attempt": "yellow",
@@ -301,8 +319,9 @@ _STYLE = {
 }
 
 
-def render_text(report: Report, console: Console) -> None:
-    """A readable terminal report: summary, then per notification its incidents and timeline."""
+def render_text(report: Report, console: Console, *, verbose: bool = False) -> None:
+    """A readable terminal report: summary, then per notification its incidents and a
+    short excerpt of its evidence (``verbose``: every line kept of its timeline)."""
     s = report.summary
     table = Table(title="kirim analyze", show_header=False, title_justify="left")
     table.add_column("metric", style="bold")
@@ -321,7 +340,8 @@ def render_text(report: Report, console: Console) -> None:
         ("suggested lease", lease),
     ]
     rows += [
-        ("worst gap", f"{g.gap_s} s  {g.notification_id} / {g.request_id}") for g in s.worst_gaps
+        ("worst gap", visible(f"{g.gap_s} s  {g.notification_id} / {g.request_id}"))
+        for g in s.worst_gaps
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -338,19 +358,24 @@ def render_text(report: Report, console: Console) -> None:
         timeline = group[0].timeline
         if timeline:
             marks = _marks(group)
-            body.append(Text("timeline", style="bold underline"))
-            for raw in timeline:
+            shown = timeline if verbose else excerpt(timeline, marks)
+            body.append(Text("timeline" if verbose else "evidence", style="bold underline"))
+            for raw in shown:
                 hot = any(m in raw for m in marks)
-                body.append(Text(f"{'▶' if hot else ' '} {raw}", style="bold" if hot else "dim"))
+                line = f"{'▶' if hot else ' '} {visible(raw)}"
+                body.append(Text(line, style="bold" if hot else "dim"))
+            if len(shown) < len(timeline):
+                body.append(Text(f"  {_more(len(shown), len(timeline))}", style="dim italic"))
         border = styles[0] if styles else "yellow"
         console.print(Panel(Group(*body), title=_title(group), border_style=border))
     if report.incidents_truncated:
-        shown = len(report.incidents)
-        console.print(Text(f"(incident list truncated: {shown} of {s.incidents_total} shown)"))
+        kept = len(report.incidents)
+        console.print(Text(f"(incident list truncated: {kept} of {s.incidents_total} shown)"))
 
 
-def render_markdown(report: Report) -> str:
-    """A Markdown report: summary table and one section per notification with incidents."""
+def render_markdown(report: Report, *, verbose: bool = False) -> str:
+    """A Markdown report: summary table and one section per notification with incidents
+    (a short excerpt of its evidence; ``verbose``: every line kept)."""
     s = report.summary
     out = ["# kirim analyze report", "", "| metric | value |", "|---|---|"]
     for key, value in s.to_dict().items():
@@ -359,7 +384,10 @@ def render_markdown(report: Report) -> str:
     if s.worst_gaps:
         out += ["", "## Worst status-write gaps", "", "| notification | request | gap (s) |"]
         out.append("|---|---|---|")
-        out += [f"| `{g.notification_id}` | `{g.request_id}` | {g.gap_s} |" for g in s.worst_gaps]
+        out += [
+            visible(f"| `{g.notification_id}` | `{g.request_id}` | {g.gap_s} |")
+            for g in s.worst_gaps
+        ]
     out += ["", "## Incidents", ""]
     if not report.incidents:
         out.append("No incidents found.")
@@ -369,20 +397,27 @@ def render_markdown(report: Report) -> str:
             out += [f"**{_verdict(incident)}**", ""]
             out += [f"- {name}: `{value}`" for name, value in _facts(incident)]
             out.append("")
-        if group[0].timeline:
-            out += ["```", *group[0].timeline, "```", ""]
+        timeline = group[0].timeline
+        if timeline:
+            shown = timeline if verbose else excerpt(timeline, _marks(group))
+            out += ["```", *(visible(line) for line in shown), "```", ""]
+            if len(shown) < len(timeline):
+                out += [f"_{_more(len(shown), len(timeline))}_", ""]
     if report.incidents_truncated:
         out.append(f"_Incident list truncated: {len(report.incidents)} of {s.incidents_total}._")
     return "\n".join(out).rstrip() + "\n"
 
 
-def write_report(report: Report, fmt: str, stream: IO[str], *, color: bool) -> None:
-    """Render ``report`` as ``fmt`` (text, json or markdown) onto ``stream``."""
+def write_report(
+    report: Report, fmt: str, stream: IO[str], *, color: bool, verbose: bool = False
+) -> None:
+    """Render ``report`` as ``fmt`` (text, json or markdown) onto ``stream``; the JSON
+    always has every kept line, the others an excerpt unless ``verbose``."""
     if fmt == "json":
         stream.write(render_json(report) + "\n")
     elif fmt == "markdown":
-        stream.write(render_markdown(report))
+        stream.write(render_markdown(report, verbose=verbose))
     else:
         width = None if color else 120
         console = Console(file=stream, force_terminal=color, no_color=not color, width=width)
-        render_text(report, console)
+        render_text(report, console, verbose=verbose)

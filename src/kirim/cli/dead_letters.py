@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from kirim import views
-from kirim.cli import render, runner
+from kirim.cli import render, runner, tables
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim
 
@@ -48,7 +48,7 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
     if as_json:
         render.emit_json([views.delivery_json(r) for r in records])
     else:
-        render.show_deliveries(render.console(), records, title=f"dead letters ({len(records)})")
+        tables.show_deliveries(render.console(), records, title=f"dead letters ({len(records)})")
 
 
 @dead_letter.command(name="retry")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from kirim import views
-from kirim.cli import params, render, runner
+from kirim import limits, views
+from kirim.cli import params, render, runner, tables
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
 from kirim.errors import NotFound
@@ -14,6 +14,7 @@ from kirim.keys import text_problem
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page, not_found
 from kirim.store.imports import IMPORTED
+from kirim.text import visible
 from kirim.validation import MAX_ID
 
 
@@ -22,19 +23,19 @@ from kirim.validation import MAX_ID
     "--event",
     "event_id",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.EVENT_ID),
     help="The business event's id.",
 )
 @click.option(
     "--recipient",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.RECIPIENT),
     help="Who receives it (a user id, an address).",
 )
 @click.option(
     "--channel",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.CHANNEL),
     help="A channel configured in kirim.toml.",
 )
 @click.option(
@@ -104,7 +105,8 @@ def send(
         )
     else:
         what = "created" if n.created else "already exists (same idempotency key), not created"
-        click.echo(f"delivery {n.delivery_id} {what}: status {n.status}, key {n.idempotency_key}")
+        key = visible(n.idempotency_key)
+        click.echo(f"delivery {n.delivery_id} {what}: status {n.status}, key {key}")
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -161,7 +163,7 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     for i, record in enumerate(records):
         if i:
             click.echo()
-        render.show_status(render.console(), record)
+        tables.show_status(render.console(), record)
 
 
 async def _of_event(app: Kirim, event_id: str) -> list[views.Record]:
@@ -229,7 +231,7 @@ def list_(
         render.emit_json([views.delivery_json(r) for r in page.records])
         return
     title = f"deliveries ({len(page.records)})"
-    render.show_deliveries(render.console(), page.records, title=title)
+    tables.show_deliveries(render.console(), page.records, title=title)
     if page.next_cursor is not None:
         order = " --oldest-first" if oldest_first else ""
         click.echo(f"more: --after {page.next_cursor}{order}", err=True)

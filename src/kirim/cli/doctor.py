@@ -25,7 +25,7 @@ from kirim.doctor.audit import (
 from kirim.doctor.checks import diagnose
 from kirim.doctor.probes import Database
 from kirim.errors import NotFound
-from kirim.text import redact_url
+from kirim.text import redact_url, visible
 
 # -- the command -----------------------------------------------------------------------
 
@@ -34,13 +34,13 @@ _COLOR = {OK: "green", WARNING: "yellow", PROBLEM: "red", SKIPPED: None}
 
 
 def render_text(target: str, checks: Sequence[Check]) -> None:
-    click.echo(f"kirim doctor: {target}")
+    click.echo(f"kirim doctor: {visible(target)}")
     width = max(len(c.name) for c in checks)
     for c in checks:
         mark = click.style(f"{_MARK[c.status]:<8}", fg=_COLOR[c.status], bold=c.status is PROBLEM)
-        click.echo(f"  {mark} {c.name:<{width}}  {c.message}")
+        click.echo(f"  {mark} {c.name:<{width}}  {visible(c.message)}")
         if c.fix:
-            click.echo(f"  {'':<8} {'':<{width}}  fix: {c.fix}")
+            click.echo(f"  {'':<8} {'':<{width}}  fix: {visible(c.fix)}")
     problems = sum(c.status is PROBLEM for c in checks)
     warnings = sum(c.status is WARNING for c in checks)
     click.echo(f"{plural(problems, 'problem')}, {plural(warnings, 'warning')}")

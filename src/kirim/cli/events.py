@@ -8,11 +8,13 @@ from typing import Any
 
 import click
 
+from kirim import limits
 from kirim.cli import params, runner
 from kirim.cli import render as output
 from kirim.cli.runner import EXIT_USAGE, State, pass_state
 from kirim.notify.fanout import EventResult
 from kirim.notify.messages import preview
+from kirim.text import visible
 from kirim.views import iso
 
 
@@ -73,17 +75,17 @@ def render(
 def _show(channel: str, payload: dict[str, Any]) -> None:
     """One channel's message: a heading, then each part (a text of many lines below
     its name, indented)."""
-    click.echo(f"[{channel}] locale {payload['locale']}")
+    click.echo(visible(f"[{channel}] locale {payload['locale']}"))
     for part, text in payload.items():
         if part in ("type", "locale"):
             continue
-        lines = str(text).splitlines() or [""]
+        lines = str(text).split("\n") or [""]  # other line ends are shown escaped
         if len(lines) == 1:
-            click.echo(f"  {part}: {lines[0]}")
+            click.echo(f"  {part}: {visible(lines[0])}")
         else:
             click.echo(f"  {part}:")
             for line in lines:
-                click.echo(f"    {line}")
+                click.echo(f"    {visible(line)}")
 
 
 @click.command(name="event")
@@ -92,7 +94,7 @@ def _show(channel: str, payload: dict[str, Any]) -> None:
     "--event",
     "event_id",
     required=True,
-    type=params.TextParam(),
+    type=params.TextParam(limit=limits.EVENT_ID),
     help="The business event's id (each delivery's key comes from it).",
 )
 @click.option(

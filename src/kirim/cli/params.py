@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kirim.limits import Limit
 from kirim.validation import (
     BadValue,
     Number,
@@ -76,17 +77,21 @@ class DurationParam(_ParamType):
 
 
 class TextParam(_ParamType):
-    """Text every backend can store (no NUL, no lone surrogate); ``key`` adds the rule of
-    explicit idempotency keys (printable ASCII, at most 255 characters)."""
+    """Text every backend can store (no NUL, no lone surrogate, no control character),
+    within ``limit`` (bytes, ``kirim.limits``); ``key`` adds the rule of explicit
+    idempotency keys (printable ASCII, at most 255 characters)."""
 
     name = "text"
 
-    def __init__(self, *, key: bool = False) -> None:
+    def __init__(self, *, key: bool = False, limit: Limit | None = None) -> None:
         self.key = key
+        self.limit = limit
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            return check_key(value, _name(param)) if self.key else check_text(_name(param), value)
+            if self.key:
+                return check_key(value, _name(param))
+            return check_text(_name(param), value, limit=self.limit)
         except BadValue as exc:
             self.fail(exc.reason, param, ctx)
 

@@ -8,9 +8,11 @@ from typing import Any
 
 import click
 
+from kirim import limits
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
 from kirim.preferences import Preferences, Window, check_known, check_pattern, check_timezone
+from kirim.text import visible
 from kirim.validation import BadValue, shown
 from kirim.views import iso, preferences_json
 
@@ -41,7 +43,7 @@ def prefs() -> None:
 
 
 @prefs.command(name="show")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
 def show_cmd(state: State, recipient_id: str, as_json: bool) -> None:
@@ -65,11 +67,11 @@ def show_cmd(state: State, recipient_id: str, as_json: bool) -> None:
         render.emit_json(preferences_json(found))
         return
     for line in describe(found):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 @prefs.command(name="set")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @click.option(
     "--opt-out/--opt-in",
     "opt_out",
@@ -142,11 +144,11 @@ def set_cmd(
         render.emit_json(preferences_json(done))
         return
     for line in describe(done):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 @prefs.command(name="clear")
-@click.argument("recipient_id", type=params.TextParam())
+@click.argument("recipient_id", type=params.TextParam(limit=limits.RECIPIENT_ID))
 @pass_state
 def clear_cmd(state: State, recipient_id: str) -> None:
     """Forget a recipient's preferences (each type's defaults apply again). Exits 1 when

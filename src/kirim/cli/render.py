@@ -1,18 +1,16 @@
-"""The CLI's output: JSON on stdout, and deliveries, timelines and the worker's banner
-as rich tables (user data shown literally, never as markup)."""
+"""The CLI's output: JSON on stdout, the worker's banner, and the cells of the tables of
+``kirim.cli.tables`` (user data shown literally, never as markup, its control
+characters escaped: ``kirim.text.visible``, the one escaping of every text sink)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import json
 import os
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import click
-from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -20,13 +18,8 @@ from rich.text import Text
 from kirim.engine import Kirim
 from kirim.model import AttemptStatus, Delivery, DeliveryStatus, JobStatus
 from kirim.observe.logging import Sink
-from kirim.text import redact_url
-from kirim.timeline import events
-from kirim.views import Record, iso
+from kirim.text import json_text, redact_url, visible
 from kirim.worker import Worker
-
-#: fields of a timeline event its table row says already (in the time and what columns)
-_SAID = frozenset({"action", "attempt"})
 
 
 def console() -> Console:
@@ -34,7 +27,8 @@ def console() -> Console:
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=False))
+    """``data`` as one line of JSON, no control character raw (``kirim.text.json_text``)."""
+    click.echo(json_text(data))
 
 
 # -- output ----------------------------------------------------------------------------
@@ -67,80 +61,19 @@ STYLES = {
 
 
 def styled(status: Any) -> Text:
-    return Text(str(status), style=STYLES.get(status, ""))
+    return Text(visible(str(status)), style=STYLES.get(status, ""))
 
 
-def _text(value: Any) -> Text:
-    """A cell that shows user data literally (no rich markup)."""
-    return Text("-" if value is None or value == "" else str(value))
+def text_cell(value: Any) -> Text:
+    """A cell that shows user data literally (no rich markup, control characters
+    escaped: an event id cannot set the window's title or clear the screen)."""
+    return Text("-" if value is None or value == "" else visible(str(value)))
 
 
-def show_status(console: Console, record: Record) -> None:
-    d, job, _ = record
-    facts = Table.grid(padding=(0, 2))
-    facts.add_column(style="bold")
-    facts.add_column()
-    facts.add_row("delivery", _text(d.id))
-    facts.add_row("key", _text(d.idempotency_key))
-    facts.add_row("event", _text(d.event_id))
-    facts.add_row("recipient", _text(d.recipient))
-    facts.add_row("channel", _text(d.channel))
-    if d.type is not None:
-        facts.add_row("type", _text(f"{d.type} for {d.recipient_id}"))
-    facts.add_row("status", _status(d))
-    facts.add_row("provider message", _text(d.provider_message_id))
-    if d.last_error:
-        facts.add_row("last error", _text(d.last_error))
-    if job is None:
-        facts.add_row("job", _text(None))
-    else:
-        line = Text.assemble(f"{job.id} ", styled(job.status))
-        line.append(f" attempts {job.attempts}/{job.max_attempts}")
-        if job.lease_owner:
-            line.append(f" leased by {job.lease_owner} until {iso(job.lease_expires_at)}")
-        facts.add_row("job", line)
-        if job.last_error and job.last_error != d.last_error:
-            facts.add_row("job error", _text(job.last_error))
-    console.print(facts)
-    table = Table(title="timeline", title_justify="left")
-    table.add_column("time (UTC)", no_wrap=True)
-    table.add_column("+s", justify="right")
-    table.add_column("what")
-    table.add_column("detail")
-    for e in events(record, now=time.time()):
-        style = "yellow" if e.warn else ""
-        detail = Text(e.detail(leave_out=_SAID), style=style)
-        table.add_row(iso(e.at), f"{e.at - d.created_at:.3f}", Text(e.summary, style=style), detail)
-    console.print(table)
-
-
-def _status(d: Delivery) -> Text:
+def status_text(d: Delivery) -> Text:
     """The status as people read it, with why a suppressed one is: ``suppressed (opted_out)``."""
     label = d.status_label if d.reason is None else f"{d.status_label} ({d.reason})"
-    return Text(label, style=STYLES.get(d.status, ""))
-
-
-def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("id", no_wrap=True, justify="right")
-    for name in ("event", "recipient", "channel"):
-        table.add_column(name, overflow="fold", ratio=1)
-    table.add_column("status", no_wrap=True)
-    table.add_column("job", no_wrap=True)
-    table.add_column("tries", no_wrap=True)
-    table.add_column("last error", overflow="fold", ratio=2)
-    for d, job, attempts in records:
-        table.add_row(
-            str(d.id),
-            _text(d.event_id),
-            _text(d.recipient),
-            _text(d.channel),
-            _status(d),
-            _text(None) if job is None else styled(job.status),
-            str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}",
-            _text(d.last_error or (job.last_error if job is not None else None)),
-        )
-    console.print(table)
+    return Text(visible(label), style=STYLES.get(d.status, ""))
 
 
 def worker_facts(
@@ -206,7 +139,7 @@ def show_banner(facts: Mapping[str, Any]) -> None:
         )
     if facts["metrics"]:
         lines.append(f"  metrics      {facts['metrics']}")
-    Sink().write("\n".join(lines) + "\n")
+    Sink().write("\n".join(visible(line) for line in lines) + "\n")
     Sink().flush()
 
 
@@ -223,5 +156,5 @@ def show_mapping(console: Console, data: Mapping[str, Any], *, title: str) -> No
     table.add_column("value", justify="right")
     for key, value in data.items():
         shown = f"{value:,.1f}" if isinstance(value, float) else str(value)
-        table.add_row(_text(key), _text(shown))
+        table.add_row(text_cell(key), text_cell(shown))
     console.print(table)

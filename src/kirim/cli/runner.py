@@ -39,6 +39,7 @@ from kirim.errors import (
 from kirim.observe.logging import configure
 from kirim.operations import By, not_found
 from kirim.store import open_store
+from kirim.text import visible
 from kirim.validation import DURATION, DURATION_UNITS, MAX_EPOCH, as_id
 from kirim.views import Record
 
@@ -54,8 +55,8 @@ _DURATION, _UNITS = DURATION, DURATION_UNITS  # the one grammar of durations
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    """Print one line on stderr and exit with ``code``."""
-    click.echo(f"Error: {' '.join(message.split())}", err=True)
+    """Print one line on stderr (control characters escaped) and exit with ``code``."""
+    click.echo(f"Error: {visible(' '.join(message.split()))}", err=True)
     raise click.exceptions.Exit(code)
 
 

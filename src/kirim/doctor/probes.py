@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kirim.errors import ConfigError, NotFound, StoreError
+from kirim.text import redact_url, scrub
 
 #: the two kinds of database ``kirim doctor`` reads (each has its ``doctor.sql``)
 Dialect = Literal["sqlite", "postgres"]
@@ -110,7 +111,7 @@ class Database:
                 (name,),
             )
             if found is None:
-                raise NotFound(f"no table {name!r} in {self.url}")
+                raise NotFound(f"no table {name!r} in {redact_url(self.url)}")
             info = self.query(f"PRAGMA table_info({self.quote(found)})")
             columns = {r["name"]: bool(r["notnull"] or r["pk"]) for r in info}
             return Table(display=_bare(found, self.quote), columns=columns, key=found)
@@ -120,7 +121,9 @@ class Database:
             (name,),
         )
         if not rows:
-            raise NotFound(f"no table {name!r} in {self.url} (schema.table, or on the search_path)")
+            raise NotFound(
+                f"no table {name!r} in {redact_url(self.url)} (schema.table, or on the search_path)"
+            )
         oid = int(rows[0]["oid"])
         cols = self.query(
             "SELECT attname, attnotnull FROM pg_attribute "
@@ -217,7 +220,8 @@ def _open_sqlite(url: str) -> sqlite3.Connection:
 def _open_postgres(url: str) -> Any:
     if not url.startswith(("postgresql:", "postgres:")):
         raise ConfigError(
-            f"unsupported database URL {url!r}; use sqlite:///path.db or postgresql://host/db"
+            f"unsupported database URL {redact_url(url)!r}; use sqlite:///path.db or "
+            "postgresql://host/db"
         )
     try:
         import psycopg
@@ -233,7 +237,7 @@ def _open_postgres(url: str) -> Any:
         conn.execute("SET default_transaction_read_only = on")
     except psycopg.Error as exc:
         raise StoreError(
-            f"PostgreSQL: cannot connect to {redact(url)}: {str(exc).strip()}"
+            f"PostgreSQL: cannot connect to {redact(url)}: {scrub(str(exc).strip(), url)}"
         ) from exc
     return conn
 

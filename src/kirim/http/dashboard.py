@@ -46,17 +46,26 @@ from kirim.http.service import Service, service
 from kirim.http.verbs import VERBS, Verb
 from kirim.model import Delivery, DeliveryStatus, Doubt, Job, RecordFilter
 from kirim.operations import Page
+from kirim.text import visible
 from kirim.timeline import events
 from kirim.validation import MAX_ID
 from kirim.views import Record, iso
 
 router = APIRouter(include_in_schema=False)
 
+
+def _shown(value: Any) -> Any:
+    """What a page shows of a value: text with its control characters escaped (the one
+    escaping of every sink, ``kirim.text.visible``), markup made here as it is."""
+    return visible(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
+
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("kirim.http", "templates"),
     autoescape=jinja2.select_autoescape(default=True),
     trim_blocks=True,
     lstrip_blocks=True,
+    finalize=_shown,
 )
 _env.filters["iso"] = iso
 _env.filters["word"] = word

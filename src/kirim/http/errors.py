@@ -62,7 +62,7 @@ class ErrorInfo(BaseModel):
         "`validation_error`, `unknown_channel`, `payload_too_large`, `body_too_large`, "
         "`unsupported_media_type`, `idempotency_key_reused`, `request_in_progress`, "
         "`not_cancelable`, `not_dead_lettered`, `method_not_allowed`, `unavailable`, "
-        "`internal_error`."
+        "`client_closed_request` (499, logged only: the client is gone), `internal_error`."
     )
     message: str = Field(description="One sentence for people, saying what to fix.")
     details: list[ErrorDetail]

@@ -11,14 +11,18 @@ else the header's key. Like a notification, an event goes through two transactio
 2. *record*: the event's deliveries and, in the same transaction, the response kept
    for replays (``Kirim.record_event`` with the request's hold).
 
-The event is checked and rendered before its key is taken (a template error is a
-422 and takes nothing). Each delivery's own key comes from the event id, so the
+The key is looked up before the event is checked and rendered, so that a replay
+answers its first response whatever today's configuration says; a request that is
+then refused (a template error, a missing variable: 422) gives its key back. The
+rendering runs off the event loop, within the sandbox's bounds (one budget for the
+event, ``kirim.notify.sandbox``). Each delivery's own key comes from the event id, so the
 same event sent again under another ``Idempotency-Key`` still makes no delivery
 twice: its answer lists them with ``created: false``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from dataclasses import dataclass
@@ -70,23 +74,10 @@ class EventIntake:
         self.kirim = kirim
         self.hold = hold
 
-    def prepare(self, body: dict[str, Any], key_header: str | None) -> tuple[Event, str]:
-        """The event checked and rendered, and its request key; refusals as 422."""
-        key = header_key(key_header)
-        event_id = body.get("event_id")
-        if event_id is None:
-            if key is None:
-                raise ApiError(
-                    422,
-                    "validation_error",
-                    "send the event's id as event_id, or an Idempotency-Key header",
-                    details=[
-                        detail("body.event_id", "required without Idempotency-Key", "missing")
-                    ],
-                )
-            event_id = key
+    def prepare(self, body: dict[str, Any], event_id: str) -> Event:
+        """The event checked and rendered (today's configuration); refusals as 413/422."""
         try:
-            event = self.kirim.prepare_event(
+            return self.kirim.prepare_event(
                 body["type"], body["recipients"], body["data"], event_id=event_id
             )
         except PayloadTooLarge as exc:
@@ -100,13 +91,35 @@ class EventIntake:
             raise ApiError(
                 422, "validation_error", str(exc), details=invalid_details(exc, _FIELDS)
             ) from None
-        return event, request_key(key, event.type.name, event.event_id)
 
     async def accept(self, body: dict[str, Any], raw: Any, key_header: str | None) -> EventAnswer:
         """The answer to one request: ``body`` the checked call's arguments, ``raw`` the
-        JSON as sent (its fingerprint tells a replay from another body)."""
-        event, key = self.prepare(body, key_header)
-        print_ = fingerprint(raw)
+        JSON as sent (its fingerprint tells a replay from another body).
+
+        The key is looked up first, so that a replay answers its first response
+        whatever the configuration says today (a template that gained a variable, a
+        channel removed); only a request that holds the key is then rendered, off the
+        event loop (``asyncio.to_thread``: a heavy template never stalls the server),
+        and gives its key back when it is refused."""
+        given = header_key(key_header)
+        event_id = body.get("event_id")
+        if event_id is None:
+            if given is None:
+                raise ApiError(
+                    422,
+                    "validation_error",
+                    "send the event's id as event_id, or an Idempotency-Key header",
+                    details=[
+                        detail("body.event_id", "required without Idempotency-Key", "missing")
+                    ],
+                )
+            event_id = given
+        key = request_key(given, body["type"], event_id)
+        try:
+            print_ = fingerprint(raw)
+        except ApiError:
+            await asyncio.to_thread(self.prepare, body, event_id)  # names the field
+            raise
         token = secrets.token_hex(16)
         begin = RequestBegin(idempotency_key=key, fingerprint=print_, lock_token=token)
         slots, _ = await self.kirim.store.handle_requests(
@@ -115,19 +128,22 @@ class EventIntake:
         slot = slots[0]
         if slot.state is not RequestState.ACQUIRED:
             if slot.fingerprint != print_:
-                raise reused(key if key_header is not None else event.event_id)
+                raise reused(key if given is not None else event_id)
             if slot.state is RequestState.IN_PROGRESS:
                 raise in_progress()
             return EventAnswer(slot.status_code or 200, slot.response or "", True)
+        try:
+            event = await asyncio.to_thread(self.prepare, body, event_id)
+        except BaseException:
+            await self._give_back(key, token)
+            raise
         try:
             result = await self.kirim.record_event(
                 event, request=(key, token), respond=response_of, fingerprint=print_
             )
         except IdempotencyKeyReused as exc:
             # the event was rolled back whole; the key is given back for a new body
-            await self.kirim.store.enqueue_request(
-                [], key=key, token=token, now=self.kirim.clock.now(), respond=_nothing
-            )
+            await self._give_back(key, token)
             raise ApiError(
                 422,
                 "idempotency_key_reused",
@@ -137,6 +153,12 @@ class EventIntake:
             ) from None
         status, text = response_of(result)
         return EventAnswer(status, text)
+
+    async def _give_back(self, key: str, token: str) -> None:
+        """Release the request's key (it answered with an error: nothing is replayed)."""
+        await self.kirim.store.enqueue_request(
+            [], key=key, token=token, now=self.kirim.clock.now(), respond=_nothing
+        )
 
 
 def _nothing(_: Any) -> None:

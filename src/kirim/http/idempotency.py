@@ -19,8 +19,10 @@ transaction (``Store.handle_requests``) carries the second step of the requests
 that began in the previous one and the first step of those that arrived since: a
 request costs a share of one commit, not two. A transaction that fails is written
 again request by request (``Batcher``), so that a request whose row the store
-refuses fails alone; what ``Kirim.prepare`` refuses (NUL or a lone surrogate in the
-payload…) never reaches the store, nor takes its key.
+refuses fails alone. The key is taken before the notification is checked against
+today's configuration, so that a replay answers its first response however the
+channels changed since; what ``Kirim.prepare`` then refuses (an unknown channel, NUL
+or a lone surrogate in the payload…) gives the key back and writes nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from kirim.engine import Kirim, NotifyRequest, reused_field
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.http.errors import ApiError, detail
 from kirim.http.models import NotificationIn, parse_when
-from kirim.keys import canonical_json
+from kirim.keys import canonical_json, default_key
 from kirim.model import EnqueueResult
 from kirim.observe.logging import get_logger
 from kirim.store.base import (
@@ -64,8 +66,19 @@ class Answer:
 
 
 def fingerprint(body: Any) -> str:
-    """sha256 of the canonical JSON of a request body (key order and spacing ignored)."""
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    """sha256 of the canonical JSON of a request body (key order and spacing ignored).
+    A body that has none (a number past a float: ``1e999``; nested too deeply) is a
+    422, before its key is taken."""
+    try:
+        return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    except (ValueError, TypeError, RecursionError):
+        raise ApiError(
+            422,
+            "validation_error",
+            "the body holds a value JSON cannot keep (a number too large for a float, "
+            "or nesting too deep)",
+            details=[detail("body", "no canonical JSON", "value_error")],
+        ) from None
 
 
 def one_header(values: Sequence[str]) -> str | None:
@@ -111,13 +124,17 @@ def invalid_details(
     exc: InvalidNotification, fields: Sequence[str] = _FIELDS
 ) -> list[dict[str, str]]:
     """The ``details`` of a refusal by ``Kirim.prepare`` (or ``prepare_event``): the
-    field it names (its ``field``, else the first word of "payload[0] must not …" or
-    "recipients[1]: …"), if it is one of the body's ``fields``."""
+    field it names (its ``field``, such as a missing variable's ``data.total``, else
+    the first word of "payload[0] must not …", "recipients[1]: …" or "data.group …"),
+    if it is one of the body's ``fields``; its ``kind`` (``missing``) is the type."""
     message = str(exc)
-    name = getattr(exc, "field", None)
-    if not isinstance(name, str):
-        name = message.split(" ", 1)[0].split("[", 1)[0].rstrip(":")
-    return [detail(f"body.{name}", message, "value_error")] if name in fields else []
+    named = getattr(exc, "field", None)
+    path = named if isinstance(named, str) else message.split(" ", 1)[0].rstrip(":")
+    head = path.split("[", 1)[0].split(".", 1)[0]
+    kind = getattr(exc, "kind", "value_error")
+    if head not in fields:
+        return []
+    return [detail(f"body.{path if isinstance(named, str) else head}", message, str(kind))]
 
 
 def _delivery_id(body: str) -> int | None:
@@ -226,25 +243,42 @@ class Intake:
         ]
 
     async def accept(self, body: NotificationIn, raw: Any, key_header: str | None) -> Answer:
-        """The answer to one ``POST /v1/notifications``: the notification checked and
-        made a delivery (``_prepare``), its key taken (step 1; ``_taken`` when another
-        request has it), then the delivery recorded with the response kept for replays
-        (step 2; ``_enqueued``)."""
-        item = self._prepare(notify_request(body, header_key(key_header)))
-        print_ = fingerprint(raw)
+        """The answer to one ``POST /v1/notifications``: its key taken (step 1; ``_taken``
+        when another request has it: a replay answers its first response whatever
+        today's configuration says), then the notification checked and made a delivery
+        (``_prepare``; a refusal gives the key back), and recorded with the response
+        kept for replays (step 2; ``_enqueued``)."""
+        request = notify_request(body, header_key(key_header))
+        key = request.key or default_key(request.event_id, request.recipient, request.channel)
+        try:
+            print_ = fingerprint(raw)
+        except ApiError:
+            self._prepare(request)  # the refusal that names the field (payload: 1e999)
+            raise
         token = secrets.token_hex(16)
         slot = await self._steps.submit(
-            RequestBegin(idempotency_key=item.idempotency_key, fingerprint=print_, lock_token=token)
+            RequestBegin(idempotency_key=key, fingerprint=print_, lock_token=token)
         )
         assert isinstance(slot, RequestSlot)
         if slot.state is not RequestState.ACQUIRED:
-            return await self._taken(slot, item, print_)
+            return await self._taken(slot, request, key, print_)
+        try:
+            item = self._prepare(request)
+        except BaseException:
+            await self._give_back(key, token)
+            raise
         done = await self._steps.submit(
             RequestedDelivery(delivery=item, lock_token=token, fingerprint=print_)
         )
         assert not isinstance(done, RequestSlot)
         result, kept = done
         return await self._enqueued(item, result, kept)
+
+    async def _give_back(self, key: str, token: str) -> None:
+        """Release a request's key: it was refused, and an error is not replayed."""
+        await self.kirim.store.enqueue_request(
+            [], key=key, token=token, now=self.kirim.clock.now(), respond=lambda _: None
+        )
 
     def _prepare(self, request: NotifyRequest) -> NewDelivery:
         """The delivery ``Kirim.prepare`` makes of ``request``; its refusals as API errors."""
@@ -271,11 +305,13 @@ class Intake:
         except RecursionError:
             raise ApiError(422, "validation_error", "the payload is nested too deeply") from None
 
-    async def _taken(self, slot: RequestSlot, item: NewDelivery, print_: str) -> Answer:
+    async def _taken(
+        self, slot: RequestSlot, request: NotifyRequest, key: str, print_: str
+    ) -> Answer:
         """Another request has the key: its kept response replayed (same body, done),
         409 (same body, in progress), or 422 (another body)."""
         if slot.fingerprint != print_:
-            raise await self._reused(item)
+            raise await self._reused(request, key)
         if slot.state is RequestState.IN_PROGRESS:
             raise in_progress()
         stored = slot.response or ""
@@ -310,8 +346,14 @@ class Intake:
         assert record is not None
         return Answer(200, json.dumps(delivery_json(record), ensure_ascii=False), delivery_id=d.id)
 
-    async def _reused(self, item: NewDelivery) -> ApiError:
+    async def _reused(self, request: NotifyRequest, key: str) -> ApiError:
         """The refusal of a body other than the key's first one, naming the field that
-        differs when the key's delivery exists."""
-        found = await self.kirim.store.get_delivery(item.idempotency_key, by="key")
-        return reused(item.idempotency_key, None if found is None else reused_field(found, item))
+        differs when the key's delivery exists (and this body is one kirim takes)."""
+        found = await self.kirim.store.get_delivery(key, by="key")
+        if found is None:
+            return reused(key)
+        try:
+            item = self.kirim.prepare(request)
+        except (InvalidNotification, RecursionError):
+            return reused(key)
+        return reused(key, reused_field(found, item))

@@ -7,13 +7,17 @@ ISO-8601 UTC strings with milliseconds (``2026-07-21T10:00:01.125Z``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
+from kirim import limits
+from kirim.limits import Limit
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.preferences import Reason
+from kirim.text import escape_char, first_control
 
 #: send_after must land between these (UTC), so that every time kirim prints is valid.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
@@ -31,6 +35,23 @@ def clean_text(value: str) -> str:
     if not value.strip():
         raise ValueError("must not be blank")
     return value
+
+
+def fits(limit: Limit, *, line: bool = True) -> Callable[[str], str]:
+    """The check of a text field of at most ``limit`` bytes (``kirim.limits``): storable
+    (``clean_text``) and, with ``line`` (ids, names, addresses), without control
+    characters. The schema's ``maxLength`` is the limit too: a character is a byte at
+    least."""
+
+    def check(value: str) -> str:
+        clean_text(value)
+        if line and (char := first_control(value)) is not None:
+            raise ValueError(f"must not contain control characters ({escape_char(char)})")
+        if (problem := limit.problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    return check
 
 
 def parse_when(value: str) -> datetime:
@@ -57,11 +78,36 @@ def _when(value: str) -> str:
     return value
 
 
-Text = Annotated[str, StringConstraints(min_length=1, max_length=1024), AfterValidator(clean_text)]
-ChannelName = Annotated[
-    str, StringConstraints(min_length=1, max_length=200), AfterValidator(clean_text)
+EventId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.EVENT_ID.bytes),
+    AfterValidator(fits(limits.EVENT_ID)),
 ]
-Key = Annotated[str, StringConstraints(min_length=1, max_length=255), AfterValidator(clean_text)]
+Address = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.RECIPIENT.bytes),
+    AfterValidator(fits(limits.RECIPIENT)),
+]
+ChannelName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.CHANNEL.bytes),
+    AfterValidator(fits(limits.CHANNEL)),
+]
+Key = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.KEY.bytes),
+    AfterValidator(fits(limits.KEY)),
+]
+MessageId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.MESSAGE_ID.bytes),
+    AfterValidator(fits(limits.MESSAGE_ID)),
+]
+ReasonText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=limits.REASON.bytes),
+    AfterValidator(fits(limits.REASON, line=False)),
+]
 When = Annotated[
     str,
     StringConstraints(min_length=1, max_length=64),
@@ -75,8 +121,10 @@ class NotificationIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="NewNotification")
 
-    event_id: Text = Field(description="The business event's id.")
-    recipient: Text = Field(description="Who receives it (a user id, an address).")
+    event_id: EventId = Field(description="The business event's id (at most 1024 bytes).")
+    recipient: Address = Field(
+        description="Who receives it (a user id, an address; at most 1024 bytes)."
+    )
     channel: ChannelName = Field(description="A channel configured on the server.")
     payload: Any = Field(
         description="Any JSON value, given to the channel's provider (at most the server's "
@@ -207,7 +255,9 @@ class CallbackIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="DeliveryCallback")
 
-    message_id: Key = Field(description="The provider's id of its message.")
+    message_id: MessageId = Field(
+        description="The provider's id of its message (at most 1000 bytes)."
+    )
     status: Literal["delivered", "bounced", "failed"] = Field(
         description="`delivered`: it reached the user; `bounced`: it was refused on the "
         "way; `failed`: the provider, having accepted it, could not deliver it."
@@ -217,7 +267,7 @@ class CallbackIn(BaseModel):
         description="The idempotency key the provider was given (`Idempotency-Key`, "
         "`webhook-id`): finds the delivery when kirim never learned the message id.",
     )
-    reason: Text | None = Field(default=None, description="The provider's words, if any.")
+    reason: ReasonText | None = Field(default=None, description="The provider's words, if any.")
     at: Epoch | When | None = Field(
         default=None,
         description="When it happened: epoch seconds, or ISO-8601 with a timezone.",
@@ -292,7 +342,9 @@ class PreferencesOut(BaseModel):
 
 
 RecipientName = Annotated[
-    str, StringConstraints(min_length=1, max_length=255), AfterValidator(clean_text)
+    str,
+    StringConstraints(min_length=1, max_length=limits.RECIPIENT_ID.bytes),
+    AfterValidator(fits(limits.RECIPIENT_ID)),
 ]
 
 
@@ -305,7 +357,7 @@ class RecipientIn(BaseModel):
     locale: Annotated[str, StringConstraints(min_length=1, max_length=35)] | None = Field(
         default=None, description="The locale its messages are written in (`id`, `pt_BR`)."
     )
-    to: dict[ChannelName, Text] = Field(
+    to: dict[ChannelName, Address] = Field(
         default_factory=dict,
         description="Its address on each channel (absent: the id).",
     )
@@ -323,7 +375,7 @@ class EventIn(BaseModel):
         description="Recipient ids, or recipients with a locale and addresses.",
     )
     data: dict[str, Any] = Field(description="The templates' variables.")
-    event_id: Text | None = Field(
+    event_id: EventId | None = Field(
         default=None,
         description="The business event's id (each delivery's key comes from it). "
         "Default: the `Idempotency-Key` header.",

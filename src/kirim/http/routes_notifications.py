@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from kirim.errors import ActionRefused, NotFound
@@ -54,6 +55,9 @@ NEW_OPERATION: dict[str, Any] = {
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["notifications"])
 intake_router = APIRouter(prefix="/v1", tags=["notifications"])
 
+#: the status of a request whose client went away before it was read (nginx's 499)
+CLIENT_CLOSED = 499
+
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id.")]
 
 
@@ -63,16 +67,25 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 past ``limit`` bytes (announced or streamed)."""
+    """The body, refused with 413 past ``limit`` bytes (announced or streamed). A client
+    that goes away before its body ends is answered (logged and counted) 499, the
+    status for a request its client closed: never an internal error."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ApiError(
+            CLIENT_CLOSED,
+            "client_closed_request",
+            "the client closed the connection before its request's body ended",
+        ) from None
     return b"".join(chunks)
 
 

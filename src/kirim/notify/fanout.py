@@ -26,19 +26,25 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim import limits
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.keys import canonical_json, default_key, payload_hash
 from kirim.model import DeliveryStatus, Doubt, EnqueueResult
+from kirim.notify import sandbox
 from kirim.notify.messages import check_data, digest_context, render_channel
 from kirim.notify.templates import normalize_locale
 from kirim.notify.types import NotificationType
 from kirim.preferences import Preferences, Verdict, decide
 from kirim.store.base import DigestEvent, NewDelivery, Throttle
-from kirim.validation import MAX_KEY_LENGTH, BadValue, check_text
+from kirim.validation import BadValue, check_text, shown
 from kirim.views import iso
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
+#: the most bytes one event renders in all (every delivery's payload): what one request
+#: may write, so that it cannot hold the database's writer for long (4 MiB take about
+#: a tenth of a second to record on SQLite and PostgreSQL)
+MAX_EVENT_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,9 +183,12 @@ def _recipient(item: Any, where: str) -> Recipient:
     if not isinstance(to, Mapping):
         raise InvalidNotification(f"{where}.to must map channels to addresses")
     try:
-        rid = check_text(f"{where}.id", rid, max_len=MAX_KEY_LENGTH)
+        rid = check_text(f"{where}.id", rid, limit=limits.RECIPIENT_ID)
         addresses = {
-            check_text(f"{where}.to", ch): check_text(f"{where}.to.{ch}", a) for ch, a in to.items()
+            check_text(f"{where}.to", ch, limit=limits.CHANNEL): check_text(
+                f"{where}.to.{ch}", a, limit=limits.RECIPIENT
+            )
+            for ch, a in to.items()
         }
         if locale is not None:
             locale = normalize_locale(locale)
@@ -204,7 +213,9 @@ def prepare(
     before anything is read or written."""
     try:
         as_text = isinstance(event_id, int) and not isinstance(event_id, bool)
-        event = check_text("event_id", str(event_id) if as_text else event_id)
+        event = check_text(
+            "event_id", str(event_id) if as_text else event_id, limit=limits.EVENT_ID
+        )
     except BadValue as exc:
         raise InvalidNotification(str(exc)) from None
     missing = [ch for ch in ntype.channels if ch not in channels]
@@ -222,22 +233,32 @@ def prepare(
         _field(ntype, data, digest.key)  # the data has the field it is grouped by
     if ntype.throttle is not None and ntype.throttle.key is not None:
         _field(ntype, data, ntype.throttle.key)
-    shown = digest_context([data]) if digest is not None else data
+    context = digest_context([data]) if digest is not None else data
     rendered: dict[tuple[str, str], str] = {}
     placeholders: dict[tuple[str, str], str] = {}
-    for r in who:
-        for channel in ntype.channels:
-            payload = render_channel(ntype, channel, shown, locale=r.locale, recipient=r.id)
-            rendered[(r.id, channel)] = _sized(payload, max_payload_bytes)
-            if digest is not None:
-                placeholders[(r.id, channel)] = canonical_json(
-                    {
-                        "type": ntype.name,
-                        "locale": r.locale or ntype.default_locale,
-                        "digest": stream(ntype, r.id, channel, data),
-                        "events": [],
-                    }
-                )
+    total = 0
+    with sandbox.limited(sandbox.Budget()):  # one budget for all of the event's renders
+        for r in who:
+            for channel in ntype.channels:
+                _check_streams(ntype, r.id, channel, data)
+                payload = render_channel(ntype, channel, context, locale=r.locale, recipient=r.id)
+                text = rendered[(r.id, channel)] = _sized(payload, max_payload_bytes)
+                total += len(text)
+                if total > MAX_EVENT_BYTES:
+                    raise PayloadTooLarge(
+                        f"the event renders more than {MAX_EVENT_BYTES} bytes for its "
+                        f"{len(who) * len(ntype.channels)} deliveries (the limit of one event): "
+                        "send it to fewer recipients at a time"
+                    )
+                if digest is not None:
+                    placeholders[(r.id, channel)] = canonical_json(
+                        {
+                            "type": ntype.name,
+                            "locale": r.locale or ntype.default_locale,
+                            "digest": stream(ntype, r.id, channel, data),
+                            "events": [],
+                        }
+                    )
     return Event(
         type=ntype,
         event_id=event,
@@ -251,21 +272,45 @@ def prepare(
 
 def _sized(payload: dict[str, Any], limit: int) -> str:
     text = canonical_json(payload)
-    size = len(text.encode())
+    size = len(text)  # canonical JSON is ASCII (every other character is escaped)
     if size > limit:
         raise PayloadTooLarge(f"the rendered payload is {size} bytes, over the limit of {limit}")
     return text
 
 
 def _field(ntype: NotificationType, data: Mapping[str, Any], name: str) -> str:
-    """The value of the data field a digest or throttle groups by, as text."""
+    """The value of the data field a digest or throttle groups by, as text (at most
+    ``kirim.limits.GROUP`` bytes: it is part of an indexed stream or scope)."""
     value = data.get(name)
     if isinstance(value, bool) or not isinstance(value, str | int) or value == "":
         raise InvalidNotification(
             f"type {ntype.name!r} groups by data field {name!r}: the data needs it "
             "(a non-empty string or an integer)"
         )
-    return str(value)
+    try:
+        return check_text(f"data.{name}", str(value), limit=limits.GROUP)
+    except BadValue as exc:
+        raise InvalidNotification(str(exc)) from None
+
+
+def _check_streams(
+    ntype: NotificationType, recipient_id: str, channel: str, data: Mapping[str, Any]
+) -> None:
+    """The digest stream and throttle scope of one recipient x channel within
+    ``kirim.limits.STREAM`` bytes (each ``%``, ``:`` and ``|`` is written in three)."""
+    made = []
+    if ntype.digest is not None:
+        made.append(("digest stream", ntype.digest.key, stream(ntype, recipient_id, channel, data)))
+    if ntype.throttle is not None:
+        key = ntype.throttle.key or "recipient"
+        made.append(("throttle scope", key, throttle_scope(ntype, recipient_id, channel, data)))
+    for what, key, text in made:
+        if (problem := limits.STREAM.problem(text)) is not None:
+            field = "recipient id" if key == "recipient" else f"data.{key}"
+            raise InvalidNotification(
+                f"{field} makes the {what} of recipient {shown(recipient_id)} too long: it "
+                f"{problem} (a shorter value, or fewer '%', ':' and '|' in it)"
+            )
 
 
 def _escaped(part: str, *also: str) -> str:

@@ -24,8 +24,9 @@ least, then the type's default: ``id_ID`` -> ``id`` -> ``en``.
 from __future__ import annotations
 
 import functools
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime, time
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -35,11 +36,12 @@ from babel import Locale, UnknownLocaleError
 from babel import dates as babel_dates
 from babel import numbers as babel_numbers
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, pass_context
-from jinja2.exceptions import SecurityError
+from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from kirim.errors import InvalidNotification
+from kirim.notify import sandbox
 from kirim.validation import shown
 
 #: the parts a channel's template may have, in the order a payload lists them
@@ -49,15 +51,31 @@ PARTS = ("subject", "title", "body", "html")
 RESERVED = "kirim"
 #: Jinja's own filename for a template compiled from a string (in tracebacks)
 _SOURCE = "<template>"
-#: the longest text or list one ``*`` may make, and the largest power ``**`` may take:
-#: a template cannot exhaust the host's memory in one expression
-MAX_PRODUCT = 1_000_000
-MAX_EXPONENT = 1_000
+#: the longest text or list one expression may make, and the largest power ``**`` may
+#: take (``kirim.notify.sandbox``: every bound of a render)
+MAX_PRODUCT = sandbox.MAX_OUTPUT
+MAX_EXPONENT = sandbox.MAX_EXPONENT
 
 
 class RenderError(InvalidNotification):
     """A template could not be rendered (a missing variable, a refused access, a bad
-    value for a filter); nothing was written."""
+    value for a filter); nothing was written. ``field``: the data's field it names
+    (``data.total`` for a missing variable ``total``), ``kind``: ``missing`` then."""
+
+    def __init__(self, message: str, *, field: str | None = None, kind: str = "value_error"):
+        super().__init__(message)
+        self.field = field
+        self.kind = kind
+
+
+#: what a missing variable's error says (``UndefinedError``): its name
+_UNDEFINED = re.compile(r"'([^']+)' is undefined|has no attribute '([^']+)'")
+
+
+def _missing(exc: UndefinedError) -> str | None:
+    """The data field a missing variable's error names, as ``data.NAME``."""
+    found = _UNDEFINED.search(str(exc))
+    return None if found is None else f"data.{found.group(1) or found.group(2)}"
 
 
 # -- locales ---------------------------------------------------------------------------
@@ -102,36 +120,22 @@ def formatting_locale(asked: str | None, written: str) -> str:
 # -- the environment -------------------------------------------------------------------
 
 
-class _Sandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, with ``*`` and ``**`` bounded (``range`` already is)."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
-        if operator == "**" and isinstance(right, int) and abs(right) > MAX_EXPONENT:
-            raise SecurityError(f"a power above {MAX_EXPONENT} is refused")
-        if operator == "*":
-            for seq, times in ((left, right), (right, left)):
-                long = isinstance(seq, str | list | tuple) and isinstance(times, int)
-                if long and len(seq) * times > MAX_PRODUCT:
-                    raise SecurityError(f"a repetition longer than {MAX_PRODUCT} is refused")
-        return super().call_binop(context, operator, left, right)
-
-
 @functools.cache
 def environment(*, html: bool) -> ImmutableSandboxedEnvironment:
-    """The sandbox templates are compiled in (made once, then shared); Jinja's
-    ``lipsum`` is left out (it makes any amount of text)."""
-    env = _Sandbox(undefined=StrictUndefined, autoescape=html, keep_trailing_newline=False)
+    """The sandbox templates are compiled in (made once, then shared: bounded, see
+    ``kirim.notify.sandbox``); Jinja's ``lipsum`` is left out (it makes any amount of
+    text)."""
+    env = sandbox.Sandbox(undefined=StrictUndefined, autoescape=html, keep_trailing_newline=False)
     env.globals.pop("lipsum", None)
-    env.filters.update(
-        date=_date,
-        datetime=_datetime,
-        time=_time,
-        number=_number,
-        currency=_currency,
-        percent=_percent,
-    )
+    babel: dict[str, Callable[..., Any]] = {
+        "date": _date,
+        "datetime": _datetime,
+        "time": _time,
+        "number": _number,
+        "currency": _currency,
+        "percent": _percent,
+    }
+    env.filters.update({name: sandbox.bounded_filter(name, f) for name, f in babel.items()})
     return env
 
 
@@ -151,14 +155,21 @@ def check_syntax(source: str, *, html: bool = False) -> str | None:
 
 
 def render(source: str, context: Mapping[str, Any], *, html: bool, where: str) -> str:
-    """One template rendered with ``context``; ``RenderError`` naming ``where``, the
-    line and the cause when it cannot be (a template is the operator's code: any
-    failure inside it is the template's)."""
+    """One template rendered with ``context`` within the current budget (a fresh one
+    unless an event's is in force: ``sandbox.limited``); ``RenderError`` naming
+    ``where``, the line and the cause when it cannot be (a template is the operator's
+    code: any failure inside it is the template's)."""
     try:
-        return compile_template(source, html=html).render(context)
+        with sandbox.limited():
+            return compile_template(source, html=html).render(context)
     except SecurityError as exc:
         raise RenderError(f"{where}{_line(exc)}: refused by the sandbox: {exc}") from None
-    except TemplateError as exc:  # UndefinedError among them: names the variable
+    except UndefinedError as exc:  # names the variable
+        field = _missing(exc)
+        raise RenderError(
+            f"{where}{_line(exc)}: {exc}", field=field, kind="missing" if field else "value_error"
+        ) from None
+    except TemplateError as exc:
         raise RenderError(f"{where}{_line(exc)}: {exc}") from None
     except Exception as exc:  # a filter given a bad value, a division by zero...
         raise RenderError(f"{where}{_line(exc)}: {type(exc).__name__}: {exc}") from None

@@ -17,16 +17,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any, TextIO, cast
 
 import structlog
 
-#: Field names whose values are never written to a log.
-SECRET_KEYS = frozenset(
-    {"token", "authorization", "password", "secret", "api_key", "apikey", "credentials"}
-)
+from kirim.text import CONTROL, SECRET_FIELDS, escape_char, secret_field
+
+#: Field names whose values are never written to a log (``kirim.text.secret_field``).
+SECRET_KEYS = SECRET_FIELDS
 KEY_ORDER = ["ts", "level", "event"]
 LEVELS = {
     "debug": logging.DEBUG,
@@ -42,9 +43,56 @@ logging.getLogger(STDLIB_LOGGER).addHandler(logging.NullHandler())
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Replace the value of any secret-looking field with ``***``."""
     for key in event:
-        if key.lower() in SECRET_KEYS or key.lower().endswith(("_token", "_secret", "_password")):
+        if secret_field(key):
             event[key] = "***"
     return event
+
+
+# -- logfmt ----------------------------------------------------------------------------
+
+_NEEDS_QUOTES = re.compile(r'[ ="\\]')
+_BAD_KEY = re.compile(r'[ ="\\]')
+
+
+def logfmt_value(value: Any) -> str:
+    r"""One value as logfmt writes it: bare when it can be (``sent``, ``7``); else in
+    double quotes with ``\\`` and ``\"`` escaped. A control character is escaped in
+    either form (``\r``, ``\x1b``, ``\u2028``: ``kirim.text.escape_char``), so that a
+    value can neither end its line nor drive a terminal; ``kirim analyze`` reads every
+    escape back."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = str(value)
+    control = CONTROL.search(text) is not None
+    if not control and _NEEDS_QUOTES.search(text) is None:
+        return text
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    if control:
+        text = CONTROL.sub(lambda m: escape_char(m.group()), text)
+    return f'"{text}"'
+
+
+def logfmt_key(key: str) -> str:
+    """A field's name as logfmt writes it: each space, ``=``, quote, backslash or control
+    character (which would break the line's fields) written ``_``."""
+    if _BAD_KEY.search(key) is None and CONTROL.search(key) is None:
+        return key
+    return CONTROL.sub("_", _BAD_KEY.sub("_", key))
+
+
+class LogfmtRenderer:
+    """structlog's last step for logfmt: ``key_order`` first, the rest as bound (each
+    key once), every value through ``logfmt_value``."""
+
+    def __init__(self, key_order: list[str]) -> None:
+        self.key_order = key_order
+
+    def __call__(self, _: Any, __: str, event: MutableMapping[str, Any]) -> str:
+        keys = [k for k in self.key_order if k in event]
+        keys += [k for k in event if k not in self.key_order]
+        return " ".join(f"{logfmt_key(str(k))}={logfmt_value(event[k])}" for k in keys)
 
 
 def configure(*, fmt: str = "logfmt", level: str = "info", stream: TextIO | None = None) -> None:
@@ -55,9 +103,9 @@ def configure(*, fmt: str = "logfmt", level: str = "info", stream: TextIO | None
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, not {level!r}")
     renderer: Any = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer()  # ensure_ascii: every control escaped
         if fmt == "json"
-        else structlog.processors.LogfmtRenderer(key_order=KEY_ORDER, bool_as_flag=False)
+        else LogfmtRenderer(key_order=KEY_ORDER)
     )
     structlog.configure(
         processors=[
@@ -121,7 +169,7 @@ def _to_devnull(stream: TextIO) -> None:
             os.close(null)
 
 
-_LOGFMT = structlog.processors.LogfmtRenderer(key_order=["event"], bool_as_flag=False)
+_LOGFMT = LogfmtRenderer(key_order=["event"])
 
 
 def _to_stdlib(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kirim.errors import ConfigError
 from kirim.store.base import Store, StoreTime
+from kirim.text import redact_url
 
 
 def open_store(url: str, *, time: StoreTime = None, read_only: bool = False) -> Store:
@@ -25,7 +26,8 @@ def open_store(url: str, *, time: StoreTime = None, read_only: bool = False) -> 
         store: Store = PostgresStore(url, time=time)
         return store
     raise ConfigError(
-        f"unsupported database URL {url!r}; use sqlite:///path.db or postgresql://host/db"
+        f"unsupported database URL {redact_url(url)!r}; use sqlite:///path.db or "
+        "postgresql://host/db"
     )
 
 

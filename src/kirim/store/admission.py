@@ -13,13 +13,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kirim import limits
+from kirim.errors import InvalidNotification
 from kirim.model import EnqueueResult
 from kirim.store import digests, throttle
 from kirim.store.base import NewDelivery
 from kirim.store.rows import evolve
 from kirim.store.sequence import TIME, Operation
 
-__all__ = ["admit", "needed", "plain"]
+__all__ = ["admit", "needed", "plain", "refuse_unstorable"]
+
+
+def refuse_unstorable(items: Sequence[NewDelivery]) -> None:
+    """The store's last guard, before any statement: ``InvalidNotification`` naming the
+    field of an item over a limit of ``kirim.limits`` (a ``NewDelivery`` built by hand;
+    ``notify()`` and the fan-out refuse them first), so that no index is given a row it
+    cannot hold, on either backend."""
+    for it in items:
+        fields: list[tuple[str, str | None, limits.Limit]] = [
+            ("idempotency_key", it.idempotency_key, limits.KEY),
+            ("event_id", it.event_id, limits.EVENT_ID),
+            ("recipient", it.recipient, limits.RECIPIENT),
+            ("channel", it.channel, limits.CHANNEL),
+            ("recipient_id", it.recipient_id, limits.RECIPIENT_ID),
+            ("type", it.type, limits.TYPE),
+        ]
+        if it.digest is not None:
+            fields.append(("digest stream", it.digest.stream, limits.STREAM))
+        if it.throttle is not None:
+            fields.append(("throttle scope", it.throttle.scope, limits.STREAM))
+        for name, value, limit in fields:
+            if value is not None and (problem := limit.problem(value)) is not None:
+                raise InvalidNotification(f"{name} {problem}")
 
 
 def plain(item: NewDelivery) -> bool:

@@ -28,7 +28,7 @@ from kirim.errors import TransientFailure
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.providers.base import Reconcilable, Sent
 from kirim.store.base import AttemptOutcome, Claim, Finish
-from kirim.text import stored_text
+from kirim.text import stored_message_id, stored_text
 from kirim.worker.settings import WorkerSettings
 
 #: where a retry that has run out of attempts leaves its delivery
@@ -374,7 +374,7 @@ class Decisions:
             attempt=outcome,
             delivery_status=status,
             doubt=doubt,
-            provider_message_id=stored_text(message_id),
+            provider_message_id=stored_message_id(message_id),
             error=stored_text(error),
             job_status=job,
         )

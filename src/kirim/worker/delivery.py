@@ -66,7 +66,7 @@ from kirim.store.base import (
     Lease,
     Queue,
 )
-from kirim.text import stored_text
+from kirim.text import stored_message_id, stored_text
 from kirim.worker.batching import Batcher
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.cutoff import Cutoffs
@@ -437,7 +437,7 @@ class Deliverer:
         outcome = AttemptOutcome(
             provider_request_id=request_id,
             status=status,
-            provider_message_id=stored_text(message_id),
+            provider_message_id=stored_message_id(message_id),
             error=None if error is None else stored_text(str(error)),
             completed_at=self.clock.now(),
         )

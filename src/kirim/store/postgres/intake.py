@@ -36,6 +36,7 @@ async def enqueue(
     """
     if not items:
         return []
+    admission.refuse_unstorable(items)
     plain = [it for it in items if admission.plain(it)]
     found = iter(await _insert(cur, plain, now))
     inserted = [next(found) if admission.plain(it) else None for it in items]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -80,6 +80,7 @@ from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
+from kirim.text import libpq_encode, libpq_query, scrub
 from kirim.text import redact_url as redact
 from kirim.validation import MAX_ID
 
@@ -90,13 +91,16 @@ Conn = psycopg.AsyncConnection[DictRow]
 
 
 def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
-    """``postgres[ql]://…`` → a libpq URI without kirim's own ``pool_*`` parameters."""
+    """``postgres[ql]://…`` → a libpq URI without kirim's own ``pool_*`` parameters.
+
+    The query is read as libpq reads it (percent-decoding only: ``+`` is a plus) and
+    an empty authority keeps its ``//`` (``postgresql:///db?host=/run/postgresql``)."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {url!r} (expected postgresql://host/db)")
+        raise ConfigError(f"not a PostgreSQL URL: {redact(url)!r} (expected postgresql://host/db)")
     pool = dict(_POOL_PARAMS)
     query = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    for key, value in libpq_query(parts.query):
         if key in pool:
             if not value.isdigit() or int(value) < 1:
                 raise ConfigError(f"{key} must be a positive integer, not {value!r}")
@@ -105,7 +109,8 @@ def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
             query.append((key, value))
     if pool["pool_min_size"] > pool["pool_max_size"]:
         raise ConfigError("pool_min_size must not be larger than pool_max_size")
-    return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), "")), pool
+    encoded = f"?{libpq_encode(query)}" if query else ""
+    return f"postgresql://{parts.netloc}{parts.path}{encoded}", pool
 
 
 class PostgresStore:
@@ -156,7 +161,8 @@ class PostgresStore:
             await pool.open(wait=True, timeout=self.timeout)
         except psycopg.Error as exc:
             await pool.close()
-            raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {exc}") from exc
+            why = scrub(str(exc), self.url)
+            raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {why}") from exc
         self._pool = pool
 
     async def _probe(self) -> None:
@@ -168,7 +174,7 @@ class PostgresStore:
             )
             conn = await psycopg.AsyncConnection.connect(self.conninfo, **timeout)
         except psycopg.Error as exc:
-            why = " ".join(str(exc).split()) or type(exc).__name__
+            why = scrub(" ".join(str(exc).split()), self.url) or type(exc).__name__
             raise ConfigError(
                 f"PostgreSQL: cannot connect to {redact(self.url)}: {why}; "
                 "check the database URL (--database, KIRIM_DATABASE_URL or the config's database)"

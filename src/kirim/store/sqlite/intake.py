@@ -118,6 +118,7 @@ def enqueue(
     in the same transaction."""
     if not items:
         return []
+    admission.refuse_unstorable(items)
     inserted = _insert(conn, items, now)
     if not admission.needed(items):
         return [_given(r) for r in inserted]

@@ -75,6 +75,7 @@ from kirim.store.sequence import At, Operation, callers_time, fixed_time
 from kirim.store.sqlfiles import migrations
 from kirim.store.sqlite import intake
 from kirim.store.sqlite.driver import Q, drive
+from kirim.text import redact_url
 from kirim.validation import as_id
 
 T = TypeVar("T")
@@ -85,7 +86,9 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
     """``sqlite:///rel.db`` → ``rel.db``; ``sqlite:////abs.db`` → ``/abs.db``."""
     parts = urlsplit(url)
     if parts.scheme != "sqlite" or not parts.path or parts.path == "/":
-        raise ConfigError(f"not a SQLite URL: {url!r} (expected sqlite:///path/to/file.db)")
+        raise ConfigError(
+            f"not a SQLite URL: {redact_url(url)!r} (expected sqlite:///path/to/file.db)"
+        )
     params = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     return parts.path[1:], params
 
