@@ -82,6 +82,17 @@ from kirim.text import redact_url as redact
 from kirim.validation import MAX_ID
 
 T = TypeVar("T")
+#: The store keeps nothing in a database session, so that it works through a pooler
+#: in transaction mode (PgBouncer's ``pool_mode = transaction``), where each
+#: transaction may run on another server connection, shared with other clients. So no
+#: server-side prepared statements: psycopg prepares a query after 5 executions by
+#: default, as ``_pg3_<n>`` in the server session, and a later execution by that name
+#: would run on a server connection that does not have it (an error), or that has
+#: another client's ``_pg3_<n>``: another query, run with our parameters. Every
+#: statement is then planned with its parameters (unnamed statements get custom
+#: plans), which the batch statements need: a generic plan does not know how many rows
+#: their arrays hold.
+SESSIONLESS: dict[str, Any] = {"prepare_threshold": None}
 _POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
 
 Conn = psycopg.AsyncConnection[DictRow]
@@ -144,7 +155,7 @@ class PostgresStore:
             timeout=self.timeout,
             open=False,
             connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs=SESSIONLESS | {"autocommit": True, "row_factory": dict_row},
             configure=_configure,
             name="kirim",
         )
@@ -162,7 +173,7 @@ class PostgresStore:
             timeout: dict[str, Any] = (
                 {} if given else {"connect_timeout": max(2, round(self.timeout))}
             )
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, **timeout)
+            conn = await psycopg.AsyncConnection.connect(self.conninfo, **SESSIONLESS, **timeout)
         except psycopg.Error as exc:
             why = " ".join(str(exc).split()) or type(exc).__name__
             raise ConfigError(
@@ -521,11 +532,9 @@ class PostgresStore:
 
 
 async def _configure(conn: Conn) -> None:
-    """Plan every execution with its parameters: a generic plan of a prepared batch
-    statement would not know how many rows its arrays hold. Lists (the batch columns)
-    are sent as binary arrays: several times cheaper to dump than quoted text."""
+    """Lists (the batch columns) are sent as binary arrays: several times cheaper to dump
+    than quoted text. Nothing is set in the session (see ``SESSIONLESS``)."""
     conn.adapters.register_dumper(list, ListBinaryDumper)
-    await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def _as_id(text: str) -> int | None:
