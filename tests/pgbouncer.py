@@ -175,7 +175,7 @@ def shared_bouncer(request: pytest.FixtureRequest) -> Bouncer:
     _skip_unless_available(request)
     if _Shared.bouncer is None:
         parts = urlsplit(ADMIN_URL)
-        started = Bouncer(host=parts.hostname or "127.0.0.1", port=parts.port or 5432, pool_size=1)
+        started = Bouncer(host=parts.hostname or "127.0.0.1", port=parts.port or 5432, pool_size=2)
 
         def cleanup() -> None:
             started.stop()

@@ -14,6 +14,7 @@ from kirim.cli import params, render
 from kirim.cli.runner import State, pass_state, run
 from kirim.errors import ConfigError
 from kirim.observe.logging import get_logger
+from kirim.store.pooler import Wakeups
 from kirim.worker.settings import RULES as WORKER_RULES
 
 # -- worker ----------------------------------------------------------------------------
@@ -144,6 +145,10 @@ def worker(
                 log.info("worker_banner", **facts)
             else:
                 render.show_banner(facts)
+            pooled = getattr(app.store, "wakeups", None)
+            warning = pooled.warning() if isinstance(pooled, Wakeups) else None
+            if warning is not None:
+                log.warning("listen_through_pooler", reason=warning)
             if clock_offset is not None:
                 log.info("clock_offset", seconds=clock_offset)
             if metrics is not None:

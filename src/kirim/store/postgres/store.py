@@ -60,6 +60,7 @@ from kirim.store.base import (
     StoredResponse,
     StoreTime,
 )
+from kirim.store.pooler import CLIENT_PORT, Route, Wakeups, route
 from kirim.store.postgres import intake
 from kirim.store.postgres.driver import Cursor, drive, one, rows
 from kirim.store.postgres.listen import Listener
@@ -120,16 +121,31 @@ def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
 class PostgresStore:
     """The shared backend (``postgresql://user@host/db``)."""
 
-    def __init__(self, url: str, *, timeout: float = 10.0, time: StoreTime = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        time: StoreTime = None,
+        listen_url: str | None = None,
+    ) -> None:
         """``time``: the time of record (``StoreTime``); None takes each caller's ``now``,
-        "database" the server's clock (``kirim_now()`` in every statement)."""
+        "database" the server's clock (``kirim_now()`` in every statement).
+        ``listen_url``: where to LISTEN for wake-ups (None: on ``url``), a direct
+        connection when ``url`` goes through a pooler in transaction mode."""
         self.url = url
         self.time = time
         self.conninfo, sizes = postgres_conninfo(url)
         self.min_size, self.max_size = sizes["pool_min_size"], sizes["pool_max_size"]
         self.timeout = timeout
+        self.listen_url = listen_url
+        self._listen_conninfo = self.conninfo
+        if listen_url is not None:
+            self._listen_conninfo = postgres_conninfo(listen_url)[0]
+        #: where LISTEN goes, and the routes the connections took (found by ``open``)
+        self.wakeups = Wakeups(via="database" if listen_url is None else "listen_url")
         self._pool: AsyncConnectionPool[Conn] | None = None
-        self._listener = Listener(self.conninfo, connect_timeout=timeout)
+        self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -147,7 +163,11 @@ class PostgresStore:
         open the pool."""
         if self._pool is not None:
             return
-        await self._probe()
+        found = await self._probe(self.conninfo, self.url)
+        listen = found
+        if self.listen_url is not None:
+            listen = await self._probe(self._listen_conninfo, self.listen_url)
+        self.wakeups = Wakeups(via=self.wakeups.via, database=found, listen=listen)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.min_size,
@@ -166,21 +186,30 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {exc}") from exc
         self._pool = pool
 
-    async def _probe(self) -> None:
-        """One connection attempt, not the pool's retries until its timeout."""
+    async def _probe(self, conninfo: str, url: str) -> Route | None:
+        """One connection attempt, not the pool's retries until its timeout; the route
+        it took (a pooler in front?), None when the server would not say."""
         try:
-            given = "connect_timeout" in conninfo_to_dict(self.conninfo)
+            given = "connect_timeout" in conninfo_to_dict(conninfo)
             timeout: dict[str, Any] = (
                 {} if given else {"connect_timeout": max(2, round(self.timeout))}
             )
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, **SESSIONLESS, **timeout)
+            conn = await psycopg.AsyncConnection.connect(conninfo, **SESSIONLESS, **timeout)
         except psycopg.Error as exc:
             why = " ".join(str(exc).split()) or type(exc).__name__
+            which = "listen_url (the config's listen_url or KIRIM_LISTEN_URL)"
+            if url == self.url:
+                which = "database URL (--database, KIRIM_DATABASE_URL or the config's database)"
             raise ConfigError(
-                f"PostgreSQL: cannot connect to {redact(self.url)}: {why}; "
-                "check the database URL (--database, KIRIM_DATABASE_URL or the config's database)"
+                f"PostgreSQL: cannot connect to {redact(url)}: {why}; check the {which}"
             ) from None
-        await conn.close()
+        try:
+            seen = (await (await conn.execute(CLIENT_PORT)).fetchone() or (None,))[0]
+            return route(conn.pgconn.socket, seen)
+        except psycopg.Error:
+            return None
+        finally:
+            await conn.close()
 
     async def close(self) -> None:
         await self._listener.close()
