@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kirim.errors import ConfigError, NotFound, StoreError
+from kirim.store.pooler import Route, route
 
 #: the two kinds of database ``kirim doctor`` reads (each has its ``doctor.sql``)
 Dialect = Literal["sqlite", "postgres"]
@@ -102,6 +103,17 @@ class Database:
             if type(exc).__module__.startswith("psycopg"):
                 raise StoreError(f"PostgreSQL: {str(exc).strip()}") from exc
             raise
+
+    def route(self) -> Route | None:
+        """PostgreSQL: how this connection reaches the server (a pooler in front?);
+        None on SQLite, or when the server would not say."""
+        if self.dialect != "postgres":
+            return None
+        try:
+            seen = self.named_scalar("doctor_client_port")
+        except StoreError:
+            return None
+        return route(self._conn.pgconn.socket, seen)
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'

@@ -63,6 +63,7 @@ from kirim.store.base import (
 from kirim.store.pooler import CLIENT_PORT, Route, Wakeups, route
 from kirim.store.postgres import intake
 from kirim.store.postgres.driver import Cursor, drive, one, rows
+from kirim.store.postgres.ledger import LedgerWatch
 from kirim.store.postgres.listen import Listener
 from kirim.store.rows import (
     attempt_from,
@@ -146,6 +147,8 @@ class PostgresStore:
         self.wakeups = Wakeups(via="database" if listen_url is None else "listen_url")
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
+        #: the intents committed lately, checked after a lost connection (``ledger``)
+        self.ledger = LedgerWatch()
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -220,6 +223,7 @@ class PostgresStore:
     async def _failed(self, exc: psycopg.Error) -> StoreError:
         """A StoreError for ``exc``; after a lost connection, purge the dead ones."""
         if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+            self.ledger.connection_lost()
             with contextlib.suppress(Exception):
                 await self._pool.check()
         return StoreError(f"PostgreSQL: {exc}".strip())
@@ -231,6 +235,9 @@ class PostgresStore:
             raise StoreError("store is not open")
         try:
             async with self._pool.connection() as conn:
+                if self.ledger.pending:  # back after a lost connection: is the ledger whole?
+                    async with conn.cursor() as cur:
+                        await self.ledger.check(cur)
                 if transaction:
                     async with conn.transaction(), conn.cursor() as cur:
                         yield cur
@@ -324,7 +331,9 @@ class PostgresStore:
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         if not intents:
             return []
-        return await self._op(transitions.record_intents(intents))
+        done = await self._op(transitions.record_intents(intents))
+        self.ledger.committed(intents, done)
+        return done
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
         if not items:
