@@ -69,6 +69,8 @@ class Cluster:
         p = self.primary
         p.init()
         with (p.data / "postgresql.conf").open("a") as conf:
+            # durability is what these tests are about: fsync on, unlike pgserver's
+            conf.write("fsync = 'on'\nfull_page_writes = 'on'\n")
             conf.write("wal_level = 'replica'\nmax_wal_senders = 5\nwal_keep_size = '64MB'\n")
             if self.replication == "sync":
                 conf.write(f"synchronous_standby_names = '{STANDBY}'\nsynchronous_commit = 'on'\n")

@@ -180,3 +180,28 @@ async def test_burst_workers_sharing_a_server_connection_deliver_everything(
     finally:
         for app in apps:
             await app.close()
+
+
+async def test_listen_url_wakes_a_worker_whose_database_goes_through_the_pooler(
+    make_store: StoreFactory, direct_url: str, one_server: Bouncer
+) -> None:
+    """A store reached through the pooler, with listen_url pointing at the server:
+    it says LISTEN is direct, and an enqueue through the pooler wakes its wait."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+    finally:
+        await direct.close()
+    url = pooled_url(direct_url, one_server)
+    listening = PostgresStore(url, listen_url=direct_url)
+    await listening.open()
+    try:
+        assert listening.wakeups.database is not None
+        assert listening.wakeups.database.in_front is True
+        assert not listening.wakeups.pooled
+        assert await listening.wait_for_jobs(0) is True  # LISTEN: the first wait polls
+        await enqueued(await make_store())
+        assert await listening.wait_for_jobs(30) is True
+    finally:
+        await listening.close()

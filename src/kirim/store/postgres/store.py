@@ -15,15 +15,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
-from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import AsyncConnectionPool
 
-from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.errors import SchemaError, StoreError
 from kirim.keys import text_problem
 from kirim.model import (
     Attempt,
@@ -60,8 +57,9 @@ from kirim.store.base import (
     StoredResponse,
     StoreTime,
 )
-from kirim.store.pooler import CLIENT_PORT, Route, Wakeups, route
+from kirim.store.pooler import Wakeups
 from kirim.store.postgres import intake
+from kirim.store.postgres.connect import SESSIONLESS, Conn, configure, postgres_conninfo, probe
 from kirim.store.postgres.driver import Cursor, drive, one, rows
 from kirim.store.postgres.ledger import LedgerWatch
 from kirim.store.postgres.listen import Listener
@@ -84,39 +82,6 @@ from kirim.text import redact_url as redact
 from kirim.validation import MAX_ID
 
 T = TypeVar("T")
-#: The store keeps nothing in a database session, so that it works through a pooler
-#: in transaction mode (PgBouncer's ``pool_mode = transaction``), where each
-#: transaction may run on another server connection, shared with other clients. So no
-#: server-side prepared statements: psycopg prepares a query after 5 executions by
-#: default, as ``_pg3_<n>`` in the server session, and a later execution by that name
-#: would run on a server connection that does not have it (an error), or that has
-#: another client's ``_pg3_<n>``: another query, run with our parameters. Every
-#: statement is then planned with its parameters (unnamed statements get custom
-#: plans), which the batch statements need: a generic plan does not know how many rows
-#: their arrays hold.
-SESSIONLESS: dict[str, Any] = {"prepare_threshold": None}
-_POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
-
-Conn = psycopg.AsyncConnection[DictRow]
-
-
-def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
-    """``postgres[ql]://…`` → a libpq URI without kirim's own ``pool_*`` parameters."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {url!r} (expected postgresql://host/db)")
-    pool = dict(_POOL_PARAMS)
-    query = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in pool:
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError(f"{key} must be a positive integer, not {value!r}")
-            pool[key] = int(value)
-        else:
-            query.append((key, value))
-    if pool["pool_min_size"] > pool["pool_max_size"]:
-        raise ConfigError("pool_min_size must not be larger than pool_max_size")
-    return urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), "")), pool
 
 
 class PostgresStore:
@@ -166,10 +131,12 @@ class PostgresStore:
         open the pool."""
         if self._pool is not None:
             return
-        found = await self._probe(self.conninfo, self.url)
+        found = await probe(self.conninfo, self.url, wait=self.timeout, listen=False)
         listen = found
         if self.listen_url is not None:
-            listen = await self._probe(self._listen_conninfo, self.listen_url)
+            listen = await probe(
+                self._listen_conninfo, self.listen_url, wait=self.timeout, listen=True
+            )
         self.wakeups = Wakeups(via=self.wakeups.via, database=found, listen=listen)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
@@ -179,7 +146,7 @@ class PostgresStore:
             open=False,
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs=SESSIONLESS | {"autocommit": True, "row_factory": dict_row},
-            configure=_configure,
+            configure=configure,
             name="kirim",
         )
         try:
@@ -188,31 +155,6 @@ class PostgresStore:
             await pool.close()
             raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {exc}") from exc
         self._pool = pool
-
-    async def _probe(self, conninfo: str, url: str) -> Route | None:
-        """One connection attempt, not the pool's retries until its timeout; the route
-        it took (a pooler in front?), None when the server would not say."""
-        try:
-            given = "connect_timeout" in conninfo_to_dict(conninfo)
-            timeout: dict[str, Any] = (
-                {} if given else {"connect_timeout": max(2, round(self.timeout))}
-            )
-            conn = await psycopg.AsyncConnection.connect(conninfo, **SESSIONLESS, **timeout)
-        except psycopg.Error as exc:
-            why = " ".join(str(exc).split()) or type(exc).__name__
-            which = "listen_url (the config's listen_url or KIRIM_LISTEN_URL)"
-            if url == self.url:
-                which = "database URL (--database, KIRIM_DATABASE_URL or the config's database)"
-            raise ConfigError(
-                f"PostgreSQL: cannot connect to {redact(url)}: {why}; check the {which}"
-            ) from None
-        try:
-            seen = (await (await conn.execute(CLIENT_PORT)).fetchone() or (None,))[0]
-            return route(conn.pgconn.socket, seen)
-        except psycopg.Error:
-            return None
-        finally:
-            await conn.close()
 
     async def close(self) -> None:
         await self._listener.close()
@@ -567,12 +509,6 @@ class PostgresStore:
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``, in one transaction."""
         return await self._op(retention.prune(now, keep, keys, limit, dry_run))
-
-
-async def _configure(conn: Conn) -> None:
-    """Lists (the batch columns) are sent as binary arrays: several times cheaper to dump
-    than quoted text. Nothing is set in the session (see ``SESSIONLESS``)."""
-    conn.adapters.register_dumper(list, ListBinaryDumper)
 
 
 def _as_id(text: str) -> int | None:
