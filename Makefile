@@ -72,3 +72,22 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build *.egg-info src/*.egg-info
+
+# PgBouncer, for the tests that run kirim behind a pooler (tests/pgbouncer.py starts
+# instances of its own on free ports); Debian's own service is left disabled, stopped.
+.PHONY: pgbouncer chaos
+test: pgbouncer
+pgbouncer:
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || \
+	  ((apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
+	    --no-install-recommends pgbouncer) || \
+	   echo "make: pgbouncer could not be installed here: the pooler tests will skip")
+	@(systemctl disable --now pgbouncer || service pgbouncer stop) >/dev/null 2>&1 || true
+
+# The long failover and pooler runs (make test runs a short one of each): ten seeded
+# runs per replication mode and through PgBouncer; the figures of docs/operations.md.
+chaos: $(STAMP) pgbouncer
+	$(BIN)/python tests/pg.py ensure
+	KIRIM_CHAOS_RUNS=10 $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+	  tests/acceptance/test_failover_chaos.py tests/acceptance/test_pooler_chaos.py \
+	  tests/acceptance/test_failover_points.py tests/acceptance/test_sqlite_power_loss.py
