@@ -205,3 +205,18 @@ async def test_listen_url_wakes_a_worker_whose_database_goes_through_the_pooler(
         assert await listening.wait_for_jobs(30) is True
     finally:
         await listening.close()
+
+
+async def test_a_listen_url_that_does_not_answer_fails_no_command(direct_url: str) -> None:
+    """Only workers LISTEN: a store whose listen_url is unreachable still opens (its
+    route unknown), so `kirim send` on an app host is not refused for it."""
+    store = PostgresStore(
+        direct_url, listen_url="postgresql://postgres@127.0.0.1:1/x?connect_timeout=1"
+    )
+    await store.open()
+    try:
+        assert store.wakeups.via == "listen_url"
+        assert store.wakeups.listen is None
+        assert store.wakeups.warning() is None
+    finally:
+        await store.close()

@@ -93,8 +93,10 @@ def worker(
     SIGTERM or SIGINT stops claiming, lets in-flight deliveries finish within the
     grace period, releases the rest to the queue and exits 0. It starts with a
     banner on stderr (the database, its password redacted, the config file, each
-    channel with its provider and in-doubt policy, the lease and concurrency; one
-    worker_banner line with --log-format json). Logs go to stderr (logfmt, or JSON
+    channel with its provider and in-doubt policy, the lease and concurrency, where
+    it listens for wake-ups; one worker_banner line with --log-format json); a
+    LISTEN through a pooler or proxy is warned of (listen_through_pooler: set
+    listen_url). Logs go to stderr (logfmt, or JSON
     lines with --log-format json). Options not given come from the [worker]
     table of the config file.
 

@@ -20,7 +20,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from kirim.errors import SchemaError, StoreError
+from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
 from kirim.model import (
     Attempt,
@@ -134,9 +134,14 @@ class PostgresStore:
         found = await probe(self.conninfo, self.url, wait=self.timeout, listen=False)
         listen = found
         if self.listen_url is not None:
-            listen = await probe(
-                self._listen_conninfo, self.listen_url, wait=self.timeout, listen=True
-            )
+            # Only the workers LISTEN: a listen_url that does not answer (from an app
+            # host, say) fails no command; a worker polls until it does.
+            try:
+                listen = await probe(
+                    self._listen_conninfo, self.listen_url, wait=self.timeout, listen=True
+                )
+            except ConfigError:
+                listen = None
         self.wakeups = Wakeups(via=self.wakeups.via, database=found, listen=listen)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
