@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv loop-versions explore dist
+.PHONY: demo test lint bench clean venv loop-versions explore chaos dist
 # The explorer's deterministic loop relies on asyncio internals: its tests also run on
 # these Pythons (pyenv's, else pythonX.Y on PATH; a version not found is said and skipped).
 LOOP_PYTHONS ?= 3.12 3.13
@@ -26,8 +26,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 test: lint loop-versions
-	@# Chromium (Debian's, without recommends) and promtool (out of Debian's prometheus
-	@# package, into the venv): no service started or left enabled (tests/install_tools.sh)
+	@# Chromium and PgBouncer (Debian's, without recommends) and promtool (out of Debian's
+	@# prometheus package, into the venv): no service started or left enabled
+	@# (tests/install_tools.sh)
 	sh tests/install_tools.sh $(BIN)
 	$(BIN)/python tests/pg.py ensure
 	$(BIN)/python -m pytest
@@ -81,3 +82,12 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .venv-3.* .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info src/*.egg-info
+
+# The long failover and pooler runs (make test runs a short one of each): ten seeded
+# runs per replication mode and through PgBouncer; the figures of docs/operations.md.
+chaos: $(STAMP)
+	sh tests/install_tools.sh $(BIN)
+	$(BIN)/python tests/pg.py ensure
+	KIRIM_CHAOS_RUNS=10 $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+	  tests/acceptance/test_failover_chaos.py tests/acceptance/test_pooler_chaos.py \
+	  tests/acceptance/test_failover_points.py tests/acceptance/test_sqlite_power_loss.py

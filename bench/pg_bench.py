@@ -18,6 +18,7 @@ import multiprocessing as mp
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +49,18 @@ class StampingProvider:
         return None
 
 
-def _app(url: str, provider: Any) -> Kirim:
-    return Kirim(Config(database=url), channels={"c": Channel(name="c", provider=provider)})
+def _app(url: str, provider: Any, listen_url: str | None = None) -> Kirim:
+    return Kirim(
+        Config(database=url, listen_url=listen_url),
+        channels={"c": Channel(name="c", provider=provider)},
+    )
 
 
-def _worker(url: str, ready: Any, stop: Any, out: Any) -> None:
+def _worker(url: str, listen_url: str | None, ready: Any, stop: Any, out: Any) -> None:
     configure(level="warning")
 
     async def main() -> None:
-        app = _app(url, StampingProvider(out))
+        app = _app(url, StampingProvider(out), listen_url)
         await app.open()
         try:
             worker = app.worker(settings=WorkerSettings(poll_interval=1.0))
@@ -90,14 +94,27 @@ async def _sample(url: str, samples: int, warmup: int, arrivals: Any) -> list[fl
     return took
 
 
-def latency(database: str, samples: int = 300, warmup: int = 20) -> dict[str, Any]:
-    """p50/p99 from ``notify()`` to the provider's request, for an idle worker."""
+def latency(
+    database: str,
+    samples: int = 300,
+    warmup: int = 20,
+    *,
+    through: Callable[[str], str] | None = None,
+    listen_direct: bool = False,
+) -> dict[str, Any]:
+    """p50/p99 from ``notify()`` to the provider's request, for an idle worker.
+
+    ``through`` maps the throw-away database's URL to the one the app and the worker
+    use (a pooler in front, bench/pooler_bench.py); ``listen_direct`` then gives the
+    worker ``listen_url`` = the direct URL."""
     configure(level="warning")
-    with tempfile.TemporaryDirectory() as tmp, scratch(database, Path(tmp)) as url:
-        asyncio.run(_migrate(url))
+    with tempfile.TemporaryDirectory() as tmp, scratch(database, Path(tmp)) as direct:
+        asyncio.run(_migrate(direct))
+        url = direct if through is None else through(direct)
+        listen_url = direct if listen_direct else None
         ctx = mp.get_context("spawn")
         ready, stop, arrivals = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-        proc = ctx.Process(target=_worker, args=(url, ready, stop, arrivals))
+        proc = ctx.Process(target=_worker, args=(url, listen_url, ready, stop, arrivals))
         proc.start()
         try:
             if not ready.acquire(timeout=60):

@@ -128,6 +128,14 @@ def main() -> int:
     sqlite_section(args.notifications)
     postgres_section(args.database, args.notifications, args.jobs)
     print(
+        "\n== PostgreSQL behind PgBouncer (transaction mode): wake-up latency, with and "
+        "without listen_url ==",
+        flush=True,
+    )
+    subprocess.run(
+        [sys.executable, str(HERE / "pooler_bench.py"), "--database", args.database], check=True
+    )
+    print(
         "\n== kirim analyze ==",
         flush=True,
     )

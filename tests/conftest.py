@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import BACKENDS, backend_url
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
@@ -16,19 +17,11 @@ from kirim.testing import FlakyProvider, ManualClock
 
 configure(level="warning")
 
-BACKENDS = ["sqlite", "postgres"]
-
 
 @pytest.fixture(params=BACKENDS)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database of each backend."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'kirim.db'}"
-    if request.param == "postgres":
-        from pg import fresh_database  # tests/pg.py: skips (or fails in CI) without a server
-
-        return fresh_database(request)
-    raise AssertionError(request.param)
+    """A fresh, empty database of each backend (tests/backends.py)."""
+    return backend_url(request, tmp_path)
 
 
 @pytest.fixture

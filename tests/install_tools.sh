@@ -1,9 +1,12 @@
 #!/bin/sh
-# The two programs some tests need that pip cannot give, installed by `make test`
-# and nothing more:
+# The programs some tests need that pip cannot give, installed by `make test` and
+# nothing more:
 #
 #   chromium  Debian's package, with --no-install-recommends (about 25 packages,
 #             414 MB on Debian 12), for the browser tests; needs root.
+#   pgbouncer Debian's package, with --no-install-recommends, for the tests behind a
+#             pooler (they start instances of their own); needs root; its service is
+#             neither started nor left enabled.
 #   promtool  the one binary taken out of Debian's prometheus package
 #             (apt-get download, not installed: no server, no user, no service)
 #             into the venv's bin folder, for the check of the alert rules.
@@ -21,6 +24,7 @@ set -u
 BIN=${1:?usage: install_tools.sh VENV_BIN}
 ROOT=${KIRIM_TOOLS_ROOT:-}
 CHROMIUM=$ROOT/usr/bin/chromium
+PGBOUNCER=$ROOT/usr/sbin/pgbouncer
 POLICY=$ROOT/usr/sbin/policy-rc.d
 LINKS="$ROOT/etc/systemd/system $ROOT/etc/systemd/user $ROOT/etc/rc0.d $ROOT/etc/rc1.d \
 $ROOT/etc/rc2.d $ROOT/etc/rc3.d $ROOT/etc/rc4.d $ROOT/etc/rc5.d $ROOT/etc/rc6.d $ROOT/etc/rcS.d"
@@ -41,9 +45,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-install_chromium() {
+install_package() {  # PACKAGE WHAT: Debian's package, without recommends or services
+    package=$1
+    what=$2
     if [ "$(id -u)" != 0 ] && [ -z "$ROOT" ]; then
-        say "not root: chromium not installed, the browser tests will skip"
+        say "not root: $package not installed, $what will skip"
         return
     fi
     links > "$work/links.before"
@@ -55,9 +61,9 @@ install_chromium() {
     fi
     if ! { $APT update -qq && DEBIAN_FRONTEND=noninteractive \
         $APT install -y -qq --no-install-recommends \
-        -o APT::Keep-Downloaded-Packages=false chromium; } > "$work/apt.log" 2>&1; then
+        -o APT::Keep-Downloaded-Packages=false "$package"; } > "$work/apt.log" 2>&1; then
         tail -5 "$work/apt.log"
-        say "chromium could not be installed here: the browser tests will skip"
+        say "$package could not be installed here: $what will skip"
     fi
     links | comm -13 "$work/links.before" - | while read -r link; do
         rm -f "$link" && say "disabled $(basename "$link") (enabled by the install)"
@@ -65,7 +71,7 @@ install_chromium() {
     dpkg-query -W -f='${Package}\n' 2>/dev/null | sort | comm -13 "$work/packages.before" - \
         > "$work/packages.new"
     count=$(wc -l < "$work/packages.new")
-    [ "$count" -gt 0 ] && say "installed $count Debian packages for chromium: $(tr '\n' ' ' \
+    [ "$count" -gt 0 ] && say "installed $count Debian packages for $package: $(tr '\n' ' ' \
         < "$work/packages.new")"
     if [ -n "$wrote_policy" ]; then
         rm -f "$POLICY"
@@ -91,6 +97,8 @@ install_promtool() {
     fi
 }
 
-[ -x "$CHROMIUM" ] || install_chromium
+[ -x "$CHROMIUM" ] || install_package chromium "the browser tests"
+[ -x "$PGBOUNCER" ] || { [ -z "$ROOT" ] && command -v pgbouncer > /dev/null; } || \
+    install_package pgbouncer "the tests behind a pooler"
 command -v promtool > /dev/null || [ -x "$BIN/promtool" ] || install_promtool
 exit 0

@@ -15,7 +15,9 @@ on_unknown = "assume_sent"   # or "hold", "retry"
 ```
 
 ``[types.NAME]`` tables are notification types (``kirim.notify.types``).
-``KIRIM_DATABASE_URL`` overrides ``database``.
+``KIRIM_DATABASE_URL`` overrides ``database``; ``listen_url`` (or
+``KIRIM_LISTEN_URL``) is a direct PostgreSQL connection for LISTEN only, for a
+``database`` reached through a pooler in transaction mode.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ class ServeSettings:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     database: str = DEFAULT_DATABASE
+    #: PostgreSQL: where the workers LISTEN for wake-ups (None: on ``database``); a
+    #: direct connection when ``database`` goes through a pooler in transaction mode
+    listen_url: str | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
     max_attempts: int = 8
     worker: WorkerSettings = field(default_factory=WorkerSettings)
@@ -210,6 +215,7 @@ def parse_config(
     where = source or "config"
     unknown = set(data) - {
         "database",
+        "listen_url",
         "max_payload_bytes",
         "worker",
         "channels",
@@ -222,6 +228,9 @@ def parse_config(
     db = database or os.environ.get("KIRIM_DATABASE_URL") or data.get("database")
     if db is not None:  # --database, KIRIM_DATABASE_URL or the file: a URL no path call refuses
         check_text("database URL", db)
+    listen = _listen_url(
+        os.environ.get("KIRIM_LISTEN_URL") or data.get("listen_url"), db or DEFAULT_DATABASE, where
+    )
     worker_data = dict(_table(data, "worker", where))
     bad = set(worker_data) - _WORKER_KEYS
     if bad:
@@ -249,6 +258,7 @@ def parse_config(
     )
     return Config(
         database=str(db or DEFAULT_DATABASE),
+        listen_url=listen,
         max_payload_bytes=limit,
         max_attempts=max_attempts,
         worker=worker,
@@ -257,6 +267,21 @@ def parse_config(
         serve=_serve(_table(data, "serve", where), where),
         types=types,
     )
+
+
+def _listen_url(value: Any, database: str, where: str) -> str | None:
+    """``listen_url``: a postgresql:// URL, beside a PostgreSQL ``database``."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.startswith(("postgresql:", "postgres:")):
+        raise ConfigError(
+            f"{where}: listen_url must be a postgresql:// URL (a direct connection to the "
+            "database's server, for LISTEN only)"
+        )
+    check_text("listen_url", value)
+    if not database.startswith(("postgresql:", "postgres:")):
+        raise ConfigError(f"{where}: listen_url is for a PostgreSQL database only")
+    return value
 
 
 def _types(

@@ -112,7 +112,9 @@ class Kirim:
         # hosts whose clocks disagree agree on leases; an explicit clock (tests, tools
         # that move time by hand) is the time of record instead.
         self.store = store or open_store(
-            self.config.database, time="database" if clock is None else None
+            self.config.database,
+            time="database" if clock is None else None,
+            listen_url=self.config.listen_url,
         )
         self.clock = clock or SystemClock()
         self._channels = dict(channels) if channels is not None else None

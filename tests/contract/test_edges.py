@@ -8,9 +8,11 @@ database, time moved by hand, a provider whose requests live on the provider's s
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
+from backends import POOLED, backend_url
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
@@ -22,6 +24,13 @@ from kirim.worker import Worker, WorkerSettings
 
 LEASE = 10.0
 SETTINGS = WorkerSettings(lease=LEASE, backoff_base=1.0, backoff_max=1.0)
+
+
+@pytest.fixture(params=POOLED)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each backend, and one reached through PgBouncer in
+    transaction pooling mode: the worker's store calls keep nothing in a session."""
+    return backend_url(request, tmp_path)
 
 
 async def setup(make_app, provider, **kw):

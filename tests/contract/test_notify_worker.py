@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_digests import START, WINDOW, event, listing
 from test_notify_intake import item
 
+from backends import POOLED, backend_url
 from kirim.channels import Channel
 from kirim.model import Delivery, DeliveryStatus, JobStatus, RecordFilter
 from kirim.observe.metrics import Metrics
@@ -20,6 +22,13 @@ from kirim.testing import Checkpoints, FlakyProvider, ManualClock
 from kirim.worker import Worker, WorkerSettings
 
 SETTINGS = WorkerSettings(lease=30.0, backoff_base=1.0, backoff_max=1.0)
+
+
+@pytest.fixture(params=POOLED)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each backend, and one reached through PgBouncer in
+    transaction pooling mode: the worker's store calls keep nothing in a session."""
+    return backend_url(request, tmp_path)
 
 
 @pytest.fixture

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from backends import POOLED, backend_url
 from kirim.errors import SchemaError
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.store import open_store
 from kirim.store.base import SCHEMA_VERSION, AttemptOutcome, ClaimKind, Finish, Intent, Lease
 
 LEASE = 10.0
+
+
+@pytest.fixture(params=POOLED)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each backend, and one reached through PgBouncer in
+    transaction pooling mode: the worker's store calls keep nothing in a session."""
+    return backend_url(request, tmp_path)
 
 
 async def enqueue(app, n: int = 1, **kw):

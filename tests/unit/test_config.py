@@ -284,3 +284,34 @@ def test_a_channel_object_refuses_a_fallback_to_itself_or_twice() -> None:
     for fallback in [("push",), ("b", "b")]:
         with pytest.raises(ValueError, match="fallback names itself or a channel twice"):
             Channel(name="push", provider=FlakyProvider(), fallback=fallback)
+
+
+def test_listen_url_is_a_direct_postgresql_connection(monkeypatch) -> None:
+    """listen_url: a postgresql:// URL beside a PostgreSQL database; KIRIM_LISTEN_URL
+    wins over the file; absent, the workers LISTEN on the database URL."""
+    monkeypatch.delenv("KIRIM_LISTEN_URL", raising=False)
+    monkeypatch.delenv("KIRIM_DATABASE_URL", raising=False)
+    pooled = {"database": "postgresql://app@pgbouncer:6432/app"}
+    assert parse_config(pooled).listen_url is None
+    direct = "postgresql://app:secret@db:5432/app"
+    assert parse_config({**pooled, "listen_url": direct}).listen_url == direct
+    monkeypatch.setenv("KIRIM_LISTEN_URL", "postgresql://app@db2/app")
+    assert parse_config({**pooled, "listen_url": direct}).listen_url == "postgresql://app@db2/app"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"database": "postgresql://a@h/d", "listen_url": "http://db/x"}, "postgresql:// URL"),
+        ({"database": "postgresql://a@h/d", "listen_url": 5}, "postgresql:// URL"),
+        ({"database": "sqlite:///k.db", "listen_url": "postgresql://a:pw@h/d"}, "PostgreSQL"),
+    ],
+)
+def test_a_bad_listen_url_is_refused_without_echoing_it(data, message, monkeypatch) -> None:
+    """A listen_url that is no PostgreSQL URL, or beside a SQLite database, is refused
+    with a message that does not repeat it (it may hold a password)."""
+    monkeypatch.delenv("KIRIM_LISTEN_URL", raising=False)
+    monkeypatch.delenv("KIRIM_DATABASE_URL", raising=False)
+    with pytest.raises(ConfigError, match=message) as raised:
+        parse_config(data)
+    assert "pw" not in str(raised.value)

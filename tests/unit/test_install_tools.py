@@ -31,8 +31,14 @@ case " $* " in
     ln -sf /lib/systemd/system/avahi-daemon.service \
       "$KIRIM_TOOLS_ROOT/etc/systemd/system/multi-user.target.wants/avahi-daemon.service"
     ln -sf ../init.d/avahi-daemon "$KIRIM_TOOLS_ROOT/etc/rc2.d/S01avahi-daemon"
-    printf '#!/bin/sh\necho chromium\n' > "$KIRIM_TOOLS_ROOT/usr/bin/chromium"
-    chmod +x "$KIRIM_TOOLS_ROOT/usr/bin/chromium";;
+    for last; do :; done  # the package asked for
+    case "$last" in
+      pgbouncer) dir=usr/sbin;;
+      *) dir=usr/bin;;
+    esac
+    mkdir -p "$KIRIM_TOOLS_ROOT/$dir"
+    printf '#!/bin/sh\necho %s\n' "$last" > "$KIRIM_TOOLS_ROOT/$dir/$last"
+    chmod +x "$KIRIM_TOOLS_ROOT/$dir/$last";;
   *" download "*)
     pkg=$(mktemp -d)
     mkdir -p "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/share/prometheus"
@@ -98,6 +104,7 @@ def test_no_service_starts_or_stays_enabled_and_only_promtool_is_taken(
     assert "disabled avahi-daemon.service" in out
     assert not (root / "usr/sbin/policy-rc.d").exists()
     assert (root / "usr/bin/chromium").exists()
+    assert (root / "usr/sbin/pgbouncer").exists()
     assert (
         subprocess.run(
             [str(machine["bin"] / "promtool")], capture_output=True, text=True, check=True
@@ -120,12 +127,13 @@ def test_a_policy_rc_d_already_there_is_left_as_it_was(machine: dict[str, Path])
     assert policy.read_text() == "#!/bin/sh\nexit 101\n"
 
 
-def test_nothing_is_installed_when_both_are_there(machine: dict[str, Path]) -> None:
-    """With chromium and promtool in place apt-get is not run at all."""
-    chromium = machine["root"] / "usr/bin/chromium"
-    chromium.parent.mkdir(parents=True)
-    chromium.write_text("#!/bin/sh\n")
-    chromium.chmod(0o755)
+def test_nothing_is_installed_when_all_are_there(machine: dict[str, Path]) -> None:
+    """With chromium, pgbouncer and promtool in place apt-get is not run at all."""
+    for place in ("usr/bin/chromium", "usr/sbin/pgbouncer"):
+        tool = machine["root"] / place
+        tool.parent.mkdir(parents=True)
+        tool.write_text("#!/bin/sh\n")
+        tool.chmod(0o755)
     promtool = machine["bin"] / "promtool"
     promtool.write_text("#!/bin/sh\n")
     promtool.chmod(0o755)

@@ -76,7 +76,11 @@ def doctor(
     Checks the UNIQUE index on the idempotency key, deliveries stuck in
     processing, in-doubt deliveries and dead letters, the lease against the
     providers' p99 latency, clock skew, each channel's dedup_window against the
-    retry horizon, and [retention] keep against both. With --table and --key,
+    retry horizon, and [retention] keep against both; and what the database
+    keeps: its replication mode (synchronous_commit, synchronous_standby_names,
+    the standbys streaming), a pooler in front (and listen_url), intents that
+    workers found missing after a failover (ledger_behind), SQLite's
+    synchronous setting. With --table and --key,
     audits any delivery table for a unique index on exactly those columns (and
     the duplicates already in it).
     Exits 1 on any problem; warnings alone exit 0. Never writes.

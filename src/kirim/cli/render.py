@@ -18,6 +18,7 @@ from rich.text import Text
 from kirim.engine import Kirim
 from kirim.model import AttemptStatus, Delivery, DeliveryStatus, JobStatus
 from kirim.observe.logging import Sink
+from kirim.store.pooler import Wakeups
 from kirim.text import json_text, redact_url, visible
 from kirim.worker import Worker
 
@@ -114,7 +115,16 @@ def worker_facts(
         "shutdown_grace": s.shutdown_grace,
         "channels": channels,
         "metrics": metrics_url,
+        "wakeups": wakeups_of(app, s.poll_interval),
     }
+
+
+def wakeups_of(app: Kirim, poll_interval: float) -> str:
+    """How an idle worker learns of new work: LISTEN (where), or its poll interval."""
+    wakeups = getattr(app.store, "wakeups", None)
+    if isinstance(wakeups, Wakeups):
+        return f"{wakeups.describe()}; polls every {poll_interval:g}s"
+    return f"polls every {poll_interval:g}s"
 
 
 def show_banner(facts: Mapping[str, Any]) -> None:
@@ -137,6 +147,7 @@ def show_banner(facts: Mapping[str, Any]) -> None:
         lines.append(
             f"  {label:<11}  {c['name']}: {c['provider']}{where}; in doubt: {c['in_doubt']}{lookup}"
         )
+    lines.append(f"  wake-ups     {facts['wakeups']}")
     if facts["metrics"]:
         lines.append(f"  metrics      {facts['metrics']}")
     Sink().write("\n".join(visible(line) for line in lines) + "\n")

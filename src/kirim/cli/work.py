@@ -14,6 +14,7 @@ from kirim.cli import params, render
 from kirim.cli.runner import State, pass_state, run
 from kirim.errors import ConfigError
 from kirim.observe.logging import get_logger
+from kirim.store.pooler import Wakeups
 from kirim.worker.settings import RULES as WORKER_RULES
 
 # -- worker ----------------------------------------------------------------------------
@@ -92,8 +93,10 @@ def worker(
     SIGTERM or SIGINT stops claiming, lets in-flight deliveries finish within the
     grace period, releases the rest to the queue and exits 0. It starts with a
     banner on stderr (the database, its password redacted, the config file, each
-    channel with its provider and in-doubt policy, the lease and concurrency; one
-    worker_banner line with --log-format json). Logs go to stderr (logfmt, or JSON
+    channel with its provider and in-doubt policy, the lease and concurrency, where
+    it listens for wake-ups; one worker_banner line with --log-format json); a
+    LISTEN through a pooler or proxy is warned of (listen_through_pooler: set
+    listen_url). Logs go to stderr (logfmt, or JSON
     lines with --log-format json). Options not given come from the [worker]
     table of the config file.
 
@@ -160,6 +163,10 @@ def worker(
                 log.info("worker_banner", **facts)
             else:
                 render.show_banner(facts)
+            pooled = getattr(app.store, "wakeups", None)
+            warning = pooled.warning() if isinstance(pooled, Wakeups) else None
+            if warning is not None:
+                log.warning("listen_through_pooler", reason=warning)
             if clock_offset is not None:
                 log.info("clock_offset", seconds=clock_offset)
             if metrics is not None:

@@ -4,7 +4,9 @@ Checks the schema, the UNIQUE index on the idempotency key (and duplicates it le
 in), deliveries stuck in ``processing``, in-doubt deliveries waiting for an operator,
 the dead letters, the lease against the providers' observed p99 latency, the
 database clock against this host's, each channel's provider dedup window against
-kirim's retry horizon, and the retention (``[retention] keep``) against both.
+kirim's retry horizon, and the retention (``[retention] keep``) against both; what
+the database keeps (replication mode, a pooler in front, intents found missing:
+``kirim.doctor.database``).
 Read-only: it never writes. The command is ``kirim.cli.doctor``.
 
 Statuses: ``ok``, ``warning`` (worth a look), ``problem`` (exit 1), ``skipped``.
@@ -27,6 +29,7 @@ from kirim.doctor.audit import (
     audit_unique,
     plural,
 )
+from kirim.doctor.database import database_checks
 from kirim.doctor.probes import Database
 from kirim.errors import SchemaError
 from kirim.store.base import SCHEMA_VERSION
@@ -59,6 +62,7 @@ def diagnose(db: Database, config: Config, *, now: float) -> list[Check]:
         ]
     else:
         checks.append(Check("store", SKIPPED, "the other store checks need the schema"))
+    checks += database_checks(db, config, has_schema=checks[0].status is OK)
     checks.append(_clock_skew(db, config.worker.lease))
     checks += _dedup_windows(config)
     checks.append(_retention(config))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kirim.errors import ConfigError, NotFound, StoreError
+from kirim.store.pooler import Route, route
 from kirim.text import redact_url, scrub
 
 #: the two kinds of database ``kirim doctor`` reads (each has its ``doctor.sql``)
@@ -88,6 +89,12 @@ class Database:
         self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
         try:
+            if self.dialect == "postgres":
+                # each query in a READ ONLY transaction of its own (see _open_postgres)
+                with self._conn.transaction():
+                    cur = self._conn.execute(sql, params)
+                    names = [d[0] for d in cur.description or ()]
+                    return names, [tuple(r) for r in cur.fetchall()]
             cur = self._conn.execute(sql, params)
             names = [d[0] for d in cur.description or ()]
             return names, [tuple(r) for r in cur.fetchall()]
@@ -97,6 +104,17 @@ class Database:
             if type(exc).__module__.startswith("psycopg"):
                 raise StoreError(f"PostgreSQL: {str(exc).strip()}") from exc
             raise
+
+    def route(self) -> Route | None:
+        """PostgreSQL: how this connection reaches the server (a pooler in front?);
+        None on SQLite, or when the server would not say."""
+        if self.dialect != "postgres":
+            return None
+        try:
+            seen = self.named_scalar("doctor_client_port")
+        except StoreError:
+            return None
+        return route(self._conn.pgconn.socket, seen)
 
     def quote(self, name: str) -> str:
         return '"' + name.replace('"', '""') + '"'
@@ -233,8 +251,13 @@ def _open_postgres(url: str) -> Any:
         ) from exc
     conninfo, _ = postgres_conninfo(url)
     try:
-        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
-        conn.execute("SET default_transaction_read_only = on")
+        # Read-only per transaction, not by a SET in the session: behind a pooler in
+        # transaction mode a SET lands on a server connection that other clients use
+        # next (a worker's writes would then be refused), and is gone for our next query.
+        conn = psycopg.connect(
+            conninfo, autocommit=True, connect_timeout=10, prepare_threshold=None
+        )
+        conn.read_only = True
     except psycopg.Error as exc:
         raise StoreError(
             f"PostgreSQL: cannot connect to {redact(url)}: {scrub(str(exc).strip(), url)}"

@@ -116,7 +116,9 @@ class NaiveDb:
 
             from kirim.store.postgres import postgres_conninfo
 
-            self._conn = psycopg.connect(postgres_conninfo(self.url)[0], autocommit=True)
+            # no server-side prepared statements: they break behind a transaction pooler
+            conninfo = postgres_conninfo(self.url)[0]
+            self._conn = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
         return self
 
     def close(self) -> None:

@@ -15,12 +15,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
-from urllib.parse import urlsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
-from psycopg.types.array import ListBinaryDumper
 from psycopg_pool import AsyncConnectionPool
 
 from kirim.errors import ConfigError, SchemaError, StoreError
@@ -62,8 +59,11 @@ from kirim.store.base import (
     Waiting,
     waiting_from,
 )
+from kirim.store.pooler import Wakeups
 from kirim.store.postgres import intake
+from kirim.store.postgres.connect import SESSIONLESS, Conn, configure, postgres_conninfo, probe
 from kirim.store.postgres.driver import Cursor, drive, one, rows
+from kirim.store.postgres.ledger import LedgerWatch
 from kirim.store.postgres.listen import Listener
 from kirim.store.rows import (
     attempt_from,
@@ -80,37 +80,11 @@ from kirim.store.rules import queue_stats
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
-from kirim.text import libpq_encode, libpq_query, scrub
 from kirim.text import redact_url as redact
+from kirim.text import scrub
 from kirim.validation import MAX_ID
 
 T = TypeVar("T")
-_POOL_PARAMS = {"pool_min_size": 1, "pool_max_size": 10}
-
-Conn = psycopg.AsyncConnection[DictRow]
-
-
-def postgres_conninfo(url: str) -> tuple[str, dict[str, int]]:
-    """``postgres[ql]://…`` → a libpq URI without kirim's own ``pool_*`` parameters.
-
-    The query is read as libpq reads it (percent-decoding only: ``+`` is a plus) and
-    an empty authority keeps its ``//`` (``postgresql:///db?host=/run/postgresql``)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {redact(url)!r} (expected postgresql://host/db)")
-    pool = dict(_POOL_PARAMS)
-    query = []
-    for key, value in libpq_query(parts.query):
-        if key in pool:
-            if not value.isdigit() or int(value) < 1:
-                raise ConfigError(f"{key} must be a positive integer, not {value!r}")
-            pool[key] = int(value)
-        else:
-            query.append((key, value))
-    if pool["pool_min_size"] > pool["pool_max_size"]:
-        raise ConfigError("pool_min_size must not be larger than pool_max_size")
-    encoded = f"?{libpq_encode(query)}" if query else ""
-    return f"postgresql://{parts.netloc}{parts.path}{encoded}", pool
 
 
 class PostgresStore:
@@ -118,16 +92,33 @@ class PostgresStore:
 
     dialect = "postgres"
 
-    def __init__(self, url: str, *, timeout: float = 10.0, time: StoreTime = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        time: StoreTime = None,
+        listen_url: str | None = None,
+    ) -> None:
         """``time``: the time of record (``StoreTime``); None takes each caller's ``now``,
-        "database" the server's clock (``kirim_now()`` in every statement)."""
+        "database" the server's clock (``kirim_now()`` in every statement).
+        ``listen_url``: where to LISTEN for wake-ups (None: on ``url``), a direct
+        connection when ``url`` goes through a pooler in transaction mode."""
         self.url = url
         self.time = time
         self.conninfo, sizes = postgres_conninfo(url)
         self.min_size, self.max_size = sizes["pool_min_size"], sizes["pool_max_size"]
         self.timeout = timeout
+        self.listen_url = listen_url
+        self._listen_conninfo = self.conninfo
+        if listen_url is not None:
+            self._listen_conninfo = postgres_conninfo(listen_url)[0]
+        #: where LISTEN goes, and the routes the connections took (found by ``open``)
+        self.wakeups = Wakeups(via="database" if listen_url is None else "listen_url")
         self._pool: AsyncConnectionPool[Conn] | None = None
-        self._listener = Listener(self.conninfo, connect_timeout=timeout)
+        self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
+        #: the intents committed lately, checked after a lost connection (``ledger``)
+        self.ledger = LedgerWatch()
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -145,7 +136,18 @@ class PostgresStore:
         open the pool."""
         if self._pool is not None:
             return
-        await self._probe()
+        found = await probe(self.conninfo, self.url, wait=self.timeout, listen=False)
+        listen = found
+        if self.listen_url is not None:
+            # Only the workers LISTEN: a listen_url that does not answer (from an app
+            # host, say) fails no command; a worker polls until it does.
+            try:
+                listen = await probe(
+                    self._listen_conninfo, self.listen_url, wait=self.timeout, listen=True
+                )
+            except ConfigError:
+                listen = None
+        self.wakeups = Wakeups(via=self.wakeups.via, database=found, listen=listen)
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.conninfo,
             min_size=self.min_size,
@@ -153,8 +155,8 @@ class PostgresStore:
             timeout=self.timeout,
             open=False,
             connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"autocommit": True, "row_factory": dict_row},
-            configure=_configure,
+            kwargs=SESSIONLESS | {"autocommit": True, "row_factory": dict_row},
+            configure=configure,
             name="kirim",
         )
         try:
@@ -165,22 +167,6 @@ class PostgresStore:
             raise StoreError(f"PostgreSQL: cannot connect to {redact(self.url)}: {why}") from exc
         self._pool = pool
 
-    async def _probe(self) -> None:
-        """One connection attempt, not the pool's retries until its timeout."""
-        try:
-            given = "connect_timeout" in conninfo_to_dict(self.conninfo)
-            timeout: dict[str, Any] = (
-                {} if given else {"connect_timeout": max(2, round(self.timeout))}
-            )
-            conn = await psycopg.AsyncConnection.connect(self.conninfo, **timeout)
-        except psycopg.Error as exc:
-            why = scrub(" ".join(str(exc).split()), self.url) or type(exc).__name__
-            raise ConfigError(
-                f"PostgreSQL: cannot connect to {redact(self.url)}: {why}; "
-                "check the database URL (--database, KIRIM_DATABASE_URL or the config's database)"
-            ) from None
-        await conn.close()
-
     async def close(self) -> None:
         await self._listener.close()
         pool, self._pool = self._pool, None
@@ -190,6 +176,7 @@ class PostgresStore:
     async def _failed(self, exc: psycopg.Error) -> StoreError:
         """A StoreError for ``exc``; after a lost connection, purge the dead ones."""
         if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+            self.ledger.connection_lost()
             with contextlib.suppress(Exception):
                 await self._pool.check()
         return StoreError(f"PostgreSQL: {exc}".strip())
@@ -201,6 +188,9 @@ class PostgresStore:
             raise StoreError("store is not open")
         try:
             async with self._pool.connection() as conn:
+                if self.ledger.pending:  # back after a lost connection: is the ledger whole?
+                    async with conn.cursor() as cur:
+                        await self.ledger.check(cur)
                 if transaction:
                     async with conn.transaction(), conn.cursor() as cur:
                         yield cur
@@ -295,7 +285,9 @@ class PostgresStore:
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         if not intents:
             return []
-        return await self._op(transitions.record_intents(intents))
+        done = await self._op(transitions.record_intents(intents))
+        self.ledger.committed(intents, done)
+        return done
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
         if not items:
@@ -560,14 +552,6 @@ class PostgresStore:
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``, in one transaction."""
         return await self._op(retention.prune(now, keep, keys, limit, dry_run))
-
-
-async def _configure(conn: Conn) -> None:
-    """Plan every execution with its parameters: a generic plan of a prepared batch
-    statement would not know how many rows its arrays hold. Lists (the batch columns)
-    are sent as binary arrays: several times cheaper to dump than quoted text."""
-    conn.adapters.register_dumper(list, ListBinaryDumper)
-    await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def _as_id(text: str) -> int | None:

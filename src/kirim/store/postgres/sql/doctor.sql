@@ -40,3 +40,27 @@ ORDER BY id DESC LIMIT %(limit)s;
 -- name: doctor_clock
 -- The database's clock, now (not the transaction's start).
 SELECT extract(epoch from clock_timestamp());
+
+-- name: doctor_client_port
+-- The client port the server sees for this session (NULL over a Unix socket).
+SELECT inet_client_port();
+
+-- name: doctor_durability
+-- What a commit waits for, and whether this server is a standby.
+SELECT current_setting('synchronous_commit') AS synchronous_commit,
+       current_setting('synchronous_standby_names') AS standby_names,
+       current_setting('fsync') AS fsync,
+       pg_is_in_recovery() AS in_recovery;
+
+-- name: doctor_standbys
+-- The standbys streaming from this server (state and sync_state need pg_monitor).
+SELECT application_name AS name, state, sync_state FROM pg_stat_replication
+ORDER BY application_name;
+
+-- name: doctor_timeline
+-- The timeline of the last checkpoint: above 1, this server was promoted.
+SELECT timeline_id FROM pg_control_checkpoint();
+
+-- name: doctor_ledger_behind
+-- What workers found missing from the ledger after a lost connection (kirim_meta).
+SELECT key, value FROM kirim_meta WHERE starts_with(key, 'ledger_behind:') ORDER BY key;

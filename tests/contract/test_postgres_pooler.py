@@ -1,0 +1,222 @@
+"""kirim behind PgBouncer in transaction pooling mode: one client connection's
+consecutive transactions run on different server connections, and one server
+connection serves many clients, so the store must keep nothing in a session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from structlog.testing import capture_logs
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.doctor.probes import Database
+from kirim.engine import Kirim
+from kirim.keys import canonical_json, payload_hash
+from kirim.model import DeliveryStatus, JobStatus
+from kirim.store.base import NewDelivery
+from kirim.store.postgres import PostgresStore
+from kirim.testing import FlakyProvider
+from kirim.worker import WorkerSettings
+from pg import ADMIN_URL, fresh_database
+from pgbouncer import Bouncer, bouncer, pooled_url
+
+StoreFactory = Callable[..., Awaitable[PostgresStore]]
+REPEAT = 8  # more than psycopg's automatic prepare threshold (5 executions)
+
+
+@pytest.fixture
+def direct_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, empty database on the shared server."""
+    return fresh_database(request)
+
+
+@pytest.fixture
+def one_server(request: pytest.FixtureRequest) -> Bouncer:
+    """A PgBouncer with a single server connection per database: every client shares it."""
+    return bouncer(request, urlsplit(ADMIN_URL).port or 5432, pool_size=1)
+
+
+@pytest.fixture
+async def make_store(direct_url: str, one_server: Bouncer) -> AsyncIterator[StoreFactory]:
+    """Stores (each a process's pool of one connection) reaching the database through
+    ``one_server``."""
+    stores: list[PostgresStore] = []
+
+    async def make() -> PostgresStore:
+        store = PostgresStore(pooled_url(direct_url, one_server) + "?pool_max_size=1")
+        await store.open()
+        stores.append(store)
+        return store
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+def reconnect(pooler: Bouncer) -> None:
+    """Close the pooler's server connections (its admin console's RECONNECT): the next
+    transaction of any client runs on a new one."""
+    with psycopg.connect(pooler.url("pgbouncer"), autocommit=True) as admin:
+        admin.execute("RECONNECT")
+
+
+async def enqueued(store: PostgresStore) -> int:
+    """One delivery (its id), enqueued by a store straight to the database."""
+    item = NewDelivery(
+        idempotency_key="k-1",
+        event_id="e-1",
+        recipient="u-1",
+        channel="push",
+        payload_json=canonical_json({"i": 1}),
+        payload_hash=payload_hash(canonical_json({"i": 1})),
+        run_at=None,
+        max_attempts=3,
+    )
+    [result] = await store.enqueue([item], now=1000.0)
+    return result.delivery.id
+
+
+async def test_clients_sharing_a_server_connection_never_collide(
+    make_store: StoreFactory, direct_url: str
+) -> None:
+    """Two processes whose transactions alternate on one pooled server connection each
+    repeat their own read, and both keep getting answers (no statement is prepared in
+    one client's name on a connection another client uses)."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+        delivery_id = await enqueued(direct)
+    finally:
+        await direct.close()
+    a, b = await make_store(), await make_store()
+    for _ in range(REPEAT):
+        job = await a.get_job(delivery_id)
+        attempts = await b.get_attempts(delivery_id)
+        assert job is not None
+        assert job.status is JobStatus.QUEUED
+        assert attempts == []
+
+
+async def test_a_read_never_runs_another_clients_statement(
+    make_store: StoreFactory, direct_url: str, one_server: Bouncer
+) -> None:
+    """A process whose server connection was replaced (the pooler reconnected) and
+    another one that has used the new one since: each read still runs its own query and
+    returns its own kind of record."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+        delivery_id = await enqueued(direct)
+    finally:
+        await direct.close()
+    a, b = await make_store(), await make_store()
+    for _ in range(REPEAT):
+        assert await b.get_attempts(delivery_id) == []
+    reconnect(one_server)
+    for _ in range(REPEAT):
+        job = await a.get_job(delivery_id)
+        assert job is not None
+        assert job.delivery_id == delivery_id
+    # b's read, on the server connection where a's read has been used since
+    assert await b.get_attempts(delivery_id) == []
+
+
+async def test_doctor_leaves_nothing_in_a_pooled_session(
+    make_store: StoreFactory, direct_url: str, one_server: Bouncer
+) -> None:
+    """`kirim doctor`'s read-only connection through the pooler leaves the server
+    connection it used as it found it: a worker's write on it afterwards goes through."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+    finally:
+        await direct.close()
+    with Database(pooled_url(direct_url, one_server)) as db:
+        assert db.named_scalar("doctor_dead_count") == 0
+    store = await make_store()
+    assert await enqueued(store) > 0
+
+
+async def test_burst_workers_sharing_a_server_connection_deliver_everything(
+    direct_url: str, one_server: Bouncer
+) -> None:
+    """Two burst workers, each a process with its own pool, whose transactions all run
+    on one pooled server connection: every notification is delivered once, and no store
+    call fails on the way."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+    finally:
+        await direct.close()
+    provider = FlakyProvider(idempotent=False)
+    url = pooled_url(direct_url, one_server) + "?pool_max_size=2"
+    config = Config(database=url, max_attempts=3)
+    settings = WorkerSettings(lease=30.0, concurrency=4, batch_size=4, poll_interval=0.05)
+    apps = [Kirim(config, channels={"push": Channel(name="push", provider=provider)})]
+    apps.append(Kirim(config, channels={"push": Channel(name="push", provider=provider)}))
+    try:
+        for app in apps:
+            await app.open()
+        keys = [
+            (await apps[0].notify(f"e{i}", f"u{i}", "push", {"i": i})).idempotency_key
+            for i in range(40)
+        ]
+        workers = [app.worker(settings=settings, worker_id=f"w{n}") for n, app in enumerate(apps)]
+        with capture_logs() as logs:
+            await asyncio.wait_for(asyncio.gather(*(w.run(burst=True) for w in workers)), 120)
+        assert [e for e in logs if e["log_level"] == "error"] == []
+        assert sorted(provider.per_key.values()) == [1] * len(keys)
+        listed = await apps[0].store.list_deliveries(status=DeliveryStatus.SENT, limit=100)
+        assert len(listed) == len(keys)
+    finally:
+        for app in apps:
+            await app.close()
+
+
+async def test_listen_url_wakes_a_worker_whose_database_goes_through_the_pooler(
+    make_store: StoreFactory, direct_url: str, one_server: Bouncer
+) -> None:
+    """A store reached through the pooler, with listen_url pointing at the server:
+    it says LISTEN is direct, and an enqueue through the pooler wakes its wait."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+    finally:
+        await direct.close()
+    url = pooled_url(direct_url, one_server)
+    listening = PostgresStore(url, listen_url=direct_url)
+    await listening.open()
+    try:
+        assert listening.wakeups.database is not None
+        assert listening.wakeups.database.in_front is True
+        assert not listening.wakeups.pooled
+        assert await listening.wait_for_jobs(0) is True  # LISTEN: the first wait polls
+        await enqueued(await make_store())
+        assert await listening.wait_for_jobs(30) is True
+    finally:
+        await listening.close()
+
+
+async def test_a_listen_url_that_does_not_answer_fails_no_command(direct_url: str) -> None:
+    """Only workers LISTEN: a store whose listen_url is unreachable still opens (its
+    route unknown), so `kirim send` on an app host is not refused for it."""
+    store = PostgresStore(
+        direct_url, listen_url="postgresql://postgres@127.0.0.1:1/x?connect_timeout=1"
+    )
+    await store.open()
+    try:
+        assert store.wakeups.via == "listen_url"
+        assert store.wakeups.listen is None
+        assert store.wakeups.warning() is None
+    finally:
+        await store.close()
