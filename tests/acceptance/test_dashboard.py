@@ -227,7 +227,9 @@ def test_the_attention_page_shows_what_needs_a_human(tmp_path: Path) -> None:
             )
             assumed = page.locator(f"#attention-assumed-{ids['assumed']}")
             expect(assumed.locator("pre")).to_contain_text("result=unknown")
-            expect(assumed.locator("button")).to_have_count(0)  # sent: nothing to press
+            # sent: nothing to retry or cancel, only its doubt to settle
+            expect(assumed.locator("button")).to_have_count(1)
+            expect(assumed.locator("button.reconcile")).to_have_count(1)
             expect(page.locator("#attention-held button.retry")).to_have_count(1)
             expect(page.locator("tr[data-id]")).to_have_count(3)  # nothing sent or pending
             page.screenshot(path=str(ARTIFACTS / "dashboard-attention.png"), full_page=True)
