@@ -31,6 +31,7 @@ from kirim.engine import Kirim
 from kirim.model import AttemptStatus, DeliveryStatus
 from kirim.testing import Checkpoints, FlakyProvider
 from kirim.worker import WorkerSettings
+from kirim.worker.delivery import RECHECK_AFTER
 from pgcluster import Cluster, Replication, cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -137,10 +138,33 @@ async def test_async_failover_loses_an_intent_and_the_worker_says_so(apps) -> No
 
 @pytest.mark.parametrize("apps", ["async"], indirect=True)
 async def test_async_failover_that_loses_the_claim_sends_twice(apps) -> None:
-    """The claim and the intent stayed on the dead primary: the new primary has the
-    delivery pending with no attempt, so another worker claims and sends it while the
-    first one's request leaves too (the duplicate asynchronous replication costs), and
-    the first worker reports ledger_behind."""
+    """The claim and the intent stayed on the dead primary, and A's request had left
+    (A is paused after the answer): the new primary has the delivery pending with no
+    attempt, so another worker claims and sends it again (the duplicate asynchronous
+    replication costs), and A reports ledger_behind."""
+    made, (a, b), provider = apps
+    n = await a.notify("order-1", "u-1", "push", {"title": "shipped"})
+    await asyncio.to_thread(_freeze_streaming, made)
+    checkpoints = Checkpoints()
+    answered = checkpoints.pause("after_provider_response")
+    first = a.worker(settings=SETTINGS, worker_id="A", checkpoints=checkpoints)
+    running = asyncio.create_task(first.run_once())
+    await answered.reached(30)
+    assert provider.received(n.idempotency_key) == 1
+    await asyncio.to_thread(_fail_over, made)
+    await b.worker(settings=SETTINGS, worker_id="B").run_once()  # the job is queued again
+    assert provider.received(n.idempotency_key) == 2
+    answered.release()  # A's finish: its claim is gone from the new primary
+    await asyncio.wait_for(running, 60)
+    assert provider.received(n.idempotency_key) == 2
+    assert len(a.store.ledger.missing) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("apps", ["async"], indirect=True)
+async def test_async_failover_before_the_request_sends_once(apps) -> None:
+    """The same loss with A paused before its request: after a pause that long A renews
+    its claim before anything leaves, finds it gone (B has claimed and sent the
+    delivery on the new primary), and sends nothing: one copy, not two."""
     made, (a, b), provider = apps
     n = await a.notify("order-1", "u-1", "push", {"title": "shipped"})
     await asyncio.to_thread(_freeze_streaming, made)
@@ -152,7 +176,9 @@ async def test_async_failover_that_loses_the_claim_sends_twice(apps) -> None:
     await asyncio.to_thread(_fail_over, made)
     await b.worker(settings=SETTINGS, worker_id="B").run_once()  # the job is queued again
     assert provider.received(n.idempotency_key) == 1
-    sending.release()  # A's request, from the intent the new primary never had
+    await asyncio.sleep(RECHECK_AFTER)  # the pause outlasts it for certain (so does a failover)
+    sending.release()
     await asyncio.wait_for(running, 60)
-    assert provider.received(n.idempotency_key) == 2
-    assert len(a.store.ledger.missing) == 1  # type: ignore[attr-defined]
+    assert provider.received(n.idempotency_key) == 1
+    delivery, _, _ = await b.get(n.delivery_id)
+    assert delivery.status is DeliveryStatus.SENT

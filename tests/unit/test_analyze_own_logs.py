@@ -78,6 +78,7 @@ def test_the_banner_is_known() -> None:
         "version": "0.2.0", "worker_id": "w-1", "pid": 7, "burst": True,
         "database": "sqlite:///k.db", "config": None, "lease": 30.0, "concurrency": 10,
         "batch_size": 100, "max_attempts": 8, "shutdown_grace": 10.0, "metrics": "http://x",
+        "wakeups": "LISTEN/NOTIFY on the database; polls every 1s",
         "channels": [
             {"name": "a", "provider": "webhook", "url": "http://h", "in_doubt": "hold",
              "lookup": True},

@@ -100,7 +100,7 @@ _MINUTES: dict[str, float] = {}
 #: share its stderr with the log: known, not malformed
 _BANNER: Final = re.compile(
     r"kirim .+ worker .+ \(pid \d+(?:, burst)?\)"
-    r"|  (?:database|config|lease|concurrency|channels|metrics) +\S.*"
+    r"|  (?:database|config|lease|concurrency|channels|wake-ups|metrics) +\S.*"
     r"| {15}\S[^=]*: .*; in doubt: .*"
 )
 

@@ -154,6 +154,8 @@ IRRELEVANT: dict[str, str] = {
     "Config.database": "each schedule has a database of its own (SQLite, or the PostgreSQL lane)",
     "Config.max_payload_bytes": "an intake limit for bad input: tests/unit and the HTTP "
     "contract tests hold it at the limit and one byte past it",
+    "Config.listen_url": "where a worker LISTENs for wake-ups (past a pooler): wake-ups "
+    "shorten the wait for a due job, never change what is sent; the wake-up tests hold it",
     "Config.source": "where the configuration was read from",
     "Config.serve": "kirim serve's HTTP settings; the explorer calls the engine's verbs "
     "that the HTTP routes call",

@@ -347,12 +347,15 @@ class Deliverer:
         claim was revoked meanwhile (a provider's callback ended the delivery, the
         reaper, an operator) or the store cannot tell."""
         lease = Lease(job_id=claim.job.id, delivery_id=claim.delivery.id, token=claim.token)
-        try:
-            [held] = await self._store.heartbeat(
-                [lease], now=self.clock.now(), lease=self.settings.lease
-            )
-        except StoreError as exc:
-            return f"the claim could not be confirmed after a pause: {exc}"
+        for tries_left in (1, 0):  # a renewal is idempotent: once more on a fresh connection
+            try:
+                [held] = await self._store.heartbeat(
+                    [lease], now=self.clock.now(), lease=self.settings.lease
+                )
+                break
+            except StoreError as exc:  # a connection lost in the pause (a failover, say)
+                if not tries_left:
+                    return f"the claim could not be confirmed after a pause: {exc}"
         if not held:
             self._lost.add(claim.job.id)
             return "the claim was revoked before the request left"
