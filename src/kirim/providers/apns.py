@@ -53,6 +53,7 @@ from kirim.providers.exchange import (
     json_of,
     rate_limited,
     said,
+    user_agent_header,
 )
 from kirim.providers.shaping import apns_payload
 from kirim.providers.webhook import json_body
@@ -118,6 +119,7 @@ class ApnsProvider:
         timeout: float = 10.0,
         ca_file: str | None = None,
         clock: Callable[[], float] = time.time,
+        user_agent: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         import jwt  # the apns extra: fail when the channel is built, not at the first send
@@ -136,7 +138,10 @@ class ApnsProvider:
         self._token: tuple[float, str] | None = None
         self._bearer()  # a key that cannot sign fails here, at start
         self._client = client or httpx.AsyncClient(
-            http2=True, timeout=timeout, verify=tls_context(ca_file)
+            headers=user_agent_header(user_agent),
+            http2=True,
+            timeout=timeout,
+            verify=tls_context(ca_file),
         )
 
     def __repr__(self) -> str:  # never the key
@@ -153,7 +158,8 @@ class ApnsProvider:
                     headers={"kid": self.key_id},
                 )
             except Exception as exc:  # never the key itself
-                raise ValueError(f"private_key cannot sign an ES256 token: {type(exc).__name__}")
+                what = type(exc).__name__
+                raise ValueError(f"private_key cannot sign an ES256 token: {what}") from None
             self._token = (now, token)
         return self._token[1]
 

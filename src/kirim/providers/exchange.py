@@ -48,6 +48,15 @@ def apns_id(key: str) -> str:
     return str(uuid.uuid5(APNS_NAMESPACE, key))
 
 
+def user_agent_header(user_agent: str | None) -> dict[str, str]:
+    """The ``User-Agent`` of a provider's requests: ``kirim/VERSION`` and, when the
+    channel says one (``user_agent``), what it says after it."""
+    from kirim.version import __version__
+
+    own = f"kirim/{__version__}"
+    return {"User-Agent": own if not user_agent else f"{own} {user_agent}"}
+
+
 def build(
     client: httpx.AsyncClient,
     method: str,
@@ -69,7 +78,9 @@ def build(
         raise NotSent(f"not sent: {service}: the request cannot be built: {exc}") from exc
 
 
-async def exchange(client: httpx.AsyncClient, request: httpx.Request, *, service: str) -> httpx.Response:
+async def exchange(
+    client: httpx.AsyncClient, request: httpx.Request, *, service: str
+) -> httpx.Response:
     """Send ``request``: its response, ``TransientFailure`` when it never left,
     ``AmbiguousFailure`` when it left and no answer came."""
     try:

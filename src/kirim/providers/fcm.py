@@ -51,7 +51,15 @@ from kirim.errors import (
     TransientFailure,
 )
 from kirim.providers.base import Message, Sent
-from kirim.providers.exchange import build, collapse_id, exchange, json_of, rate_limited, said
+from kirim.providers.exchange import (
+    build,
+    collapse_id,
+    exchange,
+    json_of,
+    rate_limited,
+    said,
+    user_agent_header,
+)
 from kirim.providers.shaping import fcm_message
 
 URL = "https://fcm.googleapis.com"
@@ -98,7 +106,9 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if not (options.get("project_id") or info.get("project_id")):
         return "project_id is required (the service account has none)"
     url = options.get("url")
-    if url is not None and (not isinstance(url, str) or not url.startswith(("https://", "http://"))):
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("https://", "http://"))
+    ):
         return "url must be an http:// or https:// URL"
     return None
 
@@ -116,13 +126,14 @@ class FcmProvider:
         project_id: str | None = None,
         url: str = URL,
         timeout: float = 10.0,
+        user_agent: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         from google.auth.transport.requests import Request  # the fcm extra
         from google.oauth2 import service_account
 
         try:
-            self._credentials = service_account.Credentials.from_service_account_info(
+            self._credentials = service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
                 dict(account), scopes=[SCOPE]
             )
         except Exception as exc:  # never the key
@@ -135,7 +146,9 @@ class FcmProvider:
         self.timeout = timeout
         self._lock = asyncio.Lock()
         self._token: tuple[float, str] | None = None  # (expires at, token)
-        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._client = client or httpx.AsyncClient(
+            headers=user_agent_header(user_agent), timeout=timeout
+        )
 
     def __repr__(self) -> str:  # never the account's key
         return f"FcmProvider(url={self.url!r}, project_id={self.project_id!r})"
@@ -164,7 +177,9 @@ class FcmProvider:
         if (problem := address_problem(token)) is not None:
             raise NotSent(f"not sent: fcm: {problem}")
         try:
-            body = {"message": fcm_message(message.payload, token, collapse_id(message.idempotency_key))}
+            body = {
+                "message": fcm_message(message.payload, token, collapse_id(message.idempotency_key))
+            }
         except ValueError as exc:
             raise NotSent(f"not sent: fcm: {exc}") from exc
         access = await self._access_token()  # before any request to FCM

@@ -57,6 +57,7 @@ PROVIDER_KEYS: dict[str, frozenset[str]] = {
     ),
     "slack": frozenset({"token", "channel", "url", "lookup_window"}),
 }
+PROVIDER_KEYS = {k: v | {"user_agent"} for k, v in PROVIDER_KEYS.items()}
 KEYS = frozenset().union(*PROVIDER_KEYS.values())
 #: the extra each needs installed (None: httpx, which kirim always has)
 EXTRAS = {"apns": "apns", "fcm": "fcm", "webpush": "webpush", "twilio": None, "slack": None}
@@ -109,6 +110,7 @@ def _apns(o: Mapping[str, Any]) -> Provider:
         priority=o.get("priority"),
         expiration=o.get("expiration"),
         timeout=float(o.get("timeout", 10)),
+        user_agent=o.get("user_agent"),
         ca_file=o.get("ca_file"),
     )
 
@@ -121,6 +123,7 @@ def _fcm(o: Mapping[str, Any]) -> Provider:
         project_id=o.get("project_id"),
         url=o.get("url", URL),
         timeout=float(o.get("timeout", 10)),
+        user_agent=o.get("user_agent"),
     )
 
 
@@ -133,6 +136,7 @@ def _webpush(o: Mapping[str, Any]) -> Provider:
         ttl=int(o.get("ttl", 86400)),
         urgency=o.get("urgency", "normal"),
         timeout=float(o.get("timeout", 10)),
+        user_agent=o.get("user_agent"),
     )
 
 
@@ -147,6 +151,7 @@ def _twilio(o: Mapping[str, Any]) -> Provider:
         status_callback=o.get("status_callback"),
         url=o.get("url", URL),
         timeout=float(o.get("timeout", 10)),
+        user_agent=o.get("user_agent"),
     )
 
 
@@ -158,6 +163,7 @@ def _slack(o: Mapping[str, Any]) -> Provider:
         channel=o.get("channel"),
         url=o.get("url", URL),
         timeout=float(o.get("timeout", 10)),
+        user_agent=o.get("user_agent"),
         lookup_window=float(o.get("lookup_window", 86400)),
     )
 

@@ -76,7 +76,7 @@ def fcm_message(payload: Any, token: str, collapse: str) -> dict[str, Any]:
         base["data"] = data
     message = merged(base, p.get("fcm"))
     message["token"] = token
-    forced = {
+    forced: dict[str, dict[str, Any]] = {
         "android": {"collapse_key": collapse, "notification": {"tag": collapse}},
         "apns": {"headers": {"apns-collapse-id": collapse}},
         "webpush": {"headers": {"Topic": collapse}},

@@ -39,7 +39,7 @@ import httpx
 
 from kirim.errors import AmbiguousFailure, NotSent, PermanentFailure, TransientFailure
 from kirim.providers.base import Message, Sent
-from kirim.providers.exchange import build, exchange, json_of, rate_limited, said
+from kirim.providers.exchange import build, exchange, json_of, rate_limited, said, user_agent_header
 from kirim.providers.shaping import slack_message
 
 URL = "https://slack.com/api"
@@ -82,6 +82,7 @@ class SlackProvider:
         url: str = URL,
         timeout: float = 10.0,
         lookup_window: float = 86400.0,
+        user_agent: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.channel = channel
@@ -89,7 +90,8 @@ class SlackProvider:
         self.timeout = timeout
         self.lookup_window = lookup_window
         self._client = client or httpx.AsyncClient(
-            timeout=timeout, headers={"Authorization": f"Bearer {token}"}
+            timeout=timeout,
+            headers={**user_agent_header(user_agent), "Authorization": f"Bearer {token}"},
         )
 
     def __repr__(self) -> str:  # never the token
@@ -152,7 +154,9 @@ class SlackProvider:
         }
         for _ in range(LOOKUP_PAGES):
             try:
-                response = await self._client.get(f"{self.url}/conversations.history", params=params)
+                response = await self._client.get(
+                    f"{self.url}/conversations.history", params=params
+                )
             except httpx.HTTPError as exc:
                 raise AmbiguousFailure(f"slack lookup: no answer: {type(exc).__name__}") from exc
             try:

@@ -31,7 +31,7 @@ import httpx
 
 from kirim.errors import AmbiguousFailure, NotSent, PermanentFailure
 from kirim.providers.base import Message, Sent
-from kirim.providers.exchange import build, exchange, json_of, rate_limited, said
+from kirim.providers.exchange import build, exchange, json_of, rate_limited, said, user_agent_header
 from kirim.providers.shaping import sms_body
 
 URL = "https://api.twilio.com"
@@ -76,6 +76,7 @@ class TwilioProvider:
         status_callback: str | None = None,
         url: str = URL,
         timeout: float = 10.0,
+        user_agent: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.account_sid = account_sid
@@ -85,7 +86,9 @@ class TwilioProvider:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self._client = client or httpx.AsyncClient(
-            timeout=timeout, auth=httpx.BasicAuth(account_sid, auth_token)
+            headers=user_agent_header(user_agent),
+            timeout=timeout,
+            auth=httpx.BasicAuth(account_sid, auth_token),
         )
 
     def __repr__(self) -> str:  # never the auth token

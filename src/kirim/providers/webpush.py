@@ -39,7 +39,14 @@ import httpx
 
 from kirim.errors import AmbiguousFailure, DeadAddress, NotSent, PermanentFailure
 from kirim.providers.base import Message, Sent
-from kirim.providers.exchange import build, collapse_id, exchange, rate_limited, said
+from kirim.providers.exchange import (
+    build,
+    collapse_id,
+    exchange,
+    rate_limited,
+    said,
+    user_agent_header,
+)
 from kirim.providers.shaping import webpush_message
 from kirim.providers.webhook import json_body
 
@@ -67,7 +74,9 @@ def subscription(address: str) -> Subscription:
     try:
         data = json.loads(address)
     except ValueError:
-        raise ValueError("a Web Push subscription is the JSON of PushSubscription.toJSON()") from None
+        raise ValueError(
+            "a Web Push subscription is the JSON of PushSubscription.toJSON()"
+        ) from None
     keys = data.get("keys") if isinstance(data, dict) else None
     endpoint = data.get("endpoint") if isinstance(data, dict) else None
     if not isinstance(endpoint, str) or not isinstance(keys, dict):
@@ -134,6 +143,7 @@ class WebPushProvider:
         ttl: int = 86400,
         urgency: str = "normal",
         timeout: float = 10.0,
+        user_agent: str | None = None,
         client: httpx.AsyncClient | None = None,
     ) -> None:
         import http_ece  # the webpush extra
@@ -153,7 +163,9 @@ class WebPushProvider:
         self.urgency = urgency
         self.timeout = timeout
         self._signed: dict[str, tuple[float, str]] = {}  # audience -> (made at, header)
-        self._client = client or httpx.AsyncClient(timeout=timeout)
+        self._client = client or httpx.AsyncClient(
+            headers=user_agent_header(user_agent), timeout=timeout
+        )
 
     def __repr__(self) -> str:
         return f"WebPushProvider(subject={self.subject!r})"

@@ -274,7 +274,10 @@ class _H2(asyncio.Protocol):
                 data = answer.content()
                 out = [(":status", str(answer.status)), *answer.headers.items()]
                 if data:
-                    out += [("content-type", "application/json"), ("content-length", str(len(data)))]
+                    out += [
+                        ("content-type", "application/json"),
+                        ("content-length", str(len(data))),
+                    ]
                 self.conn.send_headers(stream_id, out, end_stream=not data)
                 if data:
                     self.conn.send_data(stream_id, data, end_stream=True)

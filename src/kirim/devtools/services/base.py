@@ -225,15 +225,18 @@ class HttpFake(ServiceFake):
                 body = self.rfile.read(length)
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 with fake.in_flight(worker_of(headers.get("user-agent"))):
-                    answer = fake.handle(method, urlsplit(self.path).path + _query(self.path),
-                                         headers, body)
+                    answer = fake.handle(
+                        method, urlsplit(self.path).path + _query(self.path), headers, body
+                    )
                 if answer is LOST or not isinstance(answer, Answer):
                     self.close_connection = True
                     return
                 data = answer.content()
                 try:
                     self.send_response(answer.status)
-                    kind = "application/json" if not isinstance(answer.body, bytes) else "text/plain"
+                    kind = (
+                        "application/json" if not isinstance(answer.body, bytes) else "text/plain"
+                    )
                     self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in answer.headers.items():
