@@ -72,7 +72,6 @@ class SlackProvider:
     """Post each delivery to its Slack id (the recipient), or to ``channel``."""
 
     idempotent = False  # Slack has no idempotency key: the in-doubt policy applies
-    address_kind = "slack"
 
     def __init__(
         self,
@@ -86,6 +85,8 @@ class SlackProvider:
         client: httpx.AsyncClient | None = None,
     ) -> None:
         self.channel = channel
+        #: a fixed channel takes no recipient address; else each recipient's Slack id
+        self.address_kind = None if channel else "slack"
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.lookup_window = lookup_window
