@@ -78,7 +78,8 @@ class ServiceFake(Counts):
     ) -> None:
         self.behaviour = behaviour or Behaviour()
         self._rng = random.Random(seed)
-        self._identify = identify or by_content
+        #: how a shown message is told apart (a harness may set it once it knows)
+        self.identify: Identify = identify or by_content
         self._lock = threading.Lock()
         self.requests: Counter[str] = Counter()  # requests the service acted on, per key
         self._copies: Counter[str] = Counter()  # notifications the device showed, per key
@@ -91,6 +92,18 @@ class ServiceFake(Counts):
         #: device -> collapse id -> the notification it shows
         self.screens: dict[str, dict[str, str]] = {}
         self.shown: list[tuple[str, dict[str, Any]]] = []  # (device, message) of each show
+
+    @property
+    def lookup_url(self) -> str:
+        return ""  # a service fake is not asked by kirim's webhook lookup
+
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    @property
+    def base_url(self) -> str:
+        raise NotImplementedError
 
     def draw(self) -> tuple[str, float]:
         """A request's fate and the seconds before its answer."""
@@ -113,7 +126,7 @@ class ServiceFake(Counts):
     def show(self, device: str, message: dict[str, Any], collapse: str | None) -> str:
         """The device receives ``message``: it replaces the one it shows with the same
         collapse id, else it is one more. Returns the notification's key."""
-        key = self._identify(device, message)
+        key = self.identify(device, message)
         with self._lock:
             self.requests[key] += 1
             self.first_seen.setdefault(key, time.time())
