@@ -202,7 +202,7 @@ class FcmProvider:
             return Sent(provider_message_id=None if name is None else str(name))
         status, detail = error_codes(data)
         fcm = detail or status
-        text = f"fcm: {said(response)}"
+        text = f"fcm: {fcm or 'error'}: {said(response)}"
         if fcm in DEAD:
             raise DeadAddress(text, address=token, status_code=code)
         if code == 429 or fcm == "QUOTA_EXCEEDED":

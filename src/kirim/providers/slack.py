@@ -134,6 +134,7 @@ class SlackProvider:
         if data.get("ok") is True:
             return data
         error = str(data.get("error") or "")
+        text = f"slack: {error or 'error'}: {said(response)}"
         if error in ("ratelimited", "rate_limited"):
             raise rate_limited(response, text)
         if error == "request_timeout":

@@ -121,7 +121,8 @@ class TwilioProvider:
         if code in (200, 201):
             sid = data.get("sid") if isinstance(data, dict) else None
             return Sent(provider_message_id=None if sid is None else str(sid))
-        text = f"twilio: {said(response)}"
+        code_of = data.get("code") if isinstance(data, dict) else None
+        text = f"twilio: {code_of or 'error'}: {said(response)}"
         if code == 429:
             raise rate_limited(response, text)
         if code >= 500:

@@ -110,6 +110,7 @@ class ApnsFake(ServiceFake):
         self._server: asyncio.Server | None = None
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="apns-fake")
+        self.connections: set[asyncio.Transport] = set()
 
     @property
     def url(self) -> str:
@@ -147,9 +148,9 @@ class ApnsFake(ServiceFake):
             for task in tasks:
                 task.cancel()
             loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-            close_clients = getattr(self._server, "close_clients", None)
-            if close_clients is not None:
-                close_clients()
+            for transport in list(self.connections):  # every client's, on every Python
+                transport.abort()
+            loop.run_until_complete(asyncio.sleep(0))
             loop.close()
 
     # -- what APNs checks ----------------------------------------------------------------
@@ -233,8 +234,13 @@ class _H2(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.fake.connections.add(transport)
         self.conn.initiate_connection()
         transport.write(self.conn.data_to_send())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.transport is not None:
+            self.fake.connections.discard(self.transport)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -10,7 +10,10 @@ per request from a seeded generator (``Behaviour``, as the webhook receiver's):
 - ``lost_rate``: delivered, then the connection is closed with no answer;
 - ``hang_rate``: delivered, then the answer is held ``hang_s`` (past the client's
   timeout);
-- ``latency``: seconds before any other answer.
+- ``latency``: seconds before any other answer;
+
+or, for a test, taken in order from ``script`` (``["lost", "ok"]``) before any is
+drawn.
 
 The device's view (``show``) is what the user sees: a notification with the collapse
 id of one the device still shows *replaces* it (APNs ``apns-collapse-id``, an Android
@@ -92,6 +95,8 @@ class ServiceFake(Counts):
         #: device -> collapse id -> the notification it shows
         self.screens: dict[str, dict[str, str]] = {}
         self.shown: list[tuple[str, dict[str, Any]]] = []  # (device, message) of each show
+        #: fates the next requests take, in order, before any is drawn (tests)
+        self.script: list[str] = []
 
     @property
     def lookup_url(self) -> str:
@@ -109,6 +114,11 @@ class ServiceFake(Counts):
         """A request's fate and the seconds before its answer."""
         b = self.behaviour
         with self._lock:
+            if self.script:
+                fate = self.script.pop(0)
+                if fate != "ok":
+                    self.injected[_COUNTED[fate]] += 1
+                return fate, b.hang_s if fate == "hang" else 0.0
             roll = self._rng.random()
             base = b.latency(self._rng) if b.latency is not None else 0.0
             for fate, rate in (
