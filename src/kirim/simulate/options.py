@@ -173,6 +173,8 @@ class SimOptions:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}")
         if self.lookup and self.channel == "smtp":
             raise ValueError("lookup needs the webhook channel: SMTP has no lookup")
+        if self.lookup and self.channel != "webhook":
+            raise ValueError(f"lookup needs the webhook channel: {self.channel} has no lookup")
         if self.lookup and self.idempotent:
             raise ValueError(
                 "lookup runs against a receiver that honours no key: drop --idempotent"

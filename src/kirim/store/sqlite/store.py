@@ -549,10 +549,14 @@ class SQLiteStore:
         return await self._op(addresses.add_address(recipient_id, channel, address, label, now))
 
     async def addresses_of(self, recipient_ids: Sequence[str]) -> dict[str, list[Address]]:
-        return await self._op(addresses.addresses_of(recipient_ids))
+        return await self._tx(
+            lambda c: drive(addresses.addresses_of(recipient_ids), c, self._at()), write=False
+        )
 
     async def list_addresses(self, recipient_id: str) -> list[Address]:
-        return await self._op(addresses.list_addresses(recipient_id))
+        return await self._tx(
+            lambda c: drive(addresses.list_addresses(recipient_id), c, self._at()), write=False
+        )
 
     async def retire_address(self, channel: str, address: str, *, reason: str, now: float) -> int:
         return await self._op(addresses.retire_address(channel, address, reason, now))
@@ -561,7 +565,9 @@ class SQLiteStore:
         return await self._op(addresses.remove_address(recipient_id, channel, address))
 
     async def retired_addresses(self) -> dict[str, int]:
-        return await self._op(addresses.retired_addresses())
+        return await self._tx(
+            lambda c: drive(addresses.retired_addresses(), c, self._at()), write=False
+        )
 
     # -- the notification layer: digests and provider request rates -----------------
 
