@@ -79,7 +79,8 @@ def test_an_event_reaches_each_device_and_a_dead_token_is_retired(
     assert sum(apns._copies.values()) == 1
     assert apns.shown[0][1] == {"title": "Order 7", "body": "on its way"}
     dead = kirim(config, "status", f"id:{made[OLD_TABLET]['delivery_id']}")
-    assert "address retired" in dead.stdout and "Unregistered" in dead.stdout, dead.stdout
+    assert "address retired" in dead.stdout, dead.stdout
+    assert "Unregistered" in dead.stdout
     listed = json.loads(kirim(config, "addresses", "list", "u-1", "--json").stdout)
     assert {a["address"]: a["retired"] for a in listed["addresses"]} == {
         PHONE: False,
