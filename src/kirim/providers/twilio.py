@@ -6,10 +6,11 @@ create takes no idempotency key, so a resend it makes is a second SMS.
 
 Twilio keeps no key: a resend after a lost answer is a second SMS. So the provider
 is not idempotent and the channel's in-doubt policy applies (``assume_sent`` by
-default: at most once). With ``status_callback`` (kirim's callback URL of the
-channel) Twilio reports each message's fate (``delivered``, ``undelivered``,
-``failed``) to ``POST /v1/callbacks/{channel}``, matched by the message SID kirim
-recorded (``kirim.callbacks.twilio``).
+default: at most once). ``status_callback`` is passed to Twilio as given (Twilio then
+posts each message's fate, form-encoded and signed with ``X-Twilio-Signature``, to
+that URL); kirim's own callback endpoint takes its JSON format, so a bridge that
+turns Twilio's report into it (the message SID kirim recorded, ``delivered`` or
+``failed``) is the operator's for now.
 
 Twilio's answers (``{"code": 21211, "message": …, "status": 400}``):
 
