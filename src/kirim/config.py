@@ -35,6 +35,7 @@ from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.notify.types import NotificationType, parse_types
+from kirim.providers import services
 from kirim.providers.base import Provider
 from kirim.providers.dedup import window_of
 from kirim.providers.signing import decode_secret
@@ -177,6 +178,8 @@ _CHANNEL_KEYS = {
     # delivery callbacks (POST /v1/callbacks/NAME), any provider
     "callback_secret",
     "callback_token",
+    # apns, fcm, webpush, twilio, slack (kirim.providers.services)
+    *services.KEYS,
 }
 #: the keys only one built-in provider takes (the others take the common ones)
 _PROVIDER_KEYS = {
@@ -188,6 +191,7 @@ _PROVIDER_KEYS = {
         {"host", "port", "security", "username", "password", "from", "local_hostname"} | {"ca_file"}
     ),
     "apprise": frozenset({"urls"}),
+    **services.PROVIDER_KEYS,
 }
 
 
@@ -516,6 +520,10 @@ def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> No
     stray = sorted(set(spec) & (others - _PROVIDER_KEYS[provider]))
     if stray:
         raise ConfigError(f"{prefix}: {', '.join(stray)}: not an option of provider {provider!r}")
+    if provider in services.PROVIDER_KEYS:
+        if (problem := services.check_options(provider, spec)) is not None:
+            raise ConfigError(f"{prefix}.{problem}")
+        return
     if provider != "webhook" and spec.get("lookup"):
         raise ConfigError(f"{prefix}.lookup: the {provider} provider has no lookup")
     if provider == "webhook":
@@ -529,9 +537,11 @@ def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> No
 
 
 def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
-    """``webhook``, ``smtp``, ``apprise``, or ``module:factory`` called with the
-    channel's options."""
+    """``webhook``, ``smtp``, ``apprise``, a service (``apns``, ``fcm``, ``webpush``,
+    ``twilio``, ``slack``), or ``module:factory`` called with the channel's options."""
     try:
+        if kind in services.BUILDERS:
+            return services.build(kind, options)
         if kind == "webhook":
             from kirim.providers.webhook import WebhookProvider
 
@@ -577,8 +587,8 @@ def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provi
     module_name, _, attr = kind.partition(":")
     if not attr:
         raise ConfigError(
-            f"channels.{channel}.provider must be 'webhook', 'smtp', 'apprise' or "
-            "'package.module:factory'"
+            f"channels.{channel}.provider must be 'webhook', 'smtp', 'apprise', 'apns', "
+            "'fcm', 'webpush', 'twilio', 'slack' or 'package.module:factory'"
         )
     try:
         factory = getattr(importlib.import_module(module_name), attr)

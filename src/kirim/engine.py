@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kirim import limits, operations
+from kirim.address_book import AddressBook
 from kirim.callbacks import CallbackAuth
 from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
@@ -90,7 +91,7 @@ class NotifyRequest:
     send_after: SendAfter = None
 
 
-class Kirim:
+class Kirim(AddressBook):
     """Notifications on one store, with the channels of one configuration."""
 
     def __init__(
@@ -310,8 +311,16 @@ class Kirim:
         the body's): that request's row is completed in the same transaction, or
         released when a key was reused."""
         prefs = await self.store.preferences_of(event.recipient_ids)
+        addresses = await self.store.addresses_of(event.recipient_ids)
         now = self.clock.now()
-        planned = fanout.plan(event, prefs, now=now, max_attempts=self.config.max_attempts)
+        planned = fanout.plan(
+            event,
+            prefs,
+            now=now,
+            max_attempts=self.config.max_attempts,
+            addresses=addresses,
+            needs_address=self.address_channels(),
+        )
         items = [p.delivery for p in planned]
 
         def result_of(results: Sequence[EnqueueResult]) -> EventResult:

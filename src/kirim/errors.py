@@ -13,7 +13,8 @@ KirimError
 ├── ActionRefused              an operator action does not apply to the delivery's state
 └── ProviderError              raised by providers, classified at the seam
     ├── PermanentFailure       the provider refused; never retry
-    │   └── NotSent            failed before any byte left this host; never retry
+    │   ├── NotSent            failed before any byte left this host; never retry
+    │   └── DeadAddress        the service says the address is gone: retire it
     ├── TransientFailure       certainly not processed; safe to retry
     └── AmbiguousFailure       may have been processed; in-doubt policy
 """
@@ -116,6 +117,17 @@ class NotSent(PermanentFailure):
     """The request failed before any byte of it left this host (it could not be built:
     a header that cannot be encoded, a body that cannot be serialised). Certainly not
     sent, and sending again would fail the same way."""
+
+
+class DeadAddress(PermanentFailure):
+    """The service says the recipient's address is gone for good: a device token it
+    unregistered (APNs 410 ``Unregistered``, FCM ``UNREGISTERED``), a Web Push
+    subscription that expired (404/410). The request was refused; the worker retires
+    the address (``Store.retire_address``), so no later delivery uses it."""
+
+    def __init__(self, message: str, *, address: str, status_code: int | None = None) -> None:
+        super().__init__(message, status_code=status_code)
+        self.address = address
 
 
 class TransientFailure(ProviderError):

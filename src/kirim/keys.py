@@ -32,6 +32,20 @@ def default_key_text(event_id: str, recipient: str, channel: str) -> str:
     return f"event:{_escaped(event_id)}:user:{_escaped(recipient)}:channel:{_escaped(channel)}"
 
 
+def device_key(event_id: str, recipient: str, channel: str, address: str) -> str:
+    """The key of one business action on one of the recipient's addresses (a device of
+    a fan-out): sha256 of :func:`default_key_text` and ``:device:`` and the address's
+    tag, so each device's delivery has a key of its own, the same for every replay."""
+    text = f"{default_key_text(event_id, recipient, channel)}:device:{device_tag(address)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def device_tag(address: str) -> str:
+    """A short stable name of an address (32 hexadecimal digits of its sha256): what
+    a key, a stream or a scope says of a device, never the token itself."""
+    return hashlib.sha256(address.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def _escaped(field: str) -> str:
     return field.replace("%", "%25").replace(":", "%3A")
 

@@ -45,6 +45,7 @@ class Reason(enum.StrEnum):
     CHANNEL_OPTED_OUT = "channel_opted_out"  # ... of this type on this channel
     NOT_OPTED_IN = "not_opted_in"  # the type is off by default on this channel
     THROTTLED = "throttled"  # over the type's throttle
+    NO_ADDRESS = "no_address"  # no address on a channel that needs one (kirim.addresses)
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,7 @@ def stored_message_id(value: str | None) -> str | None:
 #: field whose name ends with ``_token``, ``_secret`` or ``_password`` neither.
 SECRET_FIELDS = frozenset(
     {"token", "authorization", "password", "secret", "api_key", "apikey", "credentials"}
+    | {"private_key", "vapid_private_key", "service_account"}
 )
 _FIELD_ENDINGS = ("_token", "_secret", "_password")
 #: ... and of URL query parameters, which also name keys and signatures

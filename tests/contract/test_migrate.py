@@ -128,6 +128,7 @@ def test_check_as_json(database_url: str) -> None:
     assert [p["name"] for p in plan["pending"]] == [
         "0007_notification_layer",
         "0008_truthful_records",
+        "0009_recipient_addresses",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True
@@ -164,6 +165,10 @@ STORE_COMMANDS: list[list[str]] = [
     ["prefs", "show", "1007"],
     ["prefs", "set", "1007", "--timezone", "Asia/Jakarta"],
     ["prefs", "clear", "1007"],
+    ["addresses", "list", "1007"],
+    ["addresses", "add", "1007", "push", "+15551230000"],
+    ["addresses", "remove", "1007", "push", "+15551230000"],
+    ["addresses", "retire", "push", "+15551230000"],
     ["serve", "--port", "0"],
     ["init"],
     ["migrate"],

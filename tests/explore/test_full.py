@@ -4,17 +4,20 @@ invariants able to fail, and a budget of schedules that holds."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import kirim.store.addresses
 import kirim.store.rules
 import kirim.store.transitions
 from kirim.explore import coverage
 from kirim.explore.command import run_seeds
 from kirim.explore.scenario import Outcome, Settings, run_schedule
 from kirim.explore.shrink import replay, save
+from kirim.explore.world import World
 from kirim.worker.decisions import Decisions
 
 #: the suite's budget of full schedules (``make explore`` soaks many more)
@@ -91,6 +94,8 @@ def budget() -> tuple[Any, Counter[str]]:
                 "in_doubt",
                 "prefs ",
                 "not_sent",
+                "address_retired",
+                "replaced on the device",
             ):
                 seen[what] += what in line
         for d in outcome.deliveries:
@@ -114,7 +119,8 @@ def test_the_full_budget_reaches_what_the_invariants_check(
 ) -> None:
     """The budget fails over, waits for rates, applies callbacks, reconciles, retries,
     prunes, seals digests, refuses types a worker lacks, settles doubt, flips
-    preferences, and ends deliveries in every final status that can be reached."""
+    preferences, retires dead device tokens, collapses resends on the device, and ends
+    deliveries in every final status that can be reached."""
     _, seen = budget
     for what in (
         "failover",
@@ -128,6 +134,8 @@ def test_the_full_budget_reaches_what_the_invariants_check(
         "in_doubt",
         "prefs ",
         "pruned",
+        "address_retired",
+        "replaced on the device",
     ):
         assert seen[what] > 0, what
     for status in ("sent", "delivered", "bounced", "failed", "suppressed", "in_doubt"):
@@ -164,6 +172,47 @@ def test_mutation_callbacks_not_kept_is_caught(monkeypatch: pytest.MonkeyPatch) 
         kirim.store.transitions, "confirm", lambda cb, keep=True: real(cb, keep=False)
     )
     assert first_violation("callback_truth", range(40)) is not None
+
+
+def test_mutation_collapse_trusted_for_good_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a collapse channel's window not given to kirim (a resend trusted to replace
+    however late), at_most_once fires: the device showed a resend the user had seen
+    go away."""
+    from kirim.explore.full import Full
+
+    real = Full._channel
+
+    def forgetful(self: Full, plan: Any) -> Any:
+        channel = real(self, plan)
+        return replace(channel, dedup_window=None) if plan.collapse else channel
+
+    monkeypatch.setattr(Full, "_channel", forgetful)
+    seeds = [
+        s
+        for s in range(400)
+        if any(c.collapse and c.collapse_window for c in World.draw(s).channels)
+    ]
+    assert first_violation("at_most_once", seeds[:60]) is not None
+
+
+def test_mutation_fan_out_to_retired_addresses_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the fan-out's read taking retired addresses for living ones, retired_unused
+    fires."""
+    monkeypatch.setattr(kirim.store.addresses, "addresses_of", _with_retired)
+    seeds = [s for s in range(400) if any(a.dead for a in World.draw(s).addresses)]
+    assert first_violation("retired_unused", seeds[:60]) is not None
+
+
+def _with_retired(recipient_ids: Any) -> Any:
+    """``addresses_of`` that reads every address, retired ones as if in use."""
+    from kirim.store.addresses import address_from
+    from kirim.store.sequence import Query
+
+    out: dict[str, list[Any]] = {}
+    for rid in sorted(set(recipient_ids)):
+        rows = yield Query("list_addresses", {"recipient_id": rid})
+        out[rid] = [replace(address_from(r), retired_at=None) for r in rows]
+    return out
 
 
 def test_a_replay_says_whether_it_was_exact_and_whether_the_promise_held(tmp_path: Path) -> None:

@@ -212,4 +212,4 @@ def test_the_readme_channel_examples_build() -> None:
         for spec in config.channels.values():
             kinds.add(spec.provider)
             spec.build()
-    assert kinds == {"webhook", "smtp", "apprise"}
+    assert kinds == {"webhook", "smtp", "apprise", "twilio", "slack"}

@@ -16,6 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "kirim"
 
 CORE = {
+    "addresses",
     "callbacks",
     "limits",
     "channels",
@@ -40,6 +41,7 @@ LAYER = {
     "worker": 1,
     "config": 2,
     "engine": 2,
+    "address_book": 2,  # the engine's verbs on addresses
     "sync": 2,
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},

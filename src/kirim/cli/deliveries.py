@@ -3,19 +3,23 @@ operator verbs."""
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from kirim import limits, views
+from kirim.addresses import Address
 from kirim.cli import params, render, runner, tables
 from kirim.cli.runner import State, pass_state, run
 from kirim.engine import Kirim, Notification
-from kirim.errors import NotFound
+from kirim.errors import KirimError, NotFound
 from kirim.keys import text_problem
 from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page, not_found
 from kirim.store.imports import IMPORTED
 from kirim.text import visible
 from kirim.validation import MAX_ID
+from kirim.views import iso
 
 
 @click.command()
@@ -140,11 +144,14 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     if event:
         value, by = key_or_id[6:], "auto"
 
+    retired: dict[int, Address] = {}
+
     async def go() -> list[views.Record]:
         async with state.app(read_only=True) as app:
             if not event:
                 found = await app.get(value, by=by)
                 if found is not None:
+                    retired.update(await _retired(app, [found]))
                     return [found]
             records = [] if by != "auto" else await _of_event(app, value)
             if not records:
@@ -153,17 +160,47 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
                 if by != "auto":
                     raise NotFound(not_found(value, by))
                 raise NotFound(f"{not_found(value, by)}, nor of that event id")
+            retired.update(await _retired(app, records))
             return records
 
     records = run(go)
     if as_json:
         shown = [views.delivery_json(r) for r in records]
+        for item, record in zip(shown, records, strict=True):
+            gone = retired.get(record[0].id)
+            if gone is not None:
+                item["address_retired"] = {
+                    "at": iso(gone.retired_at),
+                    "reason": gone.retired_reason,
+                }
         render.emit_json(shown[0] if len(shown) == 1 else shown)
         return
     for i, record in enumerate(records):
         if i:
             click.echo()
         tables.show_status(render.console(), record)
+        gone = retired.get(record[0].id)
+        if gone is not None:
+            click.echo(
+                visible(
+                    f"address retired {iso(gone.retired_at)}: {gone.retired_reason} "
+                    "(no later delivery uses it)"
+                )
+            )
+
+
+async def _retired(app: Kirim, records: list[views.Record]) -> dict[int, Address]:
+    """The retired address of each delivery whose recipient's address was retired
+    (``kirim.addresses``), by delivery id."""
+    out: dict[int, Address] = {}
+    for d, _, _ in records:
+        if d.recipient_id is None:
+            continue
+        with contextlib.suppress(KirimError):
+            for a in await app.store.list_addresses(d.recipient_id):
+                if a.retired and a.channel == d.channel and a.address == d.recipient:
+                    out[d.id] = a
+    return out
 
 
 async def _of_event(app: Kirim, event_id: str) -> list[views.Record]:

@@ -4,6 +4,7 @@ event``: one event of a type recorded for its recipients (``Kirim.notify_event``
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from kirim.cli import render as output
 from kirim.cli.runner import EXIT_USAGE, State, pass_state
 from kirim.notify.fanout import EventResult
 from kirim.notify.messages import preview
+from kirim.notify.shapes import segments
 from kirim.text import visible
 from kirim.views import iso
 
@@ -74,12 +76,21 @@ def render(
 
 def _show(channel: str, payload: dict[str, Any]) -> None:
     """One channel's message: a heading, then each part (a text of many lines below
-    its name, indented)."""
+    its name, indented; a service's JSON part as JSON); an SMS's encoding and
+    segments, with a warning on stderr past ``SMS_WARN_SEGMENTS``."""
     click.echo(visible(f"[{channel}] locale {payload['locale']}"))
-    for part, text in payload.items():
+    for part, value in payload.items():
         if part in ("type", "locale"):
             continue
-        lines = str(text).split("\n") or [""]  # other line ends are shown escaped
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if part == "sms":
+            counted = segments(text)
+            click.echo(
+                f"  sms segments: {counted.segments} ({counted.encoding}, {counted.units} units)"
+            )
+            if counted.warning is not None:
+                click.echo(visible(f"Warning: [{channel}] {counted.warning}"), err=True)
+        lines = text.split("\n") or [""]  # other line ends are shown escaped
         if len(lines) == 1:
             click.echo(f"  {part}: {visible(lines[0])}")
         else:

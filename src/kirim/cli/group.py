@@ -88,6 +88,8 @@ KirimGroup.lazy = {
     "token": ("kirim.cli.tokens", "token"),
     # `kirim prefs`: recipients' preferences
     "prefs": ("kirim.cli.prefs", "prefs"),
+    # `kirim addresses`: recipients' addresses (device tokens, phones, subscriptions)
+    "addresses": ("kirim.cli.addresses", "addresses"),
     # `kirim explore` (its module imports kirim.cli: loaded after the group)
     "explore": ("kirim.explore.command", "explore"),
     # `kirim render` (notification types' templates, kirim.notify)

@@ -53,6 +53,8 @@ class Behaviour:
     hang_rate: float = 0.0  # share accepted, then answered only after ``hang_s``
     hang_s: float = 2.0
     error_rate: float = 0.0  # share answered 503 without being processed
+    limit_rate: float = 0.0  # share answered 429 (the service fakes; not processed)
+    lost_rate: float = 0.0  # share processed, then the connection closed unanswered
     honours_keys: bool = False  # deduplicate by Idempotency-Key
     latency: Callable[[random.Random], float] | None = None  # base seconds per request
 

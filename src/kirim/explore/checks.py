@@ -25,6 +25,8 @@ Besides those of ``invariants`` (which every workload checks):
   channel of its chain (else it was lost with a fallback untried);
 - ``retry_warned``: when an operator's retry led to a second message reaching the
   user, the retry's answer said a second copy was possible;
+- ``retired_unused``: no event that began after an address was retired (the
+  provider called it dead) made a delivery to it (``kirim.addresses``);
 - ``liveness``: a delivery still waiting at the end waits for a reason: its job is
   due no later than the opening the recipient's preferences and the type's window
   allow (``localtime.opening``), give or take a minute.
@@ -55,6 +57,7 @@ NAMES = (
     "fallback_tried",
     "retry_warned",
     "liveness",
+    "retired_unused",
 )
 
 
@@ -93,6 +96,37 @@ def check_full(
     out += _fallback(ledger, world, attempts)
     out += _retries(ledger, truth, full, world, attempts)
     out += _liveness(ledger, full, world, end=end, waiting=waiting, patience=patience)
+    out += _retired_unused(ledger, full, world)
+    return out
+
+
+def _retired_unused(ledger: Ledger, full: FullTruth, world: World) -> list[Violation]:
+    """``retired_unused`` (the module's text); a retirement's store time less the
+    world's base is its virtual time."""
+    retired = {
+        (a.channel, a.address): a.retired_at - world.base
+        for a in full.addresses
+        if a.retired_at is not None
+    }
+    if not retired:
+        return []
+    by_id = {d["id"]: d for d in ledger.deliveries}
+    out = []
+    for send in full.sends:
+        for o in send.outcomes:
+            d = by_id.get(o[2])
+            if d is None or not o[8] or send.type is None:
+                continue
+            at = retired.get((d["channel"], d["recipient"]))
+            if at is not None and send.at > at + EPS:
+                out.append(
+                    Violation(
+                        name="retired_unused",
+                        delivery=d["id"],
+                        detail=f"event {send.event_id} at t={send.at:.3f} went to an address "
+                        f"of {d['channel']} retired at t={at:.3f}",
+                    )
+                )
     return out
 
 

@@ -78,6 +78,18 @@ KNOBS: dict[str, Read] = {
     # the provider models' behaviours that the channel's settings answer to
     "model.bounce": _plans("bounce"),
     "model.callback_key": _plans("callback_key"),
+    # the services' own guard (APNs/FCM/Web Push collapse on the device), recipients'
+    # device addresses (the fan-out) and the tokens a service calls dead
+    "model.collapse": _plans("collapse"),
+    "model.collapse_window": lambda w, f: [c.collapse_window for c in w.channels if c.collapse],
+    "model.devices": _plans("devices"),
+    "addresses.dead": lambda w, f: [a.dead for a in w.addresses],
+    "addresses.per_recipient": lambda w, f: [
+        sum(1 for a in w.addresses if a.recipient == p and a.channel == c.name)
+        for c in w.channels
+        if c.devices
+        for p in w.recipients
+    ],
     # NotificationType (kirim.notify.types) and its rules
     "NotificationType.templates": lambda w, f: [len(t.templates) for t in f.types],
     "NotificationType.critical": _types("critical"),
@@ -141,6 +153,10 @@ KNOBS: dict[str, Read] = {
 
 WIRE = "transport: the provider model stands in for the wire"
 SMTP = "smtp transport: the smtp provider's own tests speak to a real server"
+SERVICE = (
+    "a push/SMS/chat service's credentials or transport: the provider model stands in, "
+    "the service's own loopback fake checks them (tests/contract/test_services.py)"
+)
 #: settings that do not change what is delivered, and why the explorer leaves them
 IRRELEVANT: dict[str, str] = {
     "Channel.name": "a label; the world names its channels push, email, sms",
@@ -183,6 +199,41 @@ IRRELEVANT: dict[str, str] = {
     "toml.ca_file": SMTP,
     "toml.urls": "apprise transport: the apprise bridge's tests drive it end to end",
     "toml.callback_secret": "as ChannelConfig.callback_secret",
+    **{
+        f"toml.{key}": SERVICE
+        for key in (
+            "team_id",
+            "key_id",
+            "private_key",
+            "private_key_file",
+            "topic",
+            "environment",
+            "ca_file",
+            "service_account_file",
+            "service_account",
+            "project_id",
+            "vapid_private_key",
+            "vapid_private_key_file",
+            "vapid_subject",
+            "account_sid",
+            "auth_token",
+            "messaging_service_sid",
+            "user_agent",
+        )
+    },
+    "toml.push_type": "which APNs push type a request says: the loopback APNs tests hold it; "
+    "no effect on when or how often a delivery goes",
+    "toml.priority": "APNs delivery priority: the service's scheduling, not kirim's",
+    "toml.expiration": "how long APNs keeps a notification for an offline device: the "
+    "service's store (the model's collapse_window stands for what the device shows)",
+    "toml.ttl": "as toml.expiration, for Web Push",
+    "toml.urgency": "a Web Push hint to the service, not when or how often kirim sends",
+    "toml.status_callback": "where Twilio posts its reports: the callbacks are drawn "
+    "(Channel.callback), the URL is the HTTP seam's",
+    "toml.channel": "a Slack channel fixed for every delivery: a label of where, drawn as "
+    "Channel.lookup (it is what lets Slack's lookup work)",
+    "toml.lookup_window": "how far back Slack's lookup reads: the model's lookup_lag and "
+    "lookup failures stand for a lookup that cannot see",
     "toml.callback_token": "as ChannelConfig.callback_token",
 }
 #: the kirim.toml channel keys drawn under another name

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim.addresses import Address
 from kirim.channels import Channel
 from kirim.engine import Kirim
 from kirim.errors import KirimError, NotSettled
@@ -83,6 +84,8 @@ class FullTruth:
     prefs: list[PrefsRecord] = field(default_factory=list)
     actions: list[ActionRecord] = field(default_factory=list)
     probes: list[ProbeRecord] = field(default_factory=list)
+    #: every recipient's addresses at the end (retired ones marked)
+    addresses: list[Address] = field(default_factory=list)
 
 
 class Full:
@@ -126,6 +129,12 @@ class Full:
                 post=self.post if c.callbacks else None,
                 callback_key=c.callback_key,
                 callback_host=self.http,
+                collapse=c.collapse,
+                collapse_window=c.collapse_window,
+                dead=frozenset(
+                    a.address for a in world.addresses if a.channel == c.name and a.dead
+                ),
+                address_kind="apns" if c.devices else None,
             )
             for c in world.channels
         }
@@ -140,7 +149,8 @@ class Full:
             provider=self.models[plan.name],
             on_unknown=OnUnknown(plan.on_unknown),
             lookup=plan.lookup,
-            dedup_window=plan.dedup_window,
+            # a collapse provider's resend is safe while the device shows the first
+            dedup_window=plan.collapse_window if plan.collapse else plan.dedup_window,
             fallback=plan.fallback,
             callback=CallbackAuth(token="explore-callback-token") if plan.callbacks else None,
             rate=plan.rate,
@@ -157,10 +167,18 @@ class Full:
     # -- the driver --------------------------------------------------------------------
 
     async def first_preferences(self, app: Kirim) -> None:
-        """The preferences of the world set before the run (their changes come later)."""
+        """The preferences of the world set before the run (their changes come later),
+        and the recipients' device addresses."""
         for change in self.world.prefs:
             if change.at < 0:
                 await self._prefs(app, change.recipient, change.prefs)
+        for a in self.world.addresses:
+            await app.add_address(a.recipient, a.channel, a.address)
+
+    async def settle_addresses(self, app: Kirim) -> None:
+        """After the run: every recipient's addresses as the store keeps them."""
+        for person in self.world.recipients:
+            self.full.addresses += await app.addresses(person)
 
     async def drive(self, app: Kirim) -> None:
         """Each send, preference change and operator action at its virtual time."""

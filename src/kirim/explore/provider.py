@@ -18,7 +18,13 @@ outcome            the caller gets                             user gets it
 ``5xx``            ``AmbiguousFailure`` (503, not processed)   no
 ``429``            ``TransientFailure`` (429)                  no
 ``400``            ``PermanentFailure`` (400)                  no
+``dead``           ``DeadAddress`` (410: an address in dead)   no
 =================  =========================================  ===========
+
+A ``collapse`` model keeps no key on its server (every request is a message), but
+the device replaces a notification it still shows (``collapse_window`` seconds after
+it showed it) by a message of the same key: the user's count (``received``, the
+``counted`` effects) is what the device shows.
 
 A model made for a channel of a ``full`` schedule (``kirim.explore.world``) also has
 a ``name`` (its requests, copies and callbacks say which provider they reached), a
@@ -44,7 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from kirim.errors import AmbiguousFailure, TransientFailure
+from kirim.errors import AmbiguousFailure, DeadAddress, TransientFailure
 from kirim.explore.loop import HOST, Host, host_context
 from kirim.explore.trace import Trace
 from kirim.providers.base import Message, Sent
@@ -89,6 +95,8 @@ class Request:
     events: tuple[str, ...] | None = None
     #: the provider (channel) that got it ("" in the one-channel workloads)
     provider: str = ""
+    #: the address it went to (the delivery's recipient)
+    recipient: str = ""
 
 
 @dataclass(slots=True)
@@ -168,6 +176,8 @@ class GroundTruth:
     #: the full workload: every message made, and every callback posted
     copies: list[Copy] = field(default_factory=list)
     callbacks: list[CallbackRecord] = field(default_factory=list)
+    #: (provider, address) -> virtual time the provider first answered it is dead
+    dead_answers: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def epochs(self, key: str, delivery_id: int) -> list[int]:
         """Times the user got ``key``, per epoch between the operator's retries: a
@@ -204,13 +214,29 @@ class ProviderModel:
         post: Any = None,
         callback_key: bool = False,
         callback_host: Host | None = None,
+        collapse: bool = False,
+        collapse_window: float | None = None,
+        dead: frozenset[str] = frozenset(),
+        address_kind: str | None = None,
     ) -> None:
         """``timeout``: the client's own (None: the worker cuts the call off at its
         ``request_timeout``; ``horizon`` is then how long answers may take).
         ``meaning_503`` None: the one-channel model (a 503 never acts, and is
         ambiguous). ``post``: ``async post(CallbackRecord)``, kirim's callback
-        endpoint (None: no callbacks)."""
-        self.idempotent = idempotent
+        endpoint (None: no callbacks). ``collapse``: the device replaces a notification
+        it shows (for ``collapse_window`` seconds) by a resend of its key, though the
+        server keeps no key (kirim sees the provider as idempotent); ``dead``: the
+        addresses the provider answers ``DeadAddress`` for."""
+        self.idempotent = idempotent or collapse
+        #: the server deduplicates by key (else only the device may, by collapse)
+        self._dedup = idempotent
+        self.collapse = collapse
+        self.collapse_window = collapse_window
+        self.dead = dead
+        #: the kind of address the channel takes (``kirim.addresses``)
+        self.address_kind = address_kind
+        #: key -> when the device began to show it (collapse)
+        self._shown_at: dict[str, float] = {}
         self.timeout = timeout
         self.name = name
         self.dedup_window = dedup_window
@@ -237,7 +263,7 @@ class ProviderModel:
         self._copies = 0
         self._serving: set[asyncio.Task[None]] = set()
 
-    def _draw(self, key: str, now: float) -> tuple[str, float | None, float]:
+    def _draw(self, key: str, now: float, recipient: str = "") -> tuple[str, float | None, float]:
         n = self._sent[key]
         self._sent[key] += 1
         rng = random.Random(f"provider:{self.seed}:{self.name}{key}:{n}")
@@ -247,7 +273,9 @@ class ProviderModel:
             outcome = "503_acted"
         if outcome == "400" and self.meaning_400 == "ambiguous" and rng.random() < 0.4:
             outcome = "400_acted"
-        if self.idempotent:
+        if recipient in self.dead:
+            outcome = "dead"
+        elif self._dedup:
             # A provider that honours keys answers a known key as it did the first
             # time (a replayed success), and one still being processed with 409.
             earlier = [
@@ -281,7 +309,7 @@ class ProviderModel:
     async def send(self, message: Message) -> Sent:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        outcome, effect_at, answer_at = self._draw(message.idempotency_key, now)
+        outcome, effect_at, answer_at = self._draw(message.idempotency_key, now, message.recipient)
         current = HOST.get()
         request = Request(
             key=message.idempotency_key,
@@ -293,6 +321,7 @@ class ProviderModel:
             answer_at=answer_at,
             events=_events_of(message.payload),
             provider=self.name,
+            recipient=message.recipient,
         )
         self.truth.requests.append(request)
         effect = "-" if effect_at is None else f"{effect_at:.3f}"
@@ -322,6 +351,9 @@ class ProviderModel:
             raise TransientFailure("connection refused")
         if result == "5xx":
             raise AmbiguousFailure("HTTP 503", status_code=503)
+        if result == "dead":
+            self.truth.dead_answers.setdefault((self.name, message.recipient), loop.time())
+            raise DeadAddress("HTTP 410: Unregistered", address=message.recipient, status_code=410)
         if result == "409":
             raise AmbiguousFailure("HTTP 409: in progress for this key", status_code=409)
         code = STATUS[result]
@@ -348,20 +380,23 @@ class ProviderModel:
         key = request.key
         at = request.effect_at or 0.0
         times = self.truth.effects.setdefault(key, [])
-        duplicate = self.idempotent and self._knows(key, at)
+        duplicate = self._dedup and self._knows(key, at)
         if duplicate:
             message_id = self._remembered[key][1]
         else:
             self._copies += 1
             message_id = f"{self.name}m{self._copies}" if self.name else f"m{self._copies}"
-            if self.idempotent:
+            if self._dedup:
                 self._remembered[key] = (at, message_id)
         self._ids[request.request_id] = message_id
         # drawn from the key and the copy's number (request ids are random per run)
         made = sum(1 for c in self.truth.copies if c.key == key and c.provider == self.name)
         rng = random.Random(f"fate:{self.seed}:{self.name}:{key}:{made}")
         fate = "bounced" if not duplicate and rng.random() < self.bounce else "delivered"
-        counted = not duplicate and fate == "delivered"
+        replaced = not duplicate and self._showing(key, at)  # the device shows it once
+        counted = not duplicate and not replaced and fate == "delivered"
+        if counted and self.collapse:
+            self._shown_at[key] = at
         times.append((at, counted))
         if counted:
             self.truth.received[key] += 1
@@ -378,10 +413,19 @@ class ProviderModel:
             self.truth.copies.append(copy)
             self._callbacks(copy, rng)
         said = " (deduplicated)" if duplicate else (" (bounced)" if fate == "bounced" else "")
+        said = " (replaced on the device)" if replaced and fate == "delivered" else said
         self.trace.add(
             f"provider_effect req={self.trace.rid(request.request_id)} "
             f"received={self.truth.received[key]}{said}"
         )
+
+    def _showing(self, key: str, at: float) -> bool:
+        """Whether the device shows a notification of ``key`` at ``at`` (collapse: a
+        resend replaces it)."""
+        shown = self._shown_at.get(key)
+        if not self.collapse or shown is None:
+            return False
+        return self.collapse_window is None or at < shown + self.collapse_window
 
     def _callbacks(self, copy: Copy, rng: random.Random) -> None:
         """Post the copy's callback (early, soon or late; sometimes twice)."""

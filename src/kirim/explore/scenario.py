@@ -342,6 +342,8 @@ class Sim:
                 self.driver_error = f"the driver failed: {failed!r}"
         self.end = self.true_clock.now()
         self.waiting = self.db.waiting(self.end) if self.full is not None else {}
+        if self.full is not None:
+            await self.full.settle_addresses(self.ops)
         if self.full is not None and isinstance(self.db, SQLiteDatabase):
             try:
                 await self.full.probe(self.ops, self.db.pruned_with_tombstones())

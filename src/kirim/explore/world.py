@@ -33,8 +33,9 @@ seed); ``channels``, ``types`` and ``worker_settings`` build the real kirim obje
 
 from __future__ import annotations
 
+import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -87,6 +88,15 @@ class ChannelPlan:
     lookup_lag: float
     meaning_503: Meaning503
     meaning_400: Meaning400
+    #: the provider collapses on the device (APNs apns-collapse-id, FCM tag, Web Push
+    #: Topic): a resend with the key's collapse id replaces the notification the device
+    #: shows, for ``collapse_window`` seconds after it was shown (None: for good); the
+    #: server itself keeps no key (``idempotent`` is then False)
+    collapse: bool = False
+    collapse_window: float | None = None
+    #: the channel's recipients have device addresses (``kirim.addresses``): an event
+    #: fans out to each, and the provider calls some of them dead
+    devices: bool = False
 
     def classes(self) -> dict[str, list[int]]:
         """``retry_on`` / ``ambiguous_on`` / ``permanent_on`` as a careful user writes
@@ -99,6 +109,17 @@ class ChannelPlan:
         if self.meaning_400 == "ambiguous":
             out["ambiguous_on"] = [400]
         return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddressPlan:
+    """A device address a recipient has on a channel before the run; ``dead``: the
+    provider answers ``DeadAddress`` for it (APNs 410 Unregistered)."""
+
+    recipient: str
+    channel: str
+    address: str
+    dead: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -174,6 +195,8 @@ class World:
     #: ``[retention] keys`` for the operator's prunes (the workers' settings have theirs)
     keys: float = 3600.0
     notes: dict[str, Any] = field(default_factory=dict)
+    #: the recipients' device addresses (``ChannelPlan.devices``)
+    addresses: tuple[AddressPlan, ...] = ()
 
     # -- drawing -----------------------------------------------------------------------
 
@@ -203,11 +226,13 @@ class World:
             if len(names) > 1 and i == 0 and rng.random() < 0.15:
                 has = tuple(names[:-1])  # a worker without the last channel
             plans.append(WorkerPlan(settings=own, types=knows, channels=has))
+        channels, addresses = _devices(seed, channels, people)
         return World(
             seed=seed,
             base=base,
             anchor=anchor,
             channels=tuple(channels),
+            addresses=tuple(addresses),
             types=tuple(types),
             recipients=people,
             zones=zones,
@@ -265,6 +290,33 @@ def _channels(rng: random.Random) -> list[ChannelPlan]:
             )
         )
     return out
+
+
+def _devices(
+    seed: int, channels: list[ChannelPlan], people: tuple[str, ...]
+) -> tuple[list[ChannelPlan], list[AddressPlan]]:
+    """The services' own guards (collapse on the device) and the recipients' devices,
+    drawn from a generator of their own (the rest of a seed's world stays as it was)."""
+    rng = random.Random(f"world:{seed}:devices")
+    out, addresses = [], []
+    for plan in channels:
+        collapse = rng.random() < 0.35
+        devices = rng.random() < 0.35
+        window = rng.choice((None, 20.0, 60.0)) if collapse else None
+        if collapse:  # a push service: it keeps no key and posts no callbacks
+            plan = replace(plan, idempotent=False, dedup_window=None, callbacks=False)
+        out.append(replace(plan, collapse=collapse, collapse_window=window, devices=devices))
+        if not devices:
+            continue
+        for person in people:
+            for i in range(rng.choice((0, 1, 2, 2, 3))):
+                token = hashlib.sha256(f"{seed}:{person}:{plan.name}:{i}".encode()).hexdigest()
+                addresses.append(
+                    AddressPlan(
+                        recipient=person, channel=plan.name, address=token, dead=rng.random() < 0.3
+                    )
+                )
+    return out, addresses
 
 
 def _clock(value: datetime) -> str:

@@ -17,6 +17,7 @@ from kirim.http import (
     bulk,
     dashboard,
     errors,
+    routes_addresses,
     routes_callbacks,
     routes_events,
     routes_notifications,
@@ -25,7 +26,7 @@ from kirim.http import (
 )
 from kirim.http.errors import ErrorBody, Unexpected
 from kirim.http.guard import FrameGuard
-from kirim.http.models import CallbackIn, EventIn, NotificationIn, PreferencesIn
+from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
 from kirim.http.service import AccessLog, Service, make_service
 from kirim.observe.metrics import Metrics
 
@@ -98,6 +99,7 @@ def create_app(
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
     app.include_router(routes_callbacks.router)
+    app.include_router(routes_addresses.router)
     app.include_router(routes_recipients.router)
     app.include_router(routes_events.router)
     app.include_router(bulk.router)
@@ -141,6 +143,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     event = EventIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(event.pop("$defs", {}))
     schemas["NewEvent"] = event
+    schemas["AddressIn"] = AddressIn.model_json_schema(ref_template="#/components/schemas/{model}")
     schemes = doc["components"].setdefault("securitySchemes", {})
     schemes.setdefault(
         "callbackToken",

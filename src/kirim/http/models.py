@@ -418,3 +418,35 @@ class EventOut(BaseModel):
     type: str
     event_id: str
     deliveries: list[EventDeliveryOut]
+
+
+class AddressOut(BaseModel):
+    """One address of a recipient on a channel (``kirim.addresses``)."""
+
+    recipient_id: str
+    channel: str
+    address: str
+    label: str | None
+    added_at: StrTime | None
+    retired: bool
+    retired_at: StrTime | None
+    retired_reason: str | None
+
+
+class AddressesOut(BaseModel):
+    """Every address of a recipient, retired ones too."""
+
+    recipient_id: str
+    addresses: list[AddressOut]
+
+
+class AddressIn(BaseModel):
+    """An address to add: checked as the channel's provider takes it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="AddressIn")
+
+    channel: Annotated[str, StringConstraints(min_length=1, max_length=limits.CHANNEL.bytes)]
+    address: Annotated[str, StringConstraints(min_length=1, max_length=limits.RECIPIENT.bytes)] = (
+        Field(description="A device token, an E.164 phone, a subscription's JSON, an email...")
+    )
+    label: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None

@@ -15,6 +15,12 @@ written. ``plan`` turns the rendered event and the recipients' preferences into 
   ``type|recipient|channel|keyvalue`` (``|`` written ``%7C``), with a placeholder
   payload that ``compose_digest`` replaces when the digest is sealed.
 
+A recipient with addresses on a channel (``kirim.addresses``) gets one delivery per
+address not retired, its key ``device_key(event_id, recipient_id, channel, address)``,
+its digest stream and throttle scope those of the recipient's device
+(``u1#<tag>``); one with none on a channel that needs one, a ``suppressed``
+delivery (``no_address``).
+
 Each delivery's key is ``default_key(event_id, recipient_id, channel)``; a digest's
 delivery gets its key from the store (derived from stream and window). The
 payloads are rendered by ``kirim.notify.messages``.
@@ -22,19 +28,20 @@ payloads are rendered by ``kirim.notify.messages``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kirim import limits
+from kirim.addresses import Address
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
-from kirim.keys import canonical_json, default_key, payload_hash
+from kirim.keys import canonical_json, default_key, device_key, device_tag, payload_hash
 from kirim.model import DeliveryStatus, Doubt, EnqueueResult
 from kirim.notify import sandbox
 from kirim.notify.messages import check_data, digest_context, render_channel
 from kirim.notify.templates import normalize_locale
 from kirim.notify.types import NotificationType
-from kirim.preferences import Preferences, Verdict, decide
+from kirim.preferences import Preferences, Reason, Verdict, decide
 from kirim.store.base import DigestEvent, NewDelivery, Throttle
 from kirim.validation import BadValue, check_text, shown
 from kirim.views import iso
@@ -89,6 +96,8 @@ class Planned:
     channel: str
     delivery: NewDelivery
     verdict: Verdict
+    #: the address of a fan-out to the recipient's addresses (None: not one)
+    device: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,9 +121,12 @@ class EventDelivery:
     #: the doubt kirim has about it (``assumed_sent``, ``held``, ``resolved``), a pruned
     #: delivery's too
     doubt: Doubt | None = None
+    #: the recipient's address it goes to, when it is one of a fan-out to its addresses
+    address: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "address": self.address,
             "recipient_id": self.recipient_id,
             "channel": self.channel,
             "delivery_id": self.delivery_id,
@@ -347,59 +359,112 @@ def throttle_scope(
 # -- planning --------------------------------------------------------------------------
 
 
+def targets(
+    r: Recipient, channel: str, addresses: Sequence[Address], needed: bool
+) -> list[tuple[str, str | None]]:
+    """Where one recipient's delivery on ``channel`` goes: (address, device), device
+    being the address when the delivery is one of several of a fan-out to the
+    recipient's addresses (None: the one delivery of the recipient on the channel).
+    None at all: the channel needs an address and the recipient has none."""
+    if channel in r.to:
+        return [(r.to[channel], None)]
+    mine = [a.address for a in addresses if a.channel == channel and not a.retired]
+    if mine:
+        return [(a, a) for a in mine]
+    return [] if needed else [(r.id, None)]
+
+
+def _unit(recipient_id: str, device: str | None) -> str:
+    """The recipient part of a stream or throttle scope: a device's own, per device."""
+    return recipient_id if device is None else f"{recipient_id}#{device_tag(device)}"
+
+
 def plan(
-    event: Event, prefs: Mapping[str, Preferences], *, now: float, max_attempts: int
+    event: Event,
+    prefs: Mapping[str, Preferences],
+    *,
+    now: float,
+    max_attempts: int,
+    addresses: Mapping[str, Sequence[Address]] | None = None,
+    needs_address: Collection[str] = (),
 ) -> list[Planned]:
-    """The deliveries to record, recipient by recipient, channel by channel."""
+    """The deliveries to record, recipient by recipient, channel by channel, address by
+    address (``kirim.addresses``: a device of a fan-out is a delivery of its own, its
+    key, digest stream and throttle scope its own)."""
     ntype = event.type
     policy = ntype.policy
     out = []
     for r in event.recipients:
         for channel in ntype.channels:
             verdict = decide(policy, channel, prefs.get(r.id), now)
-            text = event.rendered[(r.id, channel)]
-            digest = throttle = None
-            run_at = None
-            suppressed = None
-            if verdict.action == "suppress":
-                suppressed = str(verdict.reason)
-            elif ntype.digest is not None:
-                # the digest waits for its window; the claim-time check defers it further
-                text = event.placeholders[(r.id, channel)]
-                digest = DigestEvent(
-                    stream=stream(ntype, r.id, channel, event.data),
-                    window=ntype.digest.window,
-                    event_id=event.event_id,
-                    data_json=event.data_json,
-                )
-            else:
-                run_at = verdict.until if verdict.action == "defer" else None
-                if ntype.throttle is not None:
-                    throttle = Throttle(
-                        scope=throttle_scope(ntype, r.id, channel, event.data),
-                        limit=ntype.throttle.limit,
-                        window=ntype.throttle.window,
-                        over=ntype.throttle.over,
-                    )
-            delivery = NewDelivery(
-                idempotency_key=default_key(event.event_id, r.id, channel),
-                event_id=event.event_id,
-                recipient=r.address(channel),
-                channel=channel,
-                payload_json=text,
-                payload_hash=payload_hash(text),
-                run_at=run_at,
-                max_attempts=max_attempts,
-                type=ntype.name,
-                recipient_id=r.id,
-                suppressed=suppressed,
-                throttle=throttle,
-                digest=digest,
-            )
-            out.append(
-                Planned(recipient_id=r.id, channel=channel, delivery=delivery, verdict=verdict)
-            )
+            places = targets(r, channel, (addresses or {}).get(r.id, ()), channel in needs_address)
+            if not places:  # nothing to send to: recorded, suppressed, never sent
+                verdict = Verdict(action="suppress", reason=Reason.NO_ADDRESS)
+                places = [(r.id, None)]
+            for address, device in places:
+                out.append(_planned(event, r, channel, verdict, address, device, now, max_attempts))
     return out
+
+
+def _planned(
+    event: Event,
+    r: Recipient,
+    channel: str,
+    verdict: Verdict,
+    address: str,
+    device: str | None,
+    now: float,
+    max_attempts: int,
+) -> Planned:
+    ntype = event.type
+    unit = _unit(r.id, device)
+    text = event.rendered[(r.id, channel)]
+    digest = throttle = None
+    run_at = None
+    suppressed = None
+    if verdict.action == "suppress":
+        suppressed = str(verdict.reason)
+    elif ntype.digest is not None:
+        # the digest waits for its window; the claim-time check defers it further
+        text = event.placeholders[(r.id, channel)]
+        digest = DigestEvent(
+            stream=stream(ntype, unit, channel, event.data),
+            window=ntype.digest.window,
+            event_id=event.event_id,
+            data_json=event.data_json,
+        )
+    else:
+        run_at = verdict.until if verdict.action == "defer" else None
+        if ntype.throttle is not None:
+            throttle = Throttle(
+                scope=throttle_scope(ntype, unit, channel, event.data),
+                limit=ntype.throttle.limit,
+                window=ntype.throttle.window,
+                over=ntype.throttle.over,
+            )
+    key = (
+        default_key(event.event_id, r.id, channel)
+        if device is None
+        else device_key(event.event_id, r.id, channel, device)
+    )
+    delivery = NewDelivery(
+        idempotency_key=key,
+        event_id=event.event_id,
+        recipient=address,
+        channel=channel,
+        payload_json=text,
+        payload_hash=payload_hash(text),
+        run_at=run_at,
+        max_attempts=max_attempts,
+        type=ntype.name,
+        recipient_id=r.id,
+        suppressed=suppressed,
+        throttle=throttle,
+        digest=digest,
+    )
+    return Planned(
+        recipient_id=r.id, channel=channel, delivery=delivery, verdict=verdict, device=device
+    )
 
 
 def outcome(planned: Planned, result: EnqueueResult, *, now: float) -> EventDelivery:
@@ -421,4 +486,5 @@ def outcome(planned: Planned, result: EnqueueResult, *, now: float) -> EventDeli
         digest=None if digest is None or d.status == DeliveryStatus.SUPPRESSED else digest.stream,
         pruned=result.pruned,
         doubt=d.doubt,
+        address=planned.device,
     )

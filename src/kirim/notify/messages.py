@@ -1,7 +1,9 @@
 """A type's messages: its templates rendered for one channel, a preview, a digest.
 
 The payload of a message is ``{"type": T, "locale": L, <part>: text, ...}`` with the
-parts the channel's templates have (``subject``, ``title``, ``body``, ``html``), each
+parts the channel's templates have (``subject``, ``title``, ``body``, ``html``, ``sms``,
+and the services' JSON parts ``apns``, ``fcm``, ``webpush``, ``slack``, each a JSON
+value: ``kirim.notify.shapes``), each
 from the most specific variant of the recipient's locale that has it, else the
 type's default locale; ``L`` is the locale it is written in. Templates see the
 event's data and ``kirim`` = {type, channel, locale, recipient}. A digest's
@@ -18,6 +20,7 @@ from typing import Any
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.keys import canonical_json
 from kirim.model import Delivery
+from kirim.notify.shapes import JSON_PARTS, render_json_part
 from kirim.notify.templates import (
     PARTS,
     RESERVED,
@@ -88,7 +91,12 @@ def render_channel(
                 source = variant[part]
                 where = f"types.{ntype.name}.templates.{channel}.{lc}.{part}"
                 break
-        payload[part] = render(source, context, html=part == "html", where=where)
+        if part in JSON_PARTS:
+            payload[part] = render_json_part(
+                source, functools.partial(render, context=context, html=False, where=where)
+            )
+        else:
+            payload[part] = render(source, context, html=part == "html", where=where)
     return payload
 
 

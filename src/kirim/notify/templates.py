@@ -44,8 +44,10 @@ from kirim.errors import InvalidNotification
 from kirim.notify import sandbox
 from kirim.validation import shown
 
-#: the parts a channel's template may have, in the order a payload lists them
-PARTS = ("subject", "title", "body", "html")
+#: the parts a channel's template may have, in the order a payload lists them: text
+#: parts, and the services' own (``kirim.notify.shapes``: ``sms`` is text, the others
+#: JSON documents of templates)
+PARTS = ("subject", "title", "body", "html", "sms", "apns", "fcm", "webpush", "slack")
 #: the name under which kirim's own values (type, channel, locale, recipient) reach a
 #: template; the data may not use it
 RESERVED = "kirim"

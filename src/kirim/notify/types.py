@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kirim.errors import ConfigError
+from kirim.notify.shapes import JSON_PARTS, check_json_part
 from kirim.notify.templates import PARTS, check_syntax, normalize_locale
 from kirim.preferences import TypePolicy, Window
 from kirim.validation import DAY, BadValue, Number, require_duration
@@ -183,7 +184,11 @@ def _check_parts(parts: Mapping[str, str], where: str) -> None:
             raise ConfigError(f"{where}.{part}: not a part (one of {', '.join(PARTS)})")
         if not isinstance(source, str):
             raise ConfigError(f"{where}.{part} must be a template (a string)")
-        if (problem := check_syntax(source, html=part == "html")) is not None:
+        if part in JSON_PARTS:
+            problem = check_json_part(source, check_syntax)
+        else:
+            problem = check_syntax(source, html=part == "html")
+        if problem is not None:
             raise ConfigError(f"{where}.{part}: {problem}")
 
 

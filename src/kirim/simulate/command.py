@@ -63,6 +63,15 @@ takes the content and withholds the reply to its final "." past the timeout, and
 Message-ID it already has (kirim's is derived from the key; the naive flow then
 sends a stable one too).
 
+--channel apns|fcm|webpush|sms delivers through kirim's provider of that service to a
+loopback fake of it (APNs over HTTP/2 and TLS, FCM with its OAuth token endpoint, a
+Web Push service that decrypts each message, Twilio) that counts what the user's
+device shows: a push that carries the collapse id of one the device shows replaces
+it, so kirim's resends (the delivery's own collapse id) show once, the naive flow's
+(a fresh one per send) show again; an SMS has no collapse. Its faults:
+--timeout-rate is half answers lost after delivery, half held past the timeout;
+--error-rate half 5xx, half 429 with Retry-After.
+
 \b
 The report counts:
   delivered            notifications the receiver saw at least once
@@ -101,6 +110,7 @@ Examples:
   kirim simulate --lease 1 --clock-skew 3 --kill-rate 0.01 --stall-rate 0.01
   kirim simulate --lookup --timeout-rate 0.05 --kill-rate 0.01 --stall-rate 0.01
   kirim simulate --channel smtp --kill-rate 0.01 --stall-rate 0.01 --seed 1
+  kirim simulate --channel apns --timeout-rate 0.05 --kill-rate 0.01 --seed 1
   kirim simulate --notifications 300 --plot sweep.png --ratios 1,2,5,10
 """
 
@@ -237,7 +247,8 @@ SECONDS = click.FloatRange(min=0, min_open=True)
     type=click.Choice(CHANNELS),
     default="webhook",
     show_default=True,
-    help="Deliver over HTTP to the webhook receiver, or email over SMTP to aiosmtpd.",
+    help="Deliver over HTTP to the webhook receiver, email over SMTP to aiosmtpd, or "
+    "to a loopback APNs, FCM, Web Push or Twilio (sms) that counts what the device shows.",
 )
 @click.option(
     "--seed", type=int, help="Seed of the faults, clocks and receiver.  [default: random]"
@@ -334,7 +345,7 @@ def simulate(
         deadline=deadline,
         clock_skew=clock_skew,
         lookup=lookup,
-        channel="smtp" if channel_kind == "smtp" else "webhook",
+        channel=next(c for c in CHANNELS if c == channel_kind),
     )
     try:
         opts.validate()

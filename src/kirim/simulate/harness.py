@@ -41,20 +41,22 @@ from urllib.parse import urlsplit, urlunsplit
 
 from kirim.config import load_config
 from kirim.devtools.receiver import Behaviour, Receiver
+from kirim.devtools.services.base import ServiceFake
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError
 from kirim.keys import default_key
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.operations import EVERY
-from kirim.simulate import naive
+from kirim.simulate import naive, services
 from kirim.simulate.options import STRATEGIES, SimOptions
 from kirim.simulate.result import Outcome, SimResult, percentile, rounded
 from kirim.simulate.skew import Offsets
 from kirim.simulate.smtp_receiver import SmtpReceiver
 
 Progress = Callable[[int, int], None]
-#: the webhook receiver, or the SMTP server of ``--channel smtp`` (the same counts)
-AnyReceiver = Receiver | SmtpReceiver
+#: the webhook receiver, the SMTP server of ``--channel smtp``, or a service fake (the
+#: same counts)
+AnyReceiver = Receiver | SmtpReceiver | ServiceFake
 _TICK = 0.02
 
 
@@ -142,7 +144,7 @@ def _mailbox_keys(opts: SimOptions) -> Callable[[str, str], str]:
 # -- the two strategies ----------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass
 class _Side:
     """One strategy on one database: what to enqueue, how to start a worker, what happened."""
 
@@ -152,6 +154,23 @@ class _Side:
     lookup_url: str  # the receiver's GET /lookup/{key}
     folder: Path  # configs and logs
     logs: bool  # workers log at info level (else warnings only)
+    fake: Any = None  # the service fake of --channel apns|fcm|webpush|sms
+
+    def items(self) -> list[tuple[str, str, str, dict[str, Any]]]:
+        """(event, recipient, channel, payload) of every notification of the run."""
+        kind = self.opts.channel
+        if kind in services.PROVIDERS:
+            return services.requests(self.opts.notifications, kind, self.fake)
+        return _requests(self.opts.notifications, kind)
+
+    def service_table(self) -> dict[str, Any]:
+        """The service channel's options for the fake (written once per run)."""
+        cached: dict[str, Any] | None = getattr(self, "_table", None)
+        if cached is None:
+            o = self.opts
+            cached = services.options(o.channel, self.fake, self.folder, o.provider_timeout)
+            self._table = cached
+        return cached
 
 
 class _KirimSide(_Side):
@@ -165,7 +184,15 @@ class _KirimSide(_Side):
             f"timeout = {o.provider_timeout}\nidempotent = {str(o.idempotent).lower()}\n"
             f'on_unknown = "{o.on_unknown.value}"\n'
         )
-        if o.channel == "smtp":  # the worker's id as its EHLO name: the faults aim by it
+        if o.channel in services.PROVIDERS:  # the worker's id in its User-Agent
+            name = "sms" if o.channel == "sms" else "push"
+            channel = (
+                f"[channels.{name}]\n"
+                + services.toml_lines(self.service_table())
+                + f'on_unknown = "{o.on_unknown.value}"\n'
+                + ("" if worker_id is None else f"user_agent = {who}\n")
+            )
+        elif o.channel == "smtp":  # the worker's id as its EHLO name: the faults aim by it
             server = urlsplit(self.url)
             channel = (
                 f'[channels.email]\nprovider = "smtp"\nhost = "{server.hostname}"\n'
@@ -200,7 +227,7 @@ class _KirimSide(_Side):
             await app.notify_many(
                 [
                     NotifyRequest(event_id=e, recipient=r, channel=c, payload=p)
-                    for e, r, c, p in _requests(self.opts.notifications, self.opts.channel)
+                    for e, r, c, p in self.items()
                 ]
             )
         finally:
@@ -255,8 +282,7 @@ class _NaiveSide(_Side):
         db = naive.NaiveDb(self.database).connect()
         try:
             db.create_tables()
-            requests = _requests(self.opts.notifications, self.opts.channel)
-            naive.enqueue(db, requests, attempts=self.opts.max_attempts)
+            naive.enqueue(db, self.items(), attempts=self.opts.max_attempts)
         finally:
             db.close()
 
@@ -267,6 +293,11 @@ class _NaiveSide(_Side):
         argv += ["--concurrency", str(o.concurrency), "--timeout", str(o.provider_timeout)]
         argv += ["--burst"] + ([f"--clock-offset={offset!r}"] if offset else [])
         argv += ["--idempotent"] if o.idempotent else []
+        if o.channel in services.PROVIDERS:
+            table = dict(self.service_table())
+            path = self.folder / "naive-service.json"
+            path.write_text(json.dumps(table))
+            argv += ["--service", str(path)]
         return argv + ([] if self.logs else ["--quiet"])
 
     async def collect(self) -> list[Outcome]:
@@ -414,7 +445,14 @@ def simulate(
         database = empty_database or stack.enter_context(scratch_database(opts.database, folder))
         receiver_seed = rng.randrange(1 << 30)
         receiver: AnyReceiver
-        if opts.channel == "smtp":
+        fake = None
+        if opts.channel in services.PROVIDERS:
+            faults = services.behaviour_of(opts.timeout_rate, opts.error_rate, behaviour)
+            fake = stack.enter_context(
+                services.fake_for(opts.channel, faults, receiver_seed, folder)
+            )
+            receiver = fake
+        elif opts.channel == "smtp":
             mailbox = SmtpReceiver(behaviour, seed=receiver_seed, identify=_mailbox_keys(opts))
             receiver = stack.enter_context(mailbox)
         else:
@@ -423,8 +461,10 @@ def simulate(
             _KirimSide if opts.strategy == "kirim" else _NaiveSide
         )
         side = side_type(
-            opts, database, receiver.url, receiver.lookup_url, folder, logs is not None
+            opts, database, receiver.url, receiver.lookup_url, folder, logs is not None, fake
         )
+        if fake is not None:  # the device tells notifications apart by what it shows
+            fake.identify = services.identify(side.items(), opts.channel)
         asyncio.run(side.prepare())
         fleet = _Fleet(side.argv, folder, Offsets(opts.clock_skew, opts.seed))
         started = time.monotonic()

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import make_msgid
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -224,6 +225,8 @@ class NaiveSettings:
     backoff_max: float = 0.5
     quiet: bool = False
     clock_offset: float = 0.0  # this worker's clock is that many seconds off
+    #: a service channel's table (``kirim simulate --channel apns|fcm|webpush|sms``)
+    service: dict[str, Any] | None = None
 
 
 class NaiveWorker:
@@ -239,6 +242,7 @@ class NaiveWorker:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="naive-db")
         self._tasks: set[asyncio.Task[None]] = set()
         self._rng = random.Random()
+        self._provider: Any = None
 
     async def _call(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn)
@@ -315,7 +319,9 @@ class NaiveWorker:
             "payload": json.loads(payload),
         }
         self._log(**log, action="provider_request", request_id=request_id)
-        if self.s.url.startswith("smtp://"):
+        if self.s.service is not None:
+            error = await self._service(key, event_id, recipient, channel, body["payload"])
+        elif self.s.url.startswith("smtp://"):
             error = await self._mail(key, recipient, body["payload"])
         else:
             error = await self._post(client, body, headers)
@@ -337,6 +343,35 @@ class NaiveWorker:
         except httpx.HTTPError as exc:
             return type(exc).__name__
         return None if 200 <= response.status_code < 300 else f"HTTP_{response.status_code}"
+
+    async def _service(
+        self, key: str, event_id: str, recipient: str, channel: str, payload: dict[str, Any]
+    ) -> str | None:
+        """Send through kirim's provider of the service, as a sender without a key
+        does: a fresh key (so a fresh collapse id) on every send (with
+        ``--idempotent``, the notification's own key)."""
+        from kirim.providers import services
+        from kirim.providers.base import Message
+
+        if self._provider is None:
+            table = dict(self.s.service or {})
+            kind = table.pop("provider")
+            self._provider = services.build(kind, {**table, "user_agent": self.s.worker_id})
+        message = Message(
+            delivery_id=0,
+            idempotency_key=key if self.s.idempotent else uuid.uuid4().hex,
+            provider_request_id=uuid.uuid4().hex,
+            event_id=event_id,
+            recipient=recipient,
+            channel=channel,
+            payload=payload,
+            attempt=1,
+        )
+        try:
+            await asyncio.wait_for(self._provider.send(message), self.s.timeout)
+        except Exception as exc:  # the naive flow retries any error
+            return type(exc).__name__
+        return None
 
     async def _mail(self, key: str, recipient: str, payload: dict[str, Any]) -> str | None:
         """Email the notification over SMTP as most senders do: a fresh Message-ID on
@@ -407,6 +442,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=5.0, help="HTTP timeout, seconds.")
     parser.add_argument("--idempotent", action="store_true", help="Send the Idempotency-Key.")
     parser.add_argument("--burst", action="store_true", help="Exit when no job is left.")
+    parser.add_argument(
+        "--service",
+        metavar="FILE",
+        help="A JSON service channel table (apns, fcm, webpush, twilio): send through it.",
+    )
     parser.add_argument("--quiet", action="store_true", help="No log lines.")
     parser.add_argument(
         "--clock-offset",
@@ -428,6 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         burst=args.burst,
         quiet=args.quiet,
         clock_offset=args.clock_offset,
+        service=None if args.service is None else json.loads(Path(args.service).read_text()),
     )
     db = NaiveDb(args.database).connect()
     try:

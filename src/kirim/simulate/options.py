@@ -22,9 +22,10 @@ from kirim.model import OnUnknown
 
 Strategy = Literal["kirim", "naive"]
 STRATEGIES: tuple[Strategy, ...] = ("kirim", "naive")
-#: what the workers deliver over: HTTP to the webhook receiver, or SMTP to a mail server
-ChannelKind = Literal["webhook", "smtp"]
-CHANNELS: tuple[ChannelKind, ...] = ("webhook", "smtp")
+#: what the workers deliver over: HTTP to the webhook receiver, SMTP to a mail server,
+#: or a service's loopback fake (``kirim.simulate.services``)
+ChannelKind = Literal["webhook", "smtp", "apns", "fcm", "webpush", "sms"]
+CHANNELS: tuple[ChannelKind, ...] = ("webhook", "smtp", "apns", "fcm", "webpush", "sms")
 _Z99 = NormalDist().inv_cdf(0.99)
 _KINDS = "fixed:S, uniform:A:B or lognormal:MEDIAN:P99"
 
@@ -172,6 +173,8 @@ class SimOptions:
             raise ValueError(f"channel must be one of {', '.join(CHANNELS)}")
         if self.lookup and self.channel == "smtp":
             raise ValueError("lookup needs the webhook channel: SMTP has no lookup")
+        if self.lookup and self.channel != "webhook":
+            raise ValueError(f"lookup needs the webhook channel: {self.channel} has no lookup")
         if self.lookup and self.idempotent:
             raise ValueError(
                 "lookup runs against a receiver that honours no key: drop --idempotent"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kirim.addresses import Address
 from kirim.clock import Clock
 from kirim.model import (
     Attempt,
@@ -34,7 +35,7 @@ from kirim.model import (
 )
 from kirim.preferences import Preferences, TypePolicy
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -528,6 +529,11 @@ class Queue(Protocol):
         """Unfinished work of earlier claims: jobs running or scheduled for a retry."""
         ...
 
+    async def retire_address(self, channel: str, address: str, *, reason: str, now: float) -> int:
+        """Mark the address dead on the channel for every recipient that has it (the
+        worker's, when a service answers ``DeadAddress``); the number retired."""
+        ...
+
     async def queue_stats(self, *, now: float) -> QueueStats:
         """Deliveries per status, in-doubt count, due jobs and the oldest one's age."""
         ...
@@ -731,6 +737,34 @@ class Recipients(Protocol):
 
 
 @runtime_checkable
+class Addresses(Protocol):
+    """Recipients' addresses per channel (``kirim.addresses``, schema version 9): read
+    by the fan-out, retired by the worker when a service calls one dead."""
+
+    async def add_address(
+        self, recipient_id: str, channel: str, address: str, *, label: str | None, now: float
+    ) -> Address:
+        """Add the address (or register a retired one again); returns it as stored."""
+        ...
+
+    async def addresses_of(self, recipient_ids: Sequence[str]) -> dict[str, list[Address]]:
+        """The addresses not retired of these recipients, by id (one statement)."""
+        ...
+
+    async def list_addresses(self, recipient_id: str) -> list[Address]:
+        """Every address of one recipient, retired ones too."""
+        ...
+
+    async def remove_address(self, recipient_id: str, channel: str, address: str) -> bool:
+        """Forget one address of one recipient; False when it had none such."""
+        ...
+
+    async def retired_addresses(self) -> dict[str, int]:
+        """Retired addresses per channel."""
+        ...
+
+
+@runtime_checkable
 class Notifications(Protocol):
     """What the worker needs of the notification layer (schema version 7): seal a
     digest before its delivery is sent, and pace a channel's provider requests."""
@@ -756,7 +790,9 @@ class Notifications(Protocol):
 
 
 @runtime_checkable
-class Store(Lifecycle, Queue, Operator, Ledger, Tokens, Recipients, Notifications, Protocol):
+class Store(
+    Lifecycle, Queue, Operator, Ledger, Tokens, Recipients, Addresses, Notifications, Protocol
+):
     """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
 
 

@@ -49,7 +49,13 @@ from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
 from kirim.clock import Clock
-from kirim.errors import AmbiguousFailure, PermanentFailure, StoreError, TransientFailure
+from kirim.errors import (
+    AmbiguousFailure,
+    DeadAddress,
+    PermanentFailure,
+    StoreError,
+    TransientFailure,
+)
 from kirim.keys import new_request_id
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.observe import RESULT
@@ -446,6 +452,23 @@ class Deliverer:
         )
         finish = self.decide.after_request(claim, channel, outcome, error, chain)
         await self._commit(log, claim, finish, answered=answered)
+        if isinstance(error, DeadAddress):  # the service says the token is gone
+            await self._retire_dead_address(log, channel, error)
+
+    async def _retire_dead_address(self, log: Any, channel: Channel, error: DeadAddress) -> None:
+        """Retire the address a service called dead (``kirim.addresses``): no later
+        delivery uses it. A failure here only logs: the next send to it retires it."""
+        try:
+            count = await self._store.retire_address(
+                channel.name,
+                error.address,
+                reason=stored_text(str(error)) or "dead",
+                now=self.clock.now(),
+            )
+        except StoreError as exc:
+            log.warning("address_retire_failed", error=str(exc))
+            return
+        log.info("address_retired", provider=channel.name, retired=count)
 
     async def call(
         self, channel: Channel, message: Message, limit: float

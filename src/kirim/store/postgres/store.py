@@ -20,6 +20,7 @@ import psycopg
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from kirim.addresses import Address
 from kirim.errors import ConfigError, SchemaError, StoreError
 from kirim.keys import text_problem
 from kirim.model import (
@@ -32,7 +33,7 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import digests, imports, rates, recipients, retention, transitions
+from kirim.store import addresses, digests, imports, rates, recipients, retention, transitions
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -526,6 +527,28 @@ class PostgresStore:
         if "\x00" in recipient_id:
             return False
         return await self._op(recipients.delete_preferences(recipient_id))
+
+    # -- recipients' addresses (``kirim.store.addresses``) -------------------------
+
+    async def add_address(
+        self, recipient_id: str, channel: str, address: str, *, label: str | None, now: float
+    ) -> Address:
+        return await self._op(addresses.add_address(recipient_id, channel, address, label, now))
+
+    async def addresses_of(self, recipient_ids: Sequence[str]) -> dict[str, list[Address]]:
+        return await self._op(addresses.addresses_of(recipient_ids))
+
+    async def list_addresses(self, recipient_id: str) -> list[Address]:
+        return await self._op(addresses.list_addresses(recipient_id))
+
+    async def retire_address(self, channel: str, address: str, *, reason: str, now: float) -> int:
+        return await self._op(addresses.retire_address(channel, address, reason, now))
+
+    async def remove_address(self, recipient_id: str, channel: str, address: str) -> bool:
+        return await self._op(addresses.remove_address(recipient_id, channel, address))
+
+    async def retired_addresses(self) -> dict[str, int]:
+        return await self._op(addresses.retired_addresses())
 
     # -- the notification layer: digests and provider request rates -----------------
 
