@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kirim.addresses import NEEDED, PROVIDER_KINDS, Address, check_address, check_label, kind_of
+from kirim.addresses import (
+    NEEDED,
+    Address,
+    check_address,
+    check_label,
+    configured_kind,
+    kind_of,
+)
 from kirim.errors import UnknownChannel
 from kirim.preferences import check_recipient_id
 from kirim.validation import check_text
@@ -38,9 +45,7 @@ class AddressBook:
         spec = self.config.channels.get(channel)
         if spec is None:
             return None
-        if spec.provider == "slack" and spec.options.get("channel"):
-            return None  # a fixed Slack channel: no recipient address
-        return PROVIDER_KINDS.get(spec.provider)
+        return configured_kind(spec.provider, spec.options)
 
     def address_channels(self) -> frozenset[str]:
         """The channels with nothing to send to without a recipient's address."""

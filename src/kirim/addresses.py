@@ -21,7 +21,7 @@ registering it again (``add``) brings it back.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +97,31 @@ PROVIDER_KINDS = {
     "webpush": "webpush",
     "slack": "slack",
 }
+
+
+def configured_kind(provider: str, options: Mapping[str, Any]) -> str | None:
+    """The kind of address a configured channel takes (``[channels.NAME]``'s
+    ``provider`` and options), without building its provider."""
+    if provider == "slack" and options.get("channel"):
+        return None  # a fixed Slack channel: no recipient address
+    return PROVIDER_KINDS.get(provider)
+
+
+def fallback_problem(name: str, kind: str | None, other: str, other_kind: str | None) -> str | None:
+    """Why channel ``other`` cannot be a fallback of ``name``: a failover sends the
+    delivery to the same address, so both must take the same kind of address (an APNs
+    device token is no email address)."""
+    if kind == other_kind:
+        return None
+
+    def words(k: str | None) -> str:
+        return "any text (the recipient's id)" if k is None else f"{k} addresses"
+
+    return (
+        f"channels.{name}.fallback: {other!r} takes {words(other_kind)}, {name!r} takes "
+        f"{words(kind)}: a failover sends to the delivery's own address, so a fallback "
+        "must take the same kind"
+    )
 
 
 def kind_of(provider: object) -> str | None:

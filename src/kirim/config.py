@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kirim.addresses import configured_kind, fallback_problem
 from kirim.callbacks import CallbackAuth, token_problem
 from kirim.channels import Channel, provider_problem
 from kirim.errors import ConfigError
@@ -494,6 +495,15 @@ def _check_fallbacks(channels: Mapping[str, ChannelConfig], where: str) -> None:
                 raise ConfigError(
                     f"{where}: channels.{name}.fallback: no channel {other!r} is configured"
                 )
+            spec = channels[other]
+            problem = fallback_problem(
+                name,
+                configured_kind(channel.provider, channel.options),
+                other,
+                configured_kind(spec.provider, spec.options),
+            )
+            if problem is not None:
+                raise ConfigError(f"{where}: {problem}")
     for name in channels:
         cycle = _cycle_from([name], channels)
         if cycle is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kirim import limits, operations
 from kirim.address_book import AddressBook
+from kirim.addresses import fallback_problem, kind_of
 from kirim.callbacks import CallbackAuth
 from kirim.channels import Channel, close_provider
 from kirim.clock import Clock, SystemClock
@@ -119,6 +120,8 @@ class Kirim(AddressBook):
         )
         self.clock = clock or SystemClock()
         self._channels = dict(channels) if channels is not None else None
+        if self._channels is not None:
+            _check_fallback_kinds(self._channels)
         self._callback_auth: dict[str, CallbackAuth | None] = {}
         self.log = get_logger()
 
@@ -574,6 +577,21 @@ class Kirim(AddressBook):
             policies={name: t.policy for name, t in self.types.items()},
             digests=messages.composers(self.types),
         )
+
+
+def _check_fallback_kinds(channels: Mapping[str, Channel]) -> None:
+    """ConfigError for a fallback that takes another kind of address than its channel
+    (``kirim.addresses.fallback_problem``), as the configuration's loader checks."""
+    for name, channel in channels.items():
+        for other in channel.fallback:
+            found = channels.get(other)
+            if found is None:
+                continue  # not configured here: its deliveries are refused by the worker
+            problem = fallback_problem(
+                name, kind_of(channel.provider), other, kind_of(found.provider)
+            )
+            if problem is not None:
+                raise ConfigError(problem)
 
 
 def reused_field(existing: Delivery, item: NewDelivery) -> str | None:

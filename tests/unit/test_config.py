@@ -315,3 +315,36 @@ def test_a_bad_listen_url_is_refused_without_echoing_it(data, message, monkeypat
     with pytest.raises(ConfigError, match=message) as raised:
         parse_config(data)
     assert "pw" not in str(raised.value)
+
+
+APNS = {"provider": "apns", "team_id": "T", "key_id": "K", "private_key": "x", "topic": "t"}
+
+
+@pytest.mark.parametrize(
+    ("fallback", "message"),
+    [
+        ({"url": "http://x"}, r"'hook' takes any text \(the recipient's id\), 'ios' takes apns"),
+        ({"provider": "smtp", "host": "h", "from": "a@b"}, "'mail' takes email addresses"),
+    ],
+)
+def test_a_fallback_takes_the_same_kind_of_address(fallback, message) -> None:
+    """A failover sends to the delivery's own address: a device token's channel cannot
+    fall back on a webhook or on email (main sent the token there as the address)."""
+    name = "hook" if "url" in fallback else "mail"
+    data = {"channels": {"ios": {**APNS, "fallback": [name]}, name: fallback}}
+    with pytest.raises(ConfigError, match=message):
+        parse_config(data, source="kirim.toml")
+
+
+def test_a_fallback_of_the_same_kind_is_kept() -> None:
+    """Two webhooks (the recipient's id is the address of both) may fall back on each
+    other, as two APNs channels may."""
+    data = {
+        "channels": {
+            "a": {"url": "http://x", "fallback": ["b"]},
+            "b": {"url": "http://y"},
+            "ios": {**APNS, "fallback": ["ios2"]},
+            "ios2": APNS,
+        }
+    }
+    assert parse_config(data, source="kirim.toml").channels["a"].fallback == ("b",)

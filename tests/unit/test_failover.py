@@ -561,3 +561,22 @@ async def test_a_late_refusal_with_no_fallback_left_fails_without_a_request(
     assert (delivery.status, job.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
     assert "refused for good by every channel" in (delivery.last_error or "")
     assert a.received(n.idempotency_key) == 1
+
+
+def test_the_engine_refuses_a_fallback_of_another_kind_of_address() -> None:
+    """Channels given to Kirim are held to the rule of the configuration's loader."""
+    from kirim.channels import Channel
+    from kirim.config import Config
+    from kirim.engine import Kirim
+    from kirim.errors import ConfigError
+    from kirim.testing import FlakyProvider
+
+    class Phone(FlakyProvider):
+        address_kind = "phone"
+
+    channels = {
+        "sms": Channel(name="sms", provider=Phone(), fallback=("hook",)),
+        "hook": Channel(name="hook", provider=FlakyProvider()),
+    }
+    with pytest.raises(ConfigError, match="'hook' takes any text"):
+        Kirim(Config(database="sqlite:///unused.db"), channels=channels)

@@ -32,8 +32,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LATE_TRIES", "Prepare"]
 
-#: how many slots a worker that keeps waking late takes before it sends anyway
+#: how many slots a worker that keeps waking late takes before it puts the job back
 LATE_TRIES = 3
+#: the longest round trip of a rate slot's answer after which the slot's time is still
+#: known closely enough (the slot is placed at the answer: off by at most this)
+ROUND_TRIP = 0.05
 
 
 class Prepare:
@@ -104,25 +107,34 @@ class Prepare:
         (``deadline``: the claim's local send deadline, monotonic). A worker that wakes
         late after its slot (a stall: later than a tenth of the interval, or a quarter
         of a second) takes a new one: sending then would crowd the next slot's
-        request."""
+        request. So does one whose answer took longer than ``ROUND_TRIP`` (or that
+        slack) to come back: where in that time the store placed the slot is unknown."""
         if channel.rate is None:
             return None
         interval = 1.0 / channel.rate
         wait = 0.0
+        slack = min(0.1 * interval, 0.25)
         for _ in range(LATE_TRIES):
-            within = (deadline - self._monotonic()) / 2
+            asked = self._monotonic()
+            within = (deadline - asked) / 2
             wait = await self._notifications().take_rate_slot(
                 channel.name, channel.rate, now=self.clock.now(), within=within
             )
             if wait > within:  # not taken: back when a claim can reach it
                 break
+            answered = self._monotonic()
+            if answered - asked > max(slack, ROUND_TRIP):
+                # the store chose the slot somewhere in a long round trip (a stall, a
+                # slow store): when it is here is unknown, and a request sent now may
+                # crowd the next one
+                continue
             if wait <= 0:
                 return None
             if self.metrics is not None:
                 self.metrics.rate_wait(channel.name, wait)
-            slot = self._monotonic() + wait
+            slot = answered + wait
             await self.clock.sleep(wait)
-            if self._monotonic() - slot <= min(0.1 * interval, 0.25):
+            if self._monotonic() - slot <= slack:
                 return None
         reach = self.decide.settings.send_within / 2
         return Finish(
