@@ -109,17 +109,14 @@ def configured_kind(provider: str, options: Mapping[str, Any]) -> str | None:
 
 def fallback_problem(name: str, kind: str | None, other: str, other_kind: str | None) -> str | None:
     """Why channel ``other`` cannot be a fallback of ``name``: a failover sends the
-    delivery to the same address, so both must take the same kind of address (an APNs
-    device token is no email address)."""
-    if kind == other_kind:
+    delivery to the same address, so two channels that each take a kind of address
+    must take the same one (an APNs device token is no email address). A channel that
+    takes any text (a webhook: the address is passed on as it is) goes with any."""
+    if kind is None or other_kind is None or kind == other_kind:
         return None
-
-    def words(k: str | None) -> str:
-        return "any text (the recipient's id)" if k is None else f"{k} addresses"
-
     return (
-        f"channels.{name}.fallback: {other!r} takes {words(other_kind)}, {name!r} takes "
-        f"{words(kind)}: a failover sends to the delivery's own address, so a fallback "
+        f"channels.{name}.fallback: {other!r} takes {other_kind} addresses, {name!r} takes "
+        f"{kind} addresses: a failover sends to the delivery's own address, so a fallback "
         "must take the same kind"
     )
 

@@ -574,9 +574,12 @@ def test_the_engine_refuses_a_fallback_of_another_kind_of_address() -> None:
     class Phone(FlakyProvider):
         address_kind = "phone"
 
+    class Email(FlakyProvider):
+        address_kind = "email"
+
     channels = {
-        "sms": Channel(name="sms", provider=Phone(), fallback=("hook",)),
-        "hook": Channel(name="hook", provider=FlakyProvider()),
+        "sms": Channel(name="sms", provider=Phone(), fallback=("mail",)),
+        "mail": Channel(name="mail", provider=Email()),
     }
-    with pytest.raises(ConfigError, match="'hook' takes any text"):
+    with pytest.raises(ConfigError, match="'mail' takes email addresses, 'sms' takes phone"):
         Kirim(Config(database="sqlite:///unused.db"), channels=channels)

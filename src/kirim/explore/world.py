@@ -316,10 +316,6 @@ def _devices(
                         recipient=person, channel=plan.name, address=token, dead=rng.random() < 0.3
                     )
                 )
-    # a failover sends to the delivery's own address: a fallback takes the same kind
-    # (``kirim.addresses.fallback_problem``; a device channel only falls back on one)
-    kinds = {p.name: p.devices for p in out}
-    out = [replace(p, fallback=tuple(f for f in p.fallback if kinds[f] == p.devices)) for p in out]
     return out, addresses
 
 
