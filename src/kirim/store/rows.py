@@ -181,6 +181,6 @@ def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[st
         "since": where.since,
         "until": where.until,
         "dead": where.dead,
-        "limit": limit,
+        "limit": None if limit < 0 else limit,  # negative: no limit (NULL on both)
     }
     return ("records_newest" if newest else "records_oldest"), args

@@ -1006,7 +1006,7 @@ def _confirm_one(delivery_id: int, cb: Callback) -> Operation[CallbackResult]:
     )
 
 
-def apply_kept(given: float, limit: int = 100) -> Operation[list[CallbackResult]]:
+def apply_kept(given: float, limit: int | None = 100) -> Operation[list[CallbackResult]]:
     """Apply the kept callbacks whose delivery is recorded now (each in this one
     transaction, oldest first), forget those kept longer than ``KEEP_CALLBACKS``; the
     results of those applied."""

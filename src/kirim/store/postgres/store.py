@@ -83,7 +83,7 @@ from kirim.store.sequence import Operation
 from kirim.store.sqlfiles import migrations
 from kirim.text import redact_url as redact
 from kirim.text import scrub
-from kirim.validation import MAX_ID
+from kirim.validation import as_id as _as_id
 
 T = TypeVar("T")
 
@@ -414,7 +414,7 @@ class PostgresStore:
         return await self._op(transitions.confirm(callback))
 
     async def apply_kept_callbacks(self, *, now: float, limit: int = 100) -> list[CallbackResult]:
-        return await self._op(transitions.apply_kept(now, limit))
+        return await self._op(transitions.apply_kept(now, _limit(limit)))
 
     async def counts(self) -> dict[str, dict[str, int]]:
         async with self._tx() as cur:
@@ -460,6 +460,8 @@ class PostgresStore:
         return token_from(found[0]) if found else None
 
     async def verify_token(self, token_hash: str) -> ApiToken | None:
+        if "\x00" in token_hash:
+            return None
         found = await self._rows("token_by_hash", {"hash": token_hash})
         return token_from(found[0]) if found else None
 
@@ -575,17 +577,6 @@ class PostgresStore:
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``, in one transaction."""
         return await self._op(retention.prune(now, keep, keys, limit, dry_run))
-
-
-def _as_id(text: str) -> int | None:
-    """The id a digit string names, as SQLite reads it (None when it cannot be one)."""
-    if not text.isdigit():
-        return None
-    try:
-        number = int(text)
-    except ValueError:
-        return None
-    return number if number <= MAX_ID else None
 
 
 def _limit(limit: int) -> int | None:

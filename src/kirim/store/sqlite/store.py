@@ -283,6 +283,9 @@ class SQLiteStore:
     async def enqueue(
         self, items: Sequence[NewDelivery], *, now: float, refuse: Refuse | None = None
     ) -> list[EnqueueResult]:
+        if not items:
+            return []
+
         def run(conn: sqlite3.Connection) -> list[EnqueueResult]:
             results = intake.enqueue(conn, items, self._t(now))
             if refuse is not None:
@@ -300,22 +303,31 @@ class SQLiteStore:
         limit: int,
         policies: Mapping[str, TypePolicy] | None = None,
     ) -> list[Claim]:
+        if limit == 0:
+            return []
         return await self._op(transitions.claim(worker_id, now, lease, limit, policies))
 
     async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
+        if not leases:
+            return []
         return await self._op(transitions.heartbeat(leases, now, lease))
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        if not intents:
+            return []
         return await self._op(transitions.record_intents(intents))
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
+        if not items:
+            return []
         return await self._op(transitions.finish(items))
 
     async def reap(self, *, now: float) -> list[Reaped]:
         return await self._op(transitions.reap(now))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
-        await self._op(transitions.release(leases, now))
+        if leases:
+            await self._op(transitions.release(leases, now))
 
     async def next_run_at(self) -> float | None:
         row = await self._one("next_run_at")
@@ -398,6 +410,8 @@ class SQLiteStore:
         return await self._tx(run, write=False)
 
     async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        if not delivery_ids:
+            return {}
         return attempts_by_delivery(
             delivery_ids,
             await self._all("attempts_of_many", {"ids": json.dumps(list(delivery_ids))}),
@@ -470,7 +484,7 @@ class SQLiteStore:
     async def create_token(
         self, name: str, token_hash: str, *, prefix: str, now: float
     ) -> ApiToken | None:
-        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": now}
+        args = {"name": name, "hash": token_hash, "prefix": prefix, "now": self._t(now)}
         row = await self._tx(lambda c: c.execute(Q["insert_token"], args).fetchone())
         return None if row is None else token_from(row)
 
@@ -480,10 +494,11 @@ class SQLiteStore:
 
     async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
         def run(conn: sqlite3.Connection) -> Row | None:
-            args = {"name": name_or_id, "now": now}
+            args = {"name": name_or_id, "now": self._t(now)}
             row: Row | None = conn.execute(Q["revoke_token_by_name"], args).fetchone()
             if row is None and (number := as_id(name_or_id)) is not None:
-                row = conn.execute(Q["revoke_token_by_id"], {"id": number, "now": now}).fetchone()
+                args = {"id": number, "now": args["now"]}
+                row = conn.execute(Q["revoke_token_by_id"], args).fetchone()
             return row
 
         row = await self._tx(run)
@@ -501,6 +516,9 @@ class SQLiteStore:
         hold: float,
         respond: Respond,
     ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        if not begin and not enqueue:
+            return [], []
+
         def run(
             conn: sqlite3.Connection,
         ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:

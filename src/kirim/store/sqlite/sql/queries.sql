@@ -65,7 +65,7 @@ SELECT * FROM kirim_attempts WHERE delivery_id = :delivery_id ORDER BY id;
 SELECT * FROM kirim_deliveries
 WHERE id > :after_id AND (:status IS NULL OR status = :status)
   AND (:channel IS NULL OR channel = :channel)
-ORDER BY id LIMIT :limit;
+ORDER BY id LIMIT coalesce(:limit, -1);
 
 -- name: dead_letters
 -- Dead jobs, oldest first, each with its delivery.
@@ -75,7 +75,7 @@ SELECT d.*,
        j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
        j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
        j.created_at AS job_created_at, j.updated_at AS job_updated_at
-FROM (SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT :limit) AS j
+FROM (SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT coalesce(:limit, -1)) AS j
 JOIN kirim_deliveries d ON d.id = j.delivery_id
 ORDER BY j.id;
 
@@ -84,7 +84,7 @@ ORDER BY j.id;
 SELECT * FROM kirim_deliveries
 WHERE id = :id OR idempotency_key = :text OR event_id = :text
 ORDER BY id DESC
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);
 
 -- name: insert_token
 -- A new API token (its hash); nothing when an active token has the name.
