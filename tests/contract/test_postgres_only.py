@@ -365,11 +365,11 @@ async def _tables(store: SQLiteStore | PostgresStore) -> dict[str, list[dict[str
     for table in ("kirim_deliveries", "kirim_jobs", "kirim_attempts"):
         sql = f"SELECT * FROM {table} ORDER BY id"
         if isinstance(store, SQLiteStore):
-            out[table] = await store._tx(
+            out[table] = await store.driver._tx(
                 lambda c, q=sql: [dict(r) for r in c.execute(q)], write=False
             )
         else:
-            async with store._auto() as cur:
+            async with store.driver.cursor(transaction=False) as cur:
                 await cur.execute(sql)
                 out[table] = [dict(r) for r in await cur.fetchall()]
     return out

@@ -23,6 +23,11 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- When the earliest claimable job is due.
 SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
 
+-- name: next_due_in
+-- Seconds until the earliest claimable job is due, in the time of record.
+SELECT MIN(run_at) - :now AS due_in FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled');
+
 -- name: count_running
 -- Unfinished work of earlier claims: jobs running or waiting for a retry.
 SELECT COUNT(*) AS n FROM kirim_jobs WHERE status IN ('running', 'retry_scheduled');
