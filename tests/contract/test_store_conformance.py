@@ -13,9 +13,10 @@ import inspect
 import pytest
 
 from kirim.engine import NotifyRequest
+from kirim.errors import StoreError
 from kirim.model import AttemptStatus, CallbackStatus, DeliveryStatus, JobStatus
 from kirim.preferences import Preferences
-from kirim.store import base, open_store
+from kirim.store import base, intake, open_store
 from kirim.store.base import (
     SCHEMA_VERSION,
     AttemptOutcome,
@@ -29,6 +30,7 @@ from kirim.store.base import (
     StoredResponse,
 )
 from kirim.store.retention import Prunes
+from kirim.store.sequence import Query
 from kirim.testing import ManualClock
 
 LEASE = 10.0
@@ -701,6 +703,35 @@ async def test_drift_time_of_record_is_the_stores_for_tokens(database_url) -> No
         assert revoked.revoked_at == 5000.0
     finally:
         await store.close()
+
+
+def _expiring_tombstones(op):
+    """``op``, with every tombstone deleted just before it reads the tombstones: the
+    interleaving of a prune that expires them between two of its statements."""
+    answer = None
+    try:
+        while True:
+            step = op.send(answer)
+            if isinstance(step, Query) and step.name == "tombstones_by_hashes":
+                yield Query("prune_expire_tombstones", {"before": 1e18, "limit": 100}, count=True)
+            answer = yield step
+    except StopIteration as done:
+        return done.value
+
+
+async def test_drift_a_tombstone_that_vanishes_during_enqueue_is_a_store_error(
+    make_app, clock
+) -> None:
+    """A key whose tombstone expires between the enqueue's statements is a StoreError
+    (try again), on every driver."""
+    app = await make_app()
+    assert (await app.store.import_keys(["k1"], now=clock.now())).imported == 1
+    item = app.prepare(
+        NotifyRequest(event_id="e", recipient="u", channel="push", payload={}, key="k1")
+    )
+    with pytest.raises(StoreError, match="vanished during enqueue"):
+        await app.store.driver.run(_expiring_tombstones(intake.enqueue([item], clock.now())))
+    assert (await app.store.counts())["deliveries"] == {}  # rolled back
 
 
 # -- every operation has its case -----------------------------------------------------
