@@ -8,6 +8,8 @@ request, written before the request leaves.
 from __future__ import annotations
 
 import enum
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,8 +195,36 @@ class EnqueueResult:
     pruned: bool = False
 
 
-#: One delivery as an operator reads it: the record, its most recent job, its attempts.
-Record = tuple[Delivery, Job | None, list[Attempt]]
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One delivery as an operator reads it: the delivery, its most recent job (None
+    when it has none), its attempts, oldest first.
+
+    Unpacking it as a tuple (``delivery, job, attempts = record``) or indexing it still
+    works for one release, with a DeprecationWarning: read ``record.delivery``, ``.job`` and
+    ``.attempts`` instead.
+    """
+
+    delivery: Delivery
+    job: Job | None
+    attempts: list[Attempt]
+
+    def __iter__(self) -> Iterator[Any]:
+        warnings.warn(
+            "unpacking a Record as a tuple is deprecated: use record.delivery, "
+            "record.job and record.attempts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return iter((self.delivery, self.job, self.attempts))
+
+    def __getitem__(self, index: int) -> Any:
+        warnings.warn(
+            "indexing a Record is deprecated: use record.delivery, record.job and record.attempts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return (self.delivery, self.job, self.attempts)[index]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

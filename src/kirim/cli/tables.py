@@ -117,7 +117,7 @@ def _field(console: Console, label: str, value: Text, *, prose: bool, indent: st
 
 def show_status(console: Console, record: Record) -> None:
     """A delivery's facts (label and value, ids never cut), then its timeline."""
-    d, job, _ = record
+    d, job = record.delivery, record.job
     facts: list[tuple[str, Text, bool]] = [
         ("delivery", text_cell(d.id), False),
         ("key", text_cell(d.idempotency_key), False),
@@ -148,7 +148,7 @@ def show_status(console: Console, record: Record) -> None:
 
 
 def _timeline(console: Console, record: Record) -> None:
-    d = record[0]
+    d = record.delivery
     rows: list[tuple[str, str, str, Text, str]] = []
     for e in events(record, now=time.time()):
         style = "yellow" if e.warn else ""

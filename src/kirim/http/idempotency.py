@@ -159,7 +159,7 @@ def _respond(result: EnqueueResult) -> StoredResponse | None:
     """The response kept for a new delivery; None (keep nothing) for an existing one."""
     if not result.created:
         return None
-    record: Record = (result.delivery, result.job, [])
+    record = Record(result.delivery, result.job, [])
     return StoredResponse(
         status_code=201, body=json.dumps(delivery_json(record), ensure_ascii=False)
     )
@@ -337,7 +337,7 @@ class Intake:
         if self.kirim.metrics is not None:
             self.kirim.metrics.enqueue_conflict(d.channel)
         if result.pruned:  # its fields went with it: the tombstone's id, key and status
-            shown = json.dumps(delivery_json((d, None, [])), ensure_ascii=False)
+            shown = json.dumps(delivery_json(Record(d, None, [])), ensure_ascii=False)
             return Answer(200, shown, delivery_id=d.id)
         if (field := reused_field(d, item)) is not None:
             raise reused(item.idempotency_key, field)

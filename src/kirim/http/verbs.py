@@ -55,12 +55,12 @@ class Verb:
 
 
 def _retry_offered(record: Record) -> bool:
-    job = record[1]
+    job = record.job
     return job is not None and job.status is JobStatus.DEAD
 
 
 def _cancel_offered(record: Record) -> bool:
-    d = record[0]
+    d = record.delivery
     return d.status in CANCELABLE or (
         d.status is DeliveryStatus.PROCESSING and d.claim_token is None
     )
@@ -74,7 +74,7 @@ def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
 
 def _retry_effect(app: Kirim, record: Record, now: float) -> Effect:
     found = _copies(app, record, now)
-    until = _pending(record[2], now)
+    until = _pending(record.attempts, now)
     if until is None:
         return found
     return Effect(
@@ -88,7 +88,7 @@ def _retry_effect(app: Kirim, record: Record, now: float) -> Effect:
 def _copies(app: Kirim, record: Record, now: float) -> Effect:
     """Whether a retry may make a second copy (``Kirim.second_copy_possible``, the rule
     the API and the CLI use too), in words."""
-    d, _, attempts = record
+    d, attempts = record.delivery, record.attempts
     channels = app.known_channels()
     if app.second_copy_possible(record):
         why = "an earlier request may have reached the provider"
@@ -114,7 +114,7 @@ def _copies(app: Kirim, record: Record, now: float) -> Effect:
 
 
 def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
-    d, _, attempts = record
+    d, attempts = record.delivery, record.attempts
     until = _pending(attempts, now)
     if until is not None:
         return Effect(
@@ -133,11 +133,11 @@ def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
 def _reconcile_offered(record: Record) -> bool:
     """A delivery in doubt (held, or sent under an assumption): whether its provider can
     be asked, the verb says when it runs."""
-    return record[0].doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
+    return record.delivery.doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
 
 
 def _reconcile_effect(app: Kirim, record: Record, now: float) -> Effect:
-    until = _pending(record[2], now)
+    until = _pending(record.attempts, now)
     if until is not None:
         return Effect(
             text=f"refused until {iso(until)}: an earlier request may still land until then",

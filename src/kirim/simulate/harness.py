@@ -248,7 +248,8 @@ class _KirimSide(_Side):
             cursor: int | None = None
             while True:  # every delivery, a page (deliveries, jobs, attempts) at a time
                 page = await app.records(EVERY, cursor=cursor, limit=500)
-                for d, job, attempts in page.records:
+                for rec in page.records:
+                    d, job, attempts = rec.delivery, rec.job, rec.attempts
                     doubtful = any(a.status.in_doubt for a in attempts)
                     succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
                     # a lookup that found the key settles the doubt: known sent

@@ -515,6 +515,11 @@ class Queue(Protocol):
         """The run_at of the earliest claimable job, if any."""
         ...
 
+    async def ping(self) -> None:
+        """One round trip that reads nothing: does the database answer? (StoreError
+        when it does not.)"""
+        ...
+
     async def waiting(self, *, now: float) -> Waiting:
         """The jobs running, waiting for a retry, and queued for after ``now`` (the
         caller's time; the store's time of record when it keeps one)."""
@@ -554,18 +559,11 @@ class Operator(Protocol):
         """The delivery's most recent job."""
         ...
 
-    async def get_attempts(self, delivery_id: int) -> list[Attempt]: ...
-
-    async def list_deliveries(
-        self,
-        *,
-        status: DeliveryStatus | None = None,
-        channel: str | None = None,
-        after_id: int = 0,
-        limit: int = 100,
-    ) -> list[Delivery]:
-        """Deliveries with ids above ``after_id``, oldest first (an operator's pages,
-        with jobs and attempts, are ``records``)."""
+    async def record(
+        self, key_or_id: str | int, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Record | None:
+        """The delivery (found as ``get_delivery`` finds it), its most recent job and
+        its attempts, read in one transaction."""
         ...
 
     async def records(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from kirim.model import Attempt, Delivery, DeliveryStatus, Job, Record, RecordFilter
+from kirim.model import Attempt, Delivery, Job, Record, RecordFilter
 from kirim.store.base import ActivityBucket, ApiToken, DeadLetter, QueueStats, Waiting, waiting_from
 from kirim.store.rows import (
     attempt_from,
@@ -40,6 +40,10 @@ def _text(value: str) -> bool:
 
 
 # -- the worker's idle loop -------------------------------------------------------------
+
+
+def ping() -> Operation[None]:
+    yield Query("ping")
 
 
 def next_run_at() -> Operation[float | None]:
@@ -94,38 +98,15 @@ def get_job(delivery_id: int) -> Operation[Job | None]:
     return job_from(found[0]) if found else None
 
 
-def get_attempts(delivery_id: int) -> Operation[list[Attempt]]:
-    return [attempt_from(r) for r in (yield Query("attempts_of", {"delivery_id": delivery_id}))]
-
-
-def record(delivery_id: int) -> Operation[Record | None]:
-    """One delivery with its latest job and its attempts (one snapshot)."""
-    args = {"delivery_id": delivery_id}
-    found, job, attempts = yield (
-        Query("delivery_by_id", {"id": delivery_id}),
-        Query("latest_job", args),
-        Query("attempts_of", args),
-    )
-    if not found:
+def record(key_or_id: str, by: Literal["auto", "id", "key"]) -> Operation[Record | None]:
+    """One delivery (as ``get_delivery`` finds it) with its latest job and its attempts,
+    in one snapshot."""
+    delivery = yield from get_delivery(key_or_id, by)
+    if delivery is None:
         return None
-    record: Record = (
-        delivery_from(found[0]),
-        job_from(job[0]) if job else None,
-        [attempt_from(a) for a in attempts],
-    )
-    return record
-
-
-def list_deliveries(
-    status: DeliveryStatus | None, channel: str | None, after_id: int, n: int
-) -> Operation[list[Delivery]]:
-    args = {
-        "status": None if status is None else str(status),
-        "channel": channel,
-        "limit": limit(n),
-        "after_id": after_id,
-    }
-    return [delivery_from(r) for r in (yield Query("deliveries_after", args))]
+    args = {"delivery_id": delivery.id}
+    job, attempts = yield (Query("latest_job", args), Query("attempts_of", args))
+    return Record(delivery, job_from(job[0]) if job else None, [attempt_from(a) for a in attempts])
 
 
 def records(where: RecordFilter, cursor: int | None, n: int) -> Operation[list[Record]]:

@@ -158,7 +158,7 @@ def records_from(rows: Sequence[Row], attempts: Sequence[Row]) -> list[Record]:
     """A page's records: each delivery row (joined with its latest job's ``job_``
     columns) with its attempts, from ``attempts_of_many``'s rows."""
     by_delivery = attempts_by_delivery([r["id"] for r in rows], attempts)
-    return [(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
+    return [Record(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
 
 
 def attempts_by_delivery(ids: Sequence[int], attempts: Sequence[Row]) -> dict[int, list[Attempt]]:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from kirim.addresses import Address
-from kirim.model import Attempt, Delivery, DeliveryStatus, EnqueueResult, Job, Record, RecordFilter
+from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import (
     addresses,
@@ -172,6 +172,9 @@ class SQLStore:
     async def next_run_at(self) -> float | None:
         return await self._read(reads.next_run_at())
 
+    async def ping(self) -> None:
+        await self._read(reads.ping())
+
     async def next_due_in(self, *, now: float) -> float | None:
         return await self._read(reads.next_due_in(now))
 
@@ -194,22 +197,10 @@ class SQLStore:
     async def get_job(self, delivery_id: int) -> Job | None:
         return await self._read(reads.get_job(delivery_id))
 
-    async def get_attempts(self, delivery_id: int) -> list[Attempt]:
-        return await self._read(reads.get_attempts(delivery_id))
-
-    async def record(self, delivery_id: int) -> Record | None:
-        """The delivery, its latest job and its attempts, read in one transaction."""
-        return await self._read(reads.record(delivery_id), snapshot=True)
-
-    async def list_deliveries(
-        self,
-        *,
-        status: DeliveryStatus | None = None,
-        channel: str | None = None,
-        after_id: int = 0,
-        limit: int = 100,
-    ) -> list[Delivery]:
-        return await self._read(reads.list_deliveries(status, channel, after_id, limit))
+    async def record(
+        self, key_or_id: str | int, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Record | None:
+        return await self._read(reads.record(str(key_or_id), by), snapshot=True)
 
     async def records(
         self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50

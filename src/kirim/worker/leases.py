@@ -88,7 +88,7 @@ class Heartbeat:
                     if self._leases or self.renewal_ok:
                         await self.beat()
                     else:  # nothing left to renew: does the store answer again?
-                        await self.store.next_run_at()
+                        await self.store.ping()
                 last_ok = self.clock.now()
                 if not self.renewal_ok:
                     self.log.info("lease_renewal_restored")

@@ -19,6 +19,10 @@ SELECT value FROM kirim_meta WHERE key = 'schema_version';
 INSERT INTO kirim_meta (key, value) VALUES ('schema_version', :version)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
+-- name: ping
+-- Does the database answer? (The worker's heartbeat, with no lease to renew.)
+SELECT 1 AS one;
+
 -- name: next_run_at
 -- When the earliest claimable job is due.
 SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
@@ -64,13 +68,6 @@ SELECT * FROM kirim_jobs WHERE delivery_id = :delivery_id ORDER BY id DESC LIMIT
 -- name: attempts_of
 -- Every attempt of a delivery.
 SELECT * FROM kirim_attempts WHERE delivery_id = :delivery_id ORDER BY id;
-
--- name: deliveries_after
--- A page of deliveries above an id, oldest first (filters: NULL for any).
-SELECT * FROM kirim_deliveries
-WHERE id > :after_id AND (:status IS NULL OR status = :status)
-  AND (:channel IS NULL OR channel = :channel)
-ORDER BY id LIMIT coalesce(:limit, -1);
 
 -- name: dead_letters
 -- Dead jobs, oldest first, each with its delivery.
