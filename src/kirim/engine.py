@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from kirim import limits, operations
 from kirim.address_book import AddressBook
@@ -227,11 +227,11 @@ class Kirim(AddressBook):
         if connection is None:
             return await self.store.enqueue(items, now=now, refuse=refuse)
         store = self.store
-        if not isinstance(store, EnqueuesIn):
+        if not getattr(store, "enqueues_in", False):
             raise ConfigError(
                 "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
             )
-        results = await store.enqueue_in(connection, items, now=now)
+        results = await cast(EnqueuesIn, store).enqueue_in(connection, items, now=now)
         refuse(results)
         return results
 

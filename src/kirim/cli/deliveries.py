@@ -193,7 +193,8 @@ async def _retired(app: Kirim, records: list[views.Record]) -> dict[int, Address
     """The retired address of each delivery whose recipient's address was retired
     (``kirim.addresses``), by delivery id."""
     out: dict[int, Address] = {}
-    for d, _, _ in records:
+    for record in records:
+        d = record.delivery
         if d.recipient_id is None:
             continue
         with contextlib.suppress(KirimError):

@@ -177,7 +177,8 @@ def _timeline(console: Console, record: Record) -> None:
 def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
     """A table of deliveries when it fits, else one delivery at a time."""
     rows: list[tuple[str, Text, Text, Text, Text, Text, str, Text]] = []
-    for d, job, attempts in records:
+    for record in records:
+        d, job, attempts = record.delivery, record.job, record.attempts
         tries = str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}"
         said = d.last_error or (job.last_error if job is not None else None)
         job_status = text_cell(None) if job is None else styled(job.status)

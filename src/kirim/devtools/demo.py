@@ -221,7 +221,8 @@ async def _report(
         cursor: int | None = None
         while True:  # every delivery with its job, a page at a time
             page = await app.records(EVERY, cursor=cursor, limit=500)
-            for d, job, _ in page.records:
+            for record in page.records:
+                d, job = record.delivery, record.job
                 if job is not None:
                     retries += max(0, job.attempts - 1)
                     dead += job.status is JobStatus.DEAD

@@ -16,7 +16,7 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from kirim.addresses import Address
 from kirim.clock import Clock
@@ -34,6 +34,9 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
+
+if TYPE_CHECKING:
+    from kirim.store.retention import PruneResult
 
 SCHEMA_VERSION = 9
 
@@ -440,12 +443,14 @@ Refuse = Callable[[Sequence[EnqueueResult]], None]
 
 # -- the store, by role ----------------------------------------------------------------
 #
-# Each caller names the role it needs (the worker a ``Queue``, the token commands
-# ``Tokens``…); ``Store`` is all of them, which each backend implements. The roles are
-# ``runtime_checkable`` so that a test can ask a backend which it plays; the optional
-# capabilities (``WaitsForJobs``, ``EnqueuesIn``) are asked for with ``isinstance``.
-# Such a check looks for the members' names only (``hasattr`` up to Python 3.11,
-# ``inspect.getattr_static`` from 3.12 on), never at their signatures.
+# Each caller names the role it needs (the worker a ``WorkerStore``, the token
+# commands ``Tokens``…); ``Store`` is all of them, which ``SQLStore`` implements on
+# either driver. The roles are ``runtime_checkable`` so that a test can ask a store
+# which it plays. The optional capabilities are declared, not guessed: a store says
+# ``listens`` (it has ``WaitsForJobs.wait_for_jobs``) and ``enqueues_in`` (it has
+# ``EnqueuesIn.enqueue_in``); a caller reads the flag, never ``isinstance``, which
+# looks for names only (``inspect.getattr_static`` from Python 3.12 on: a proxy's
+# ``__getattr__`` is not seen).
 
 
 @runtime_checkable
@@ -455,6 +460,10 @@ class Lifecycle(Protocol):
     url: str
     #: the folder of its SQL files under ``kirim.store``: ``sqlite`` or ``postgres``
     dialect: str
+    #: declared capabilities: ``wait_for_jobs`` (LISTEN/NOTIFY wake-ups) and
+    #: ``enqueue_in`` (enqueue in the caller's own transaction) are there to call
+    listens: bool
+    enqueues_in: bool
 
     async def open(self) -> None: ...
 
@@ -788,10 +797,37 @@ class Notifications(Protocol):
 
 
 @runtime_checkable
+@runtime_checkable
+class Prunes(Protocol):
+    """A store that prunes its ledger (both drivers)."""
+
+    async def prune(
+        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+    ) -> PruneResult:
+        """One batch (one transaction): see ``kirim.store.retention.prune``."""
+        ...
+
+
+class WorkerStore(Queue, Notifications, Prunes, Protocol):
+    """What a worker calls: the queue, digests and provider rates, and retention; and
+    whether it can ``wait_for_jobs`` (``WaitsForJobs``)."""
+
+    listens: bool
+
+
 class Store(
-    Lifecycle, Queue, Operator, Ledger, Tokens, Recipients, Addresses, Notifications, Protocol
+    Lifecycle,
+    Queue,
+    Operator,
+    Ledger,
+    Tokens,
+    Recipients,
+    Addresses,
+    Notifications,
+    Prunes,
+    Protocol,
 ):
-    """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
+    """Every role: ``kirim.store.sql.SQLStore`` (``SQLiteStore``, ``PostgresStore``)."""
 
 
 # -- optional capabilities (PostgreSQL's) ----------------------------------------------

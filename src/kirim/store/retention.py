@@ -64,7 +64,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from kirim.model import (
     FINAL_DELIVERY,
@@ -75,6 +75,7 @@ from kirim.model import (
     Job,
     JobStatus,
 )
+from kirim.store.base import Prunes
 from kirim.store.rows import Row, attempt_from, delivery_from, job_from
 from kirim.store.sequence import TIME, Operation, Query
 
@@ -158,17 +159,6 @@ class PruneResult:
             "digest_events_expired": self.digest_events_expired,
             "throttle_expired": self.throttle_expired,
         }
-
-
-@runtime_checkable
-class Prunes(Protocol):
-    """A store that prunes its ledger (both backends)."""
-
-    async def prune(
-        self, *, now: float, keep: float, keys: float, limit: int = BATCH, dry_run: bool = False
-    ) -> PruneResult:
-        """One batch (one transaction): see ``kirim.store.retention.prune``."""
-        ...
 
 
 # -- the rule ----------------------------------------------------------------------------

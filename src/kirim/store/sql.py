@@ -91,6 +91,8 @@ class SQLStore:
         self.driver = driver
         self.dialect = driver.dialect
         self.url = driver.url
+        self.listens = driver.listens
+        self.enqueues_in = driver.enqueues_in
         self.time: StoreTime = driver.time
 
     async def _op(self, op: Operation[T]) -> T:

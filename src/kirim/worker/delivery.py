@@ -70,7 +70,7 @@ from kirim.store.base import (
     FinishResult,
     Intent,
     Lease,
-    Queue,
+    WorkerStore,
 )
 from kirim.text import stored_message_id, stored_text
 from kirim.worker.batching import Batcher
@@ -110,7 +110,7 @@ class Deliverer:
 
     def __init__(
         self,
-        store: Queue,
+        store: WorkerStore,
         channels: Mapping[str, Channel],
         *,
         settings: WorkerSettings,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from kirim.clock import Clock
 from kirim.errors import StoreError
-from kirim.store.base import Lease, Queue, QueueStats
-from kirim.store.retention import PruneResult, Prunes
+from kirim.store.base import Lease, QueueStats, WorkerStore
+from kirim.store.retention import PruneResult
 from kirim.worker.settings import WorkerSettings
 from kirim.worker.stats import WorkerStats
 
@@ -39,7 +39,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        store: Queue,
+        store: WorkerStore,
         *,
         clock: Clock,
         settings: WorkerSettings,
@@ -108,7 +108,7 @@ class Reaper:
 
     def __init__(
         self,
-        store: Queue,
+        store: WorkerStore,
         *,
         clock: Clock,
         settings: WorkerSettings,
@@ -209,7 +209,7 @@ class Reaper:
         is no ``retention_keep``."""
         keep = self.settings.retention_keep
         store = self.store
-        if keep is None or self._monotonic() < self._prune_at or not isinstance(store, Prunes):
+        if keep is None or self._monotonic() < self._prune_at:
             return None
         self._prune_at = self._monotonic() + PRUNE_EVERY
         total = PruneResult()

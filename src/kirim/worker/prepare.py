@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
 from kirim.clock import Clock
-from kirim.errors import StoreError
 from kirim.model import Delivery, DeliveryStatus, JobStatus
-from kirim.store.base import Claim, Compose, Finish, Notifications, Queue
+from kirim.store.base import Claim, Compose, Finish, Notifications, WorkerStore
 from kirim.worker.decisions import Decisions
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class Prepare:
 
     def __init__(
         self,
-        store: Queue,
+        store: WorkerStore,
         *,
         digests: Mapping[str, Compose],
         decide: Decisions,
@@ -62,10 +61,7 @@ class Prepare:
         self._monotonic = monotonic
 
     def _notifications(self) -> Notifications:
-        store = self.store
-        if not isinstance(store, Notifications):
-            raise StoreError(f"{type(store).__name__} cannot seal digests or keep rates")
-        return store
+        return self.store
 
     def carries_digest(self, claim: Claim) -> bool:
         return claim.delivery.type is not None and claim.delivery.type in self.digests
