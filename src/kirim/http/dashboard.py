@@ -412,7 +412,7 @@ async def _backward(app: Kirim, query: browse.Browse, page: Page) -> str | None:
         return None
     where = query.where
     if page.records:
-        edge = page.records[0][0].id
+        edge = page.records[0].delivery.id
     else:  # past the end: everything before the cursor itself
         edge = query.cursor + (1 if where.oldest_first else -1)
     reverse = dataclasses.replace(where, oldest_first=not where.oldest_first)
@@ -421,7 +421,7 @@ async def _backward(app: Kirim, query: browse.Browse, page: Page) -> str | None:
         return None
     if before.next_cursor is None:  # the page before is the first
         return browse.link(query.form)
-    farthest = before.records[-1][0].id
+    farthest = before.records[-1].delivery.id
     return browse.link(query.form, farthest - 1 if where.oldest_first else farthest + 1)
 
 

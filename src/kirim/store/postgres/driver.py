@@ -58,7 +58,10 @@ async def execute(cur: Cursor, step: Query) -> Any:
         if step.optional:
             return 0 if step.count else []
         raise KeyError(f"PostgreSQL has no query named {step.name!r}")
-    await cur.execute(sql, bind(step.args))
+    # never prepared: a generic plan would not know how many items an array holds (the
+    # pool's connections prepare nothing anyway, ``connect.SESSIONLESS``; a caller's own,
+    # in ``run_in``, might)
+    await cur.execute(sql, bind(step.args), prepare=False)
     if step.count:
         return cur.rowcount
     return await cur.fetchall() if cur.description is not None else []
@@ -79,7 +82,7 @@ async def together(cur: Cursor, steps: Group) -> list[Any]:
                 cursors.append(None)
                 continue
             c = conn.cursor(row_factory=cur.row_factory)
-            await c.execute(Q[q.name], bind(q.args))
+            await c.execute(Q[q.name], bind(q.args), prepare=False)
             cursors.append(c)
         await pipeline.sync()
         out: list[Any] = []
