@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kirim.errors import StoreError
 from kirim.explore.faults import FaultyStore
 from kirim.explore.pglane import HIDDEN, BlockingStore
 from kirim.store.base import (
@@ -46,16 +47,23 @@ def test_store_is_the_union_of_the_roles() -> None:
     assert set(ROLES[:-1]) <= set(Store.__mro__)
 
 
-def test_only_postgres_has_the_optional_capabilities(tmp_path: Path) -> None:
-    """The capabilities are declared (listens, enqueues_in) and the methods are there."""
+def test_only_postgres_declares_the_optional_capabilities(tmp_path: Path) -> None:
+    """The capabilities are declared (listens, enqueues_in), not guessed from names."""
     sqlite = SQLiteStore(f"sqlite:///{tmp_path / 'kirim.db'}")
     assert (sqlite.listens, sqlite.enqueues_in) == (False, False)
-    assert not isinstance(sqlite, WaitsForJobs)
-    assert not isinstance(sqlite, EnqueuesIn)
     postgres = postgres_store()
     assert (postgres.listens, postgres.enqueues_in) == (True, True)  # type: ignore[attr-defined]
     assert isinstance(postgres, WaitsForJobs)
     assert isinstance(postgres, EnqueuesIn)
+
+
+async def test_a_capability_not_declared_is_refused(tmp_path: Path) -> None:
+    """SQLite's store refuses to wait for jobs or enqueue in a caller's transaction."""
+    sqlite = SQLiteStore(f"sqlite:///{tmp_path / 'kirim.db'}")
+    with pytest.raises(StoreError, match="poll instead"):
+        await sqlite.wait_for_jobs(0)
+    with pytest.raises(StoreError, match="your transaction"):
+        await sqlite.enqueue_in(object(), [], now=0)
 
 
 def test_the_worker_role_holds_what_a_worker_calls(tmp_path: Path) -> None:

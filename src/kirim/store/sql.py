@@ -11,9 +11,10 @@ beyond the common part is declared as attributes (``listens``, ``enqueues_in``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from kirim.addresses import Address
+from kirim.errors import StoreError
 from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import (
@@ -83,6 +84,23 @@ class Driver(Protocol):
         statement, ``snapshot`` False: as the driver likes best)."""
         ...
 
+    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
+        """Told the intents just committed (PostgreSQL's driver watches its ledger
+        after a lost connection: ``postgres.ledger``)."""
+        ...
+
+
+class Listening(Protocol):
+    """A driver that ``listens``: LISTEN/NOTIFY wake-ups."""
+
+    async def wait_for_jobs(self, timeout: float) -> bool: ...  # noqa: ASYNC109
+
+
+class EnqueuingIn(Protocol):
+    """A driver that ``enqueues_in``: operations in a caller's open transaction."""
+
+    async def run_in(self, conn: Any, op: Operation[T]) -> T: ...
+
 
 class SQLStore:
     """Every store operation, on the database of ``driver``."""
@@ -129,6 +147,16 @@ class SQLStore:
             return []
         return await self._op(_refused(intake.enqueue(items, now), refuse))
 
+    async def enqueue_in(
+        self, conn: Any, items: Sequence[NewDelivery], *, now: float
+    ) -> list[EnqueueResult]:
+        """Enqueue inside the caller's open transaction on ``conn``; nothing is committed:
+        the deliveries (and the workers' wake-up) exist when, and only if, the caller
+        commits. Only where the store ``enqueues_in`` (else StoreError)."""
+        if not self.enqueues_in:
+            raise StoreError(f"the {self.dialect} store cannot enqueue in your transaction")
+        return await cast(EnqueuingIn, self.driver).run_in(conn, intake.enqueue(items, now))
+
     async def claim(
         self,
         *,
@@ -152,12 +180,8 @@ class SQLStore:
         if not intents:
             return []
         done = await self._op(transitions.record_intents(intents))
-        self.committed(intents, done)
+        self.driver.committed(intents, done)
         return done
-
-    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
-        """Called with the intents just committed (a driver that watches its ledger
-        after a lost connection remembers them)."""
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
         if not items:
@@ -170,6 +194,14 @@ class SQLStore:
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         if leases:
             await self._op(transitions.release(leases, now))
+
+    async def wait_for_jobs(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until a job may have become claimable (an enqueue, a retry, a released
+        or reaped lease, here or on any host): True when notified, False on timeout.
+        Only where the store ``listens`` (else StoreError: poll instead)."""
+        if not self.listens:
+            raise StoreError(f"the {self.dialect} store cannot wait for jobs: poll instead")
+        return await cast(Listening, self.driver).wait_for_jobs(timeout)
 
     async def next_run_at(self) -> float | None:
         return await self._read(reads.next_run_at())

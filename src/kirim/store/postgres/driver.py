@@ -13,7 +13,7 @@ operations inside the application's own transaction (``enqueues_in``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -22,7 +22,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from kirim.errors import ConfigError, SchemaError, StoreError
-from kirim.store.base import SCHEMA_VERSION, StoreTime
+from kirim.store.base import SCHEMA_VERSION, Intent, StoreTime
 from kirim.store.pooler import Wakeups
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import At, Group, Now, Operation, Query, callers_time, fixed_time
@@ -253,6 +253,9 @@ class PostgresDriver:
         False), in autocommit: one round trip."""
         async with self.cursor(transaction=write or snapshot) as cur:
             return await drive(op, cur, self.time)
+
+    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
+        self.ledger.committed(intents, done)
 
     async def run_in(self, conn: psycopg.AsyncConnection[Any], op: Operation[T]) -> T:
         """Run ``op`` on the caller's connection, in the transaction it has open."""

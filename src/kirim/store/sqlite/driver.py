@@ -12,14 +12,14 @@ import asyncio
 import json
 import sqlite3
 import time as _time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from kirim.errors import ConfigError, SchemaError, StoreError
-from kirim.store.base import SCHEMA_VERSION, StoreTime
+from kirim.store.base import SCHEMA_VERSION, Intent, StoreTime
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import At, Now, Operation, Query, callers_time, fixed_time
 from kirim.store.sqlfiles import load_queries, migrations
@@ -186,6 +186,9 @@ class SQLiteDriver:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
+        """Nothing to watch: SQLite loses no acknowledged commit (``synchronous=full``)."""
 
     def abandon(self) -> None:
         """Drop the connection without a word, as a process that died does (the
