@@ -39,8 +39,8 @@ class DeliveryStatus(enum.StrEnum):
 
 
 #: Statuses no worker acts on: only a late answer, a provider's callback or an operator
-#: moves them on (kirim.machine's edge table; docs/design.md, "The records and their
-#: edges"). An assumed ``sent`` can still reopen.
+#: moves them on (kirim.machine's edge table, in
+#: docs/design.md, "The records and their edges"). An assumed ``sent`` can reopen.
 AT_REST = frozenset(
     {
         DeliveryStatus.SENT,

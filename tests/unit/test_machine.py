@@ -27,17 +27,17 @@ def test_no_worker_edge_leaves_a_status_at_rest() -> None:
     left = {e.source for e in machine.EDGES if e.by in workers}
     assert not left & AT_REST
     # the rest: waiting for a worker, being sent, or held for an operator
-    assert ALL - AT_REST == {
+    assert {
         DeliveryStatus.PENDING,
         DeliveryStatus.PROCESSING,
         DeliveryStatus.IN_DOUBT,
-    }
+    } == ALL - AT_REST
 
 
 def test_terminal_statuses_are_the_ones_no_edge_leaves() -> None:
     """Delivered and suppressed never change; an assumed sent can reopen, so sent is not
     terminal although it is at rest."""
-    assert machine.TERMINAL == {DeliveryStatus.DELIVERED, DeliveryStatus.SUPPRESSED}
+    assert {DeliveryStatus.DELIVERED, DeliveryStatus.SUPPRESSED} == machine.TERMINAL
     assert machine.is_edge(DeliveryStatus.SENT, DeliveryStatus.PENDING)
 
 
@@ -50,7 +50,9 @@ def test_check_logs_a_change_that_is_not_an_edge(edges_known: Any) -> None:
     edges_known.unknown.clear()
 
 
-def _delivery(status: DeliveryStatus, *, doubt: Doubt | None = None, claimed: bool = False) -> Delivery:
+def _delivery(
+    status: DeliveryStatus, *, doubt: Doubt | None = None, claimed: bool = False
+) -> Delivery:
     return Delivery(
         id=1,
         idempotency_key="k",

@@ -1,6 +1,6 @@
 """One claimed delivery's protocol: decide, write ahead, send, classify, commit.
 
-``Deliverer.process`` runs DESIGN.md's worker steps 2 to 7 for one claim (the worker
+``Deliverer.process`` runs docs/design.md's steps 2 to 7 for one claim (the worker
 runs many at once):
 
 - ``_deliver``: a no-op or busy claim ends here; a channel that is not configured
@@ -265,7 +265,7 @@ class Deliverer:
                 self.metrics.failover(home, way.to)
 
     async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
-        """DESIGN step 4: an earlier request may have reached the provider. Ask the
+        """docs/design.md, step 4: an earlier request may have reached the provider. Ask the
         provider when it can be asked; ``Decisions.in_doubt`` decides. None: send."""
         self.stats.in_doubt_seen += 1
         lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
@@ -286,7 +286,7 @@ class Deliverer:
     # -- steps 5 to 7 ------------------------------------------------------------------
 
     async def _send(self, log: Any, claim: Claim, channel: Channel, chain: tuple[str, ...]) -> None:
-        """DESIGN step 5: commit the intent, then send within its bound (``_request``),
+        """docs/design.md, step 5: commit the intent, then send within its bound (``_request``),
         or record that nothing was sent (``_not_sent``). ``channel``: the one routed to;
         ``chain``: the delivery's channel and its fallbacks."""
         job = claim.job
@@ -502,7 +502,7 @@ class Deliverer:
     async def _commit(
         self, log: Any, claim: Claim, finish: Finish, *, answered: float | None = None
     ) -> None:
-        """DESIGN step 6: one transaction, fenced by the token; retried on store errors.
+        """docs/design.md, step 6: one transaction, fenced by the token; retried on store errors.
 
         ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
         """

@@ -1,7 +1,7 @@
 """The worker's rounds beside its deliveries: the heartbeat and the reaper.
 
 - ``Heartbeat``: renews the job lease and the delivery claim of all work in flight
-  (DESIGN step 5), so a slow provider never looks like a dead worker; a lease found
+  (docs/design.md, step 5), so a slow provider never looks like a dead worker; a lease found
   taken over marks its job lost (a request that has not left then never will), and
   while renewals fail the worker claims nothing new (``renewal_ok``).
 - ``Reaper``: returns jobs whose lease expired to the queue (step 8), refreshes the

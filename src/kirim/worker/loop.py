@@ -1,4 +1,4 @@
-"""The worker: claims, concurrency, drain and shutdown (DESIGN.md, worker protocol).
+"""The worker: claims, concurrency, drain and shutdown (docs/design.md, "The worker protocol").
 
 One asyncio process runs up to ``concurrency`` deliveries at once. The ``Worker``
 claims due jobs (a batch, with a lease and a fresh fencing token, step 1) while it
