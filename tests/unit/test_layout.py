@@ -40,6 +40,7 @@ LAYER = {
     **{name: 0 for name in CORE},
     "worker": 1,
     "config": 2,
+    "channel_config": 2,  # a [channels.NAME] table of the configuration
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
     "sync": 2,
