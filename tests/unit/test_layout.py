@@ -46,6 +46,7 @@ LAYER = {
     "sync": 2,
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
+    "chaos": 3,  # the vocabulary of explore, simulate and the demo
     "cli": 4,
     "receiver": 4,  # ``python -m kirim.receiver``: an entry point
     "__main__": 4,

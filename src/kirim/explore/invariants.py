@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim.chaos import CERTAINLY_NOT_ACTED
 from kirim.explore.loop import BASE
 from kirim.explore.provider import FlipRecord, GroundTruth, Request
 
@@ -75,7 +76,7 @@ NAMES = (
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")
 #: what the provider model answers when it did not act on a request, for certain
-REFUSED = ("refused", "429", "400")
+REFUSED = tuple(sorted(fate.value for fate in CERTAINLY_NOT_ACTED))
 EPSILON = 1e-9
 #: store times are BASE + virtual time: a double keeps about 2.4e-7 s of that
 STORE_EPSILON = 1e-6
