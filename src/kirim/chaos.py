@@ -31,7 +31,8 @@ and what the ledger reports (``Report``):
   nor failed (nor denied): kirim would have said nothing of a missing notification;
 - ``in_doubt``: reported as maybe delivered (assumed sent, or held in doubt);
 - ``unreported_doubt``: a request may have arrived, none is known to have succeeded,
-  and the ledger reports it as certain;
+  and the ledger reports it as certain (sent without doubt, or failed; an operator's
+  cancel claims nothing);
 - ``failed``: reported as not delivered (failed, canceled); ``denied``: suppressed by
   the recipient's preferences; ``unfinished``: still pending or processing.
 
@@ -44,7 +45,16 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.model import (
+    CONFIRMED_DELIVERY,
+    Attempt,
+    AttemptStatus,
+    Delivery,
+    DeliveryStatus,
+    Doubt,
+    Job,
+    JobStatus,
+)
 
 __all__ = [
     "ACTED",
@@ -107,10 +117,13 @@ class Report:
     created_at: float
     unfinished: bool = False  # still pending or processing
     failed: bool = False  # reported as not delivered (failed, canceled)
+    #: canceled by an operator: no claim that nothing arrived (a request may have)
+    canceled: bool = False
     denied: bool = False  # suppressed by the recipient's preferences
     in_doubt: bool = False  # reported as maybe delivered (assumed sent, held in doubt)
     unresolved: bool = False  # a request may have arrived; none is known to have succeeded
-    resolved: bool = False  # was in doubt, then known sent (a late success or a lookup)
+    #: was in doubt, then known sent (a late success, a lookup, a provider's callback)
+    resolved: bool = False
     retries: int = 0
     dead: bool = False
 
@@ -120,13 +133,16 @@ def report_of(delivery: Delivery, job: Job | None, attempts: Sequence[Attempt]) 
     d = delivery
     doubtful = any(a.status.in_doubt for a in attempts)
     succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
-    # a lookup that found the key settles the doubt: known sent
-    resolved = d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
+    # a lookup that found the key, or the provider's callback, settles the doubt
+    resolved = (
+        d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
+    ) or d.status in CONFIRMED_DELIVERY
     return Report(
         key=d.idempotency_key,
         created_at=d.created_at,
         unfinished=d.status in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING),
         failed=d.status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED),
+        canceled=d.status is DeliveryStatus.CANCELED,
         denied=d.status is DeliveryStatus.SUPPRESSED,
         in_doubt=d.status is DeliveryStatus.IN_DOUBT or d.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD),
         unresolved=doubtful and not (succeeded or resolved),
@@ -150,7 +166,7 @@ def judge(report: Report, received: int, copies: int | None = None) -> frozenset
         found.add(Verdict.DUPLICATE)
     if report.in_doubt:
         found.add(Verdict.IN_DOUBT)
-    elif report.unresolved:
+    elif report.unresolved and not report.canceled:
         found.add(Verdict.UNREPORTED_DOUBT)
     if report.failed:
         found.add(Verdict.FAILED)
@@ -177,6 +193,13 @@ class Tally:
     unfinished: int = 0
     retries: int = 0
     dead_lettered: int = 0
+
+    def __add__(self, other: Tally) -> Tally:
+        """Two runs' tallies, summed."""
+        return Tally(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})
+
+    def as_dict(self) -> dict[str, int]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     @property
     def promise_kept(self) -> bool:

@@ -72,7 +72,8 @@ def test_a_fate_says_whether_the_provider_acted() -> None:
 
 
 def test_a_record_is_reported_as_the_ledger_says() -> None:
-    """A delivery assumed sent is in doubt; a suppressed one denied; a dead job counted."""
+    """A delivery assumed sent is in doubt, a suppressed one denied, one a provider's
+    callback confirmed resolved; a dead job is counted."""
     delivery = Delivery(
         id=1,
         idempotency_key="k",
@@ -112,3 +113,19 @@ def test_a_record_is_reported_as_the_ledger_says() -> None:
     assert report.retries == 2
     suppressed = dataclasses.replace(delivery, status=DeliveryStatus.SUPPRESSED, doubt=None)
     assert report_of(suppressed, None, []).denied
+    confirmed = dataclasses.replace(delivery, status=DeliveryStatus.DELIVERED, doubt=None)
+    assert report_of(confirmed, None, []).resolved
+
+
+def test_tallies_add_up() -> None:
+    """Two runs' tallies sum field by field."""
+    one = tally([Report(key="a", created_at=0.0, retries=1)], {"a": 1})
+    both = one + tally([Report(key="b", created_at=0.0)], {})
+    assert both.as_dict() == {**one.as_dict(), "notifications": 2, "lost": 1}
+
+
+def test_a_cancel_or_a_callback_claims_no_certainty_it_lacks() -> None:
+    """A canceled delivery whose request may have arrived hides no doubt."""
+    assert Verdict.UNREPORTED_DOUBT not in judge(
+        _report(failed=True, canceled=True, unresolved=True), received=1
+    )
