@@ -114,6 +114,21 @@ def test_the_full_budget_holds(budget: tuple[Any, Counter[str]]) -> None:
     assert failing == {}
 
 
+def test_the_full_budget_judged_in_the_chaos_words_loses_nothing(
+    budget: tuple[Any, Counter[str]],
+) -> None:
+    """The budget's notifications, judged as simulate and the demo judge theirs: none
+    lost, none unfinished, no doubt unreported; some in doubt, failed and denied."""
+    summary, _ = budget
+    tally = summary.verdicts
+    assert tally.notifications > 0
+    assert (tally.lost, tally.unfinished, tally.unreported_in_doubt) == (0, 0, 0)
+    assert tally.in_doubt > 0
+    assert tally.failed > 0
+    assert tally.denied > 0
+    assert summary.as_dict()["verdicts"]["notifications"] == tally.notifications
+
+
 def test_the_full_budget_reaches_what_the_invariants_check(
     budget: tuple[Any, Counter[str]],
 ) -> None:

@@ -40,11 +40,13 @@ LAYER = {
     **{name: 0 for name in CORE},
     "worker": 1,
     "config": 2,
+    "channel_config": 2,  # a [channels.NAME] table of the configuration
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
     "sync": 2,
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
+    "chaos": 3,  # the vocabulary of explore, simulate and the demo
     "cli": 4,
     "receiver": 4,  # ``python -m kirim.receiver``: an entry point
     "__main__": 4,

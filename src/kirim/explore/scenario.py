@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kirim.channels import Channel
+from kirim.chaos import Tally
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import events, operator
@@ -35,7 +36,7 @@ from kirim.explore.faults import (
 )
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
-from kirim.explore.invariants import Ledger, Violation, check
+from kirim.explore.invariants import Ledger, Violation, check, verdicts
 from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
@@ -110,6 +111,8 @@ class Outcome:
     steps: int
     end: float
     deliveries: list[dict[str, Any]] = field(default_factory=list)
+    #: the notifications judged in ``kirim.chaos``'s words
+    verdicts: Tally = field(default_factory=Tally)
 
     @property
     def failed(self) -> bool:
@@ -490,6 +493,7 @@ def run_schedule(
         steps=loop.steps,
         end=loop.time(),
         deliveries=ledger.deliveries,
+        verdicts=verdicts(ledger, sim.truth, set(sim.waiting)),
     )
 
 
