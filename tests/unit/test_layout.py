@@ -19,6 +19,7 @@ CORE = {
     "addresses",
     "callbacks",
     "limits",
+    "machine",
     "channels",
     "clock",
     "errors",
@@ -44,6 +45,7 @@ LAYER = {
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
     "sync": 2,
+    "sync_connection": 2,  # a caller's sync psycopg connection, for SyncKirim
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
     "chaos": 3,  # the vocabulary of explore, simulate and the demo
