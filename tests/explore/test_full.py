@@ -253,3 +253,19 @@ def test_a_replay_says_whether_it_was_exact_and_whether_the_promise_held(tmp_pat
     assert (shown["exact"], shown["same_code"], shown["promise_held"]) == (False, False, True)
     text = CliRunner().invoke(explore, ["--replay", str(path)]).output
     assert "replayed exactly: no: saved by other code" in text
+
+
+def test_mutation_an_edge_missing_from_the_table_is_caught(
+    monkeypatch: pytest.MonkeyPatch, edges_known: Any
+) -> None:
+    """With processing -> in_doubt taken out of kirim.machine's table, the explorer's
+    known_edges fires (and so does the suite's own check, cleared here): the table and
+    the store cannot drift apart."""
+    from kirim import machine
+    from kirim.model import DeliveryStatus
+
+    missing = (DeliveryStatus.PROCESSING, DeliveryStatus.IN_DOUBT)
+    monkeypatch.setattr(machine, "_PAIRS", machine._PAIRS - {missing})
+    assert first_violation("known_edges", range(20)) is not None
+    assert edges_known.unknown
+    edges_known.unknown.clear()

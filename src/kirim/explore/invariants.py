@@ -72,6 +72,7 @@ NAMES = (
     "suppressed_unsent",
     "digest_once",
     "opted_out_unsent",
+    "known_edges",
 )
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
+import logging
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -440,7 +441,8 @@ def run_schedule(
     quiet = False
     error: str | None = None
     lines: list[str] = []
-    with capture_logs(sim.trace):
+    edges = UnknownEdges()
+    with capture_logs(sim.trace), edges:
         try:
             main = loop.create_task(sim.main(), context=host_context(Host("S")))
             quiet = loop.run_until_complete(main)
@@ -483,6 +485,7 @@ def run_schedule(
     for why in (error, sim.driver_error):
         if why is not None:
             violations.append(Violation(name="final", delivery=None, detail=why))
+    violations += edges.violations()
     return Outcome(
         settings=settings,
         plan=list(plan),
@@ -495,6 +498,38 @@ def run_schedule(
         deliveries=ledger.deliveries,
         verdicts=verdicts(ledger, sim.truth, set(sim.waiting)),
     )
+
+
+class UnknownEdges(logging.Handler):
+    """``known_edges``: every change of status the store wrote during the schedule is
+    an edge of ``kirim.machine.EDGES`` (the store logs one that is not)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.found: list[tuple[int, str, str]] = []
+        self._logger = logging.getLogger("kirim.machine")
+
+    def __enter__(self) -> UnknownEdges:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "unknown_edge":
+            d = record.__dict__
+            self.found.append((int(d["delivery_id"]), str(d["source"]), str(d["target"])))
+
+    def violations(self) -> list[Violation]:
+        return [
+            Violation(
+                name="known_edges",
+                delivery=did,
+                detail=f"{source} -> {target} is no edge of kirim.machine.EDGES",
+            )
+            for did, source, target in self.found
+        ]
 
 
 def load_factory(spec: str) -> Any:
