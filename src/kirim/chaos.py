@@ -92,8 +92,9 @@ class Fate(enum.StrEnum):
 
 #: the fates of a request the provider acted on
 ACTED = frozenset({Fate.ACCEPTED, Fate.ACCEPTED_LOST, Fate.ACTED_503, Fate.ACTED_400})
-#: the fates of a request the provider certainly did not act on, and said so
-CERTAINLY_NOT_ACTED = frozenset({Fate.REFUSED, Fate.THROTTLED, Fate.REJECTED})
+#: the fates of a request the provider certainly did not act on, and said so (a dead
+#: address: the service said the device or number is gone, so nothing was shown)
+CERTAINLY_NOT_ACTED = frozenset({Fate.REFUSED, Fate.THROTTLED, Fate.REJECTED, Fate.DEAD})
 
 
 class Verdict(enum.StrEnum):

@@ -68,7 +68,7 @@ def test_a_fate_says_whether_the_provider_acted() -> None:
     assert Fate.ACCEPTED_LOST.acted
     assert not Fate.UNAVAILABLE.acted
     assert not ACTED & CERTAINLY_NOT_ACTED
-    assert {str(f) for f in CERTAINLY_NOT_ACTED} == {"refused", "429", "400"}
+    assert {str(f) for f in CERTAINLY_NOT_ACTED} == {"refused", "429", "400", "dead"}
 
 
 def test_a_record_is_reported_as_the_ledger_says() -> None:
