@@ -31,11 +31,19 @@ class DeliveryStatus(enum.StrEnum):
     SUPPRESSED = "suppressed"
 
     @property
-    def is_final(self) -> bool:
-        return self in FINAL_DELIVERY
+    def at_rest(self) -> bool:
+        """No worker acts on it (``AT_REST``)."""
+        return self in AT_REST
+
+    #: the old name of ``at_rest`` (an assumed ``sent`` can still reopen: at rest is not
+    #: final; kirim.machine.TERMINAL names the statuses no edge leaves)
+    is_final = at_rest
 
 
-FINAL_DELIVERY = frozenset(
+#: Statuses no worker acts on: only a late answer, a provider's callback or an operator
+#: moves them on (kirim.machine's edge table, in
+#: docs/design.md, "The records and their edges"). An assumed ``sent`` can reopen.
+AT_REST = frozenset(
     {
         DeliveryStatus.SENT,
         DeliveryStatus.FAILED,
@@ -45,6 +53,8 @@ FINAL_DELIVERY = frozenset(
         DeliveryStatus.SUPPRESSED,
     }
 )
+#: the old name of ``AT_REST``
+FINAL_DELIVERY = AT_REST
 
 #: Statuses only a provider's delivery callback writes (``Kirim.confirm``).
 CONFIRMED_DELIVERY = frozenset({DeliveryStatus.DELIVERED, DeliveryStatus.BOUNCED})

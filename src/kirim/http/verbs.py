@@ -17,13 +17,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kirim import operations
+from kirim import machine, operations
 from kirim.engine import Kirim
-from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.model import Attempt, AttemptStatus, DeliveryStatus
 from kirim.views import Record, iso
-
-#: statuses a cancel is offered for (a delivery being sent, only once its claim is gone)
-CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,15 +52,11 @@ class Verb:
 
 
 def _retry_offered(record: Record) -> bool:
-    job = record.job
-    return job is not None and job.status is JobStatus.DEAD
+    return machine.can_retry(record.delivery, [record.job])
 
 
 def _cancel_offered(record: Record) -> bool:
-    d = record.delivery
-    return d.status in CANCELABLE or (
-        d.status is DeliveryStatus.PROCESSING and d.claim_token is None
-    )
+    return machine.can_cancel(record.delivery)
 
 
 def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
@@ -133,7 +126,7 @@ def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
 def _reconcile_offered(record: Record) -> bool:
     """A delivery in doubt (held, or sent under an assumption): whether its provider can
     be asked, the verb says when it runs."""
-    return record.delivery.doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
+    return machine.can_reconcile(record.delivery)
 
 
 def _reconcile_effect(app: Kirim, record: Record, now: float) -> Effect:
@@ -183,4 +176,4 @@ VERBS: Mapping[str, Verb] = {
 # fmt: on
 
 
-__all__ = ["CANCELABLE", "VERBS", "Effect", "Verb"]
+__all__ = ["VERBS", "Effect", "Verb"]

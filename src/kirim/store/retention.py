@@ -67,7 +67,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kirim.model import (
-    FINAL_DELIVERY,
+    AT_REST,
     Attempt,
     Delivery,
     DeliveryStatus,
@@ -189,7 +189,7 @@ def prunable(
     ``newest``: the deliveries that hold the newest delivery, job and attempt ids;
     ``windows``: the ends of the windows of its digest (if it is a digest's delivery)."""
     return (
-        d.status in FINAL_DELIVERY
+        d.status in AT_REST
         and d.id not in newest
         and d.updated_at < before
         and all(j.status in _SETTLED_JOBS for j in jobs)
