@@ -338,7 +338,7 @@ class Intake:
         record = await self.kirim.get(key, by="key")
         if record is None:
             return reused(key)
-        found = record[0]
+        found = record.delivery
         try:
             item = self.kirim.prepare(request)
         except (InvalidNotification, RecursionError):

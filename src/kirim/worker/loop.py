@@ -167,7 +167,9 @@ class Worker:
             background.append(asyncio.create_task(self._reaper.run()))
         store = self.store
         if _listens(store) and not burst:
-            await cast(WaitsForJobs, store).wait_for_jobs(0)  # LISTEN before the first claim, so no wake-up is missed
+            await cast(WaitsForJobs, store).wait_for_jobs(
+                0
+            )  # LISTEN before the first claim, so no wake-up is missed
         try:
             while not self._stopping.is_set():
                 if burst:

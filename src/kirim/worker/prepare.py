@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
-from kirim.errors import StoreError
 from kirim.model import Delivery, DeliveryStatus, JobStatus
 from kirim.store.base import Claim, Compose, Finish, Notifications
 
