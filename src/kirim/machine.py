@@ -64,7 +64,9 @@ EDGES: tuple[Edge, ...] = (
     *_edges(By.CLAIM, "claimed", [P], R),
     *_edges(By.CLAIM, "preferences at claim", [P, R], X),
     *_edges(By.WORKER, "finished", [R], S, F, D, P, X),
-    *_edges(By.LATE, "a late success is a fact", [P, R, F, D, C], S),
+    # a suppressed delivery too: only through the stated residual window (a request
+    # that left, unknown to the claim that suppressed it), and the fact wins
+    *_edges(By.LATE, "a late success is a fact", [P, R, F, D, C, X], S),
     *_edges(By.LATE, "a late refusal withdraws an assumption", [S, D], P, F),
     *_edges(By.REAPER, "lease expired on the final attempt", [R], F, D),
     *_edges(By.OPERATOR, "cancel", [P, R, F, D], C),

@@ -35,9 +35,9 @@ def test_no_worker_edge_leaves_a_status_at_rest() -> None:
 
 
 def test_terminal_statuses_are_the_ones_no_edge_leaves() -> None:
-    """Delivered and suppressed never change; an assumed sent can reopen, so sent is not
-    terminal although it is at rest."""
-    assert {DeliveryStatus.DELIVERED, DeliveryStatus.SUPPRESSED} == machine.TERMINAL
+    """Delivered never changes; an assumed sent can reopen, and a late success is a fact
+    even for a suppressed delivery, so neither is terminal although both are at rest."""
+    assert {DeliveryStatus.DELIVERED} == machine.TERMINAL
     assert machine.is_edge(DeliveryStatus.SENT, DeliveryStatus.PENDING)
 
 
