@@ -62,10 +62,12 @@ def main() -> None:
     configure(level="warning")
     profile = None if args.no_profile else cProfile.Profile()
     in_thread = None if args.no_profile else cProfile.Profile()
-    with tempfile.TemporaryDirectory(prefix="kirim-prof-") as tmp:
-        with scratch(args.database, Path(tmp)) as url:
-            asyncio.run(_enqueue(url, args.notifications, 0))
-            sent, wall, cpu = asyncio.run(_drain(url, profile, in_thread))
+    with (
+        tempfile.TemporaryDirectory(prefix="kirim-prof-") as tmp,
+        scratch(args.database, Path(tmp)) as url,
+    ):
+        asyncio.run(_enqueue(url, args.notifications, 0))
+        sent, wall, cpu = asyncio.run(_drain(url, profile, in_thread))
     print(
         f"{sent:,} delivered in {wall:.2f}s ({sent / wall:,.0f}/s), "
         f"worker CPU {cpu / sent * 1e6:.1f} us/delivery"
