@@ -46,6 +46,8 @@ def test_bench_sync_normal_runs_at_normal() -> None:
     assert out["durability"].startswith("WAL")
     assert out["deliveries_per_s"] > 0
     assert out["enqueues_per_s"] > 0
+    assert isinstance(out["worker_cpu_us_per_delivery"], float)
+    assert "wal_bytes_per_delivery" not in out  # PostgreSQL's figures only there
 
 
 @pytest.mark.parametrize("where", ["command", "group"])
@@ -96,3 +98,40 @@ def test_sqlite_raw_completes_every_job() -> None:
     assert out["inserted"] == 200
     assert out["executemany_inserts_per_s"] > 0
     assert out["durability"] == "WAL, synchronous=normal"
+
+
+@pytest.mark.slow
+def test_bench_on_postgresql_reports_wal_and_hot_ratios() -> None:
+    """On PostgreSQL the result has the worker CPU per delivery, the server-wide WAL
+    bytes per delivery and, for the three hot tables, updates per delivery and a HOT
+    ratio between 0 and 1 (their values are not asserted)."""
+    from pg import ADMIN_URL, reachable
+
+    why = reachable()
+    if why is not None:
+        pytest.skip(f"no PostgreSQL server: {why}")
+    from kirim.devtools.bench import run_bench
+
+    out = run_bench(ADMIN_URL, 300, 1)
+    assert out["delivered"] == 300
+    assert out["worker_cpu_us_per_delivery"] > 0
+    assert out["wal_bytes_per_delivery"] > 0
+    assert "server-wide" in out["wal_scope"]
+    for table in ("kirim_deliveries", "kirim_jobs", "kirim_attempts"):
+        assert out[f"updates_per_delivery_{table}"] > 0  # counters flushed before read
+        assert 0 <= out[f"hot_ratio_{table}"] <= 1
+
+
+def test_pg_figures_from_two_snapshots() -> None:
+    """WAL bytes and updates are per delivery, the HOT ratio is HOT updates over
+    updates between the snapshots, and None for a table without updates."""
+    from kirim.devtools.pgfigures import Snapshot, figures
+
+    before = Snapshot(wal=1000, updates={"kirim_deliveries": (10, 5), "kirim_jobs": (0, 0)})
+    after = Snapshot(wal=5000, updates={"kirim_deliveries": (30, 10), "kirim_jobs": (0, 0)})
+    out = figures(before, after, 10)
+    assert out["wal_bytes_per_delivery"] == 400.0
+    assert out["updates_per_delivery_kirim_deliveries"] == 2.0
+    assert out["hot_ratio_kirim_deliveries"] == 0.25
+    assert out["hot_ratio_kirim_jobs"] is None
+    assert out["hot_ratio_kirim_attempts"] is None

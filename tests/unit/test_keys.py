@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kirim.keys import default_key, default_key_text, text_problem
+from kirim.keys import default_key, default_key_text, new_request_id, new_token, text_problem
 
 
 def _old_key(event_id: str, recipient: str, channel: str) -> str:
@@ -67,3 +67,21 @@ def test_text_problem_names_nul_and_lone_surrogates() -> None:
     assert text_problem("a\x00b") == "must not contain NUL characters"
     assert text_problem("a\ud800") == "must be valid Unicode text (no lone surrogates)"
     assert text_problem("plain é 😀") is None
+
+
+def test_tokens_and_request_ids_are_version_4_uuids() -> None:
+    """A claim token is the hex of a random version-4 UUID (as ``uuid4().hex``), a
+    request id the same after ``req-``; no two of a thousand are the same."""
+    import uuid
+
+    tokens = [new_token() for _ in range(1000)]
+    ids = [new_request_id() for _ in range(1000)]
+    for token in tokens:
+        made = uuid.UUID(hex=token)
+        assert made.hex == token
+        assert (made.version, made.variant) == (4, uuid.RFC_4122)
+    for request_id in ids:
+        assert request_id.startswith("req-")
+        assert uuid.UUID(hex=request_id[4:]).version == 4
+    assert len(set(tokens)) == 1000
+    assert len(set(ids)) == 1000

@@ -106,7 +106,9 @@ def bench(
     server on which a throw-away database is created and dropped; without it a
     temporary SQLite file is used. The result includes its durability: SQLite's
     journal mode and synchronous setting (--sync), or PostgreSQL's
-    synchronous_commit and fsync.
+    synchronous_commit and fsync; the worker processes' CPU per delivery; and on
+    PostgreSQL the WAL bytes per delivery (server-wide) and, per hot table, the
+    updates per delivery and the share that were HOT.
 
     \b
     Example:
@@ -132,4 +134,8 @@ def bench(
     if as_json:
         render.emit_json(result)
     else:
-        render.show_mapping(render.console(), result, title="kirim bench")
+        shown = {  # ratios to three places (the table shows floats to one)
+            key: f"{value:.3f}" if key.startswith("hot_ratio_") and value is not None else value
+            for key, value in result.items()
+        }
+        render.show_mapping(render.console(), shown, title="kirim bench")

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 from kirim.channels import Channel
 from kirim.config import Config
+from kirim.devtools import pgfigures
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError, KirimError
 from kirim.observe.logging import configure
@@ -118,7 +119,7 @@ async def _enqueue(database: str, n: int, offset: int) -> float:
 def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None:
     configure(level="warning")
 
-    async def main() -> tuple[float, float, int]:
+    async def main() -> tuple[float, float, int, float]:
         app = _app(database)
         await app.open()
         try:
@@ -129,9 +130,9 @@ def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None
             worker = app.worker(settings=settings_for(database))
             ready.release()
             await asyncio.get_running_loop().run_in_executor(None, go.wait)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             stats = await worker.run(burst=True)
-            return started, time.perf_counter(), stats.sent
+            return started, time.perf_counter(), stats.sent, time.process_time() - cpu
         finally:
             await app.close()
 
@@ -179,7 +180,10 @@ def run_together(
 
 def _deliver(
     database: str, workers: int, metrics: bool = False, total: int = 0
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
+    """Deliver with ``workers`` processes: the seconds from the first start to the last
+    end, the deliveries sent, and the CPU seconds (user + system, every thread) the
+    worker processes spent in ``worker.run``."""
     started = time.monotonic()
 
     def tick() -> None:
@@ -189,7 +193,7 @@ def _deliver(
     results = run_together(_worker, (database, metrics), workers, tick)
     started = min(r[0] for r in results)
     ended = max(r[1] for r in results)
-    return ended - started, sum(r[2] for r in results)
+    return ended - started, sum(r[2] for r in results), sum(r[3] for r in results)
 
 
 async def _sent(database: str) -> int:
@@ -246,8 +250,10 @@ def run_bench(
         say(f"enqueueing {notifications:,} notifications")
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
         say(f"enqueued in {enqueue_s:.2f}s; delivering with {workers} worker processes")
-        deliver_s, sent = _deliver(url, workers, metrics, notifications)
+        before = pgfigures.snapshot(url) if is_postgres(url) else None
+        deliver_s, sent, cpu_s = _deliver(url, workers, metrics, notifications)
         say(f"{sent:,} delivered in {deliver_s:.2f}s")
+        server = {} if before is None else pgfigures.figures(before, pgfigures.snapshot(url), sent)
         durable = durability(url)
     where = "sqlite (temporary file)" if database is None else url.split("@")[-1]
     if database is not None and not given:
@@ -265,4 +271,6 @@ def run_bench(
         "deliveries_per_s": round(sent / deliver_s, 1) if deliver_s > 0 else None,
         "enqueue_seconds": round(enqueue_s, 3),
         "delivery_seconds": round(deliver_s, 3),
+        "worker_cpu_us_per_delivery": round(cpu_s / sent * 1e6, 1) if sent else None,
+        **server,
     }

@@ -172,6 +172,38 @@ class Ledger:
             self._changed_attempts[a.provider_request_id] = _attempt_values(attempts[i])
             return
 
+    def complete_row(self, delivery_id: int, outcome: AttemptOutcome) -> None:
+        """``complete`` on the attempt rows as read, with no model value made: the
+        same change and the same write (``_finish_plain``). An attempt already read as
+        a model value goes through ``complete``, so that both stay the same."""
+        if delivery_id in self._attempts:
+            self.complete(delivery_id, outcome)
+            return
+        rows = self.attempt_rows.get(delivery_id, [])
+        for i, row in enumerate(rows):
+            if row["provider_request_id"] != outcome.provider_request_id:
+                continue
+            if row["status"] not in _OPEN:
+                return
+            values = {
+                "request_id": outcome.provider_request_id,
+                "status": str(outcome.status),
+                "message_id": rules.first_of(
+                    outcome.provider_message_id, row["provider_message_id"]
+                ),
+                "error": outcome.error,
+                "completed_at": outcome.completed_at,
+            }
+            rows[i] = {
+                **dict(row),
+                "status": values["status"],
+                "provider_message_id": values["message_id"],
+                "error": values["error"],
+                "completed_at": values["completed_at"],
+            }
+            self._changed_attempts[outcome.provider_request_id] = values
+            return
+
     def writes(self, *more: Query) -> Group:
         """The statements that write back every changed row (one per table), and
         ``more`` after them, sent together."""
@@ -190,6 +222,9 @@ class Ledger:
             steps.append(Query("write_jobs", {"items": items}, count=True))
         return (*steps, *more)
 
+
+#: an attempt's statuses that its outcome may still settle (``complete``)
+_OPEN = frozenset({str(AttemptStatus.REQUESTED), str(AttemptStatus.UNKNOWN)})
 
 _DELIVERY_COLUMNS = (
     "id",
@@ -520,7 +555,7 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
         return None
     w = rules.Written.of(it, now)
     if it.attempt is not None:
-        ledger.complete(it.delivery_id, it.attempt)
+        ledger.complete_row(it.delivery_id, it.attempt)
     delivery = {**dict(row), **rules.as_columns(rules.committed_columns(row, w, now))}
     job_row = ledger.job_rows.get(it.job_id)
     job = None

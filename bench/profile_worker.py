@@ -1,0 +1,92 @@
+"""Where a delivery's time goes in ``kirim bench``'s worker: one worker, profiled.
+
+Enqueues N notifications (as ``kirim bench`` does), then runs one worker in this
+process under cProfile until the queue is empty, and prints the functions by own time
+and by cumulative time, and the worker's CPU per delivery. Prints; asserts nothing.
+
+    .venv/bin/python bench/profile_worker.py --notifications 10000
+    .venv/bin/python bench/profile_worker.py --database postgresql://postgres@127.0.0.1/postgres
+    .venv/bin/python bench/profile_worker.py --no-profile   # CPU per delivery, no profiler
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import pstats
+import tempfile
+import time
+from pathlib import Path
+
+from kirim.devtools.bench import _app, _enqueue, scratch, settings_for
+from kirim.observe.logging import configure
+
+
+async def _drain(
+    url: str, profile: cProfile.Profile | None, in_thread: cProfile.Profile | None
+) -> tuple[int, float, float]:
+    """Run one worker until the queue is empty, under ``profile`` (the event loop's
+    thread) and ``in_thread`` (SQLite's: its driver runs every transaction on a thread
+    of its own, which a profiler of the main thread does not see)."""
+    app = _app(url)
+    await app.open()
+    executor = getattr(getattr(app.store, "driver", None), "_executor", None)
+    loop = asyncio.get_running_loop()
+    try:
+        worker = app.worker(settings=settings_for(url))
+        started, cpu = time.perf_counter(), time.process_time()
+        if profile is not None and in_thread is not None and executor is not None:
+            await loop.run_in_executor(executor, in_thread.enable)
+        if profile is not None:
+            profile.enable()
+        stats = await worker.run(burst=True)
+        if profile is not None:
+            profile.disable()
+        if profile is not None and in_thread is not None and executor is not None:
+            await loop.run_in_executor(executor, in_thread.disable)
+        return stats.sent, time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        await app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", help="postgresql:// server (a throw-away database)")
+    parser.add_argument("--notifications", type=int, default=10_000)
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--dump", help="write the raw profile here (pstats format)")
+    args = parser.parse_args()
+    configure(level="warning")
+    profile = None if args.no_profile else cProfile.Profile()
+    in_thread = None if args.no_profile else cProfile.Profile()
+    with (
+        tempfile.TemporaryDirectory(prefix="kirim-prof-") as tmp,
+        scratch(args.database, Path(tmp)) as url,
+    ):
+        asyncio.run(_enqueue(url, args.notifications, 0))
+        sent, wall, cpu = asyncio.run(_drain(url, profile, in_thread))
+    print(
+        f"{sent:,} delivered in {wall:.2f}s ({sent / wall:,.0f}/s), "
+        f"worker CPU {cpu / sent * 1e6:.1f} us/delivery"
+        + (" (under cProfile: inflated)" if profile is not None else "")
+    )
+    if profile is None:
+        return
+    out = io.StringIO()
+    stats = pstats.Stats(profile, stream=out)
+    if in_thread is not None and in_thread.getstats():
+        stats.add(in_thread)  # SQLite's thread: both threads' calls together
+    if args.dump:
+        stats.dump_stats(args.dump)
+    total_calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
+    print(f"{total_calls / sent:.0f} Python function calls per delivery (both threads)")
+    for order in ("tottime", "cumulative"):
+        stats.sort_stats(order).print_stats(args.top)
+    print(out.getvalue())
+
+
+if __name__ == "__main__":
+    main()
