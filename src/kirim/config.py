@@ -101,6 +101,18 @@ class ChannelConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InboxSettings:
+    """The ``[inbox]`` table: how a browser reads its recipient's feed (``kirim.inbox``)."""
+
+    #: the server secret that signs feed tokens (``KIRIM_INBOX_SECRET`` overrides it);
+    #: None: no feed token can be issued or accepted. Never shown
+    secret: str | None = field(default=None, repr=False)
+    #: the web origins (``https://app.example``) whose pages may call the feed API
+    #: (CORS); none by default
+    allowed_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServeSettings:
     """The ``[serve]`` table: ``kirim serve``'s defaults (its flags override them)."""
 
@@ -131,6 +143,8 @@ class Config:
     serve: ServeSettings = field(default_factory=ServeSettings)
     #: notification types (``[types.NAME]``, ``kirim.notify.types``): notify_event's
     types: Mapping[str, NotificationType] = field(default_factory=dict)
+    #: the in-app inbox (``[inbox]``): the feed tokens' secret, the browsers' origins
+    inbox: InboxSettings = field(default_factory=InboxSettings)
 
     def __post_init__(self) -> None:
         check_rules(
@@ -192,6 +206,7 @@ _PROVIDER_KEYS = {
         {"host", "port", "security", "username", "password", "from", "local_hostname"} | {"ca_file"}
     ),
     "apprise": frozenset({"urls"}),
+    "inbox": frozenset(),
     **services.PROVIDER_KEYS,
 }
 
@@ -227,6 +242,7 @@ def parse_config(
         "serve",
         "retention",
         "types",
+        "inbox",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -271,6 +287,7 @@ def parse_config(
         source=source,
         serve=_serve(_table(data, "serve", where), where),
         types=types,
+        inbox=_inbox(_table(data, "inbox", where), where),
     )
 
 
@@ -316,6 +333,41 @@ def _retention(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
             except BadValue as exc:
                 raise ConfigError(f"{where}: {exc}") from None
     return found
+
+
+#: the shortest feed-token secret kirim accepts (characters)
+MIN_INBOX_SECRET = 16
+
+
+def _inbox(spec: Mapping[str, Any], where: str) -> InboxSettings:
+    """``[inbox] secret`` (or ``KIRIM_INBOX_SECRET``) and ``allowed_origins``, checked
+    without ever showing the secret."""
+    bad = set(spec) - {"secret", "allowed_origins"}
+    if bad:
+        raise ConfigError(f"{where}: unknown [inbox] key(s) {', '.join(sorted(bad))}")
+    secret = os.environ.get("KIRIM_INBOX_SECRET") or spec.get("secret")
+    if secret is not None and (
+        not isinstance(secret, str) or len(secret) < MIN_INBOX_SECRET or not secret.isprintable()
+    ):
+        raise ConfigError(
+            f"{where}: inbox.secret (or KIRIM_INBOX_SECRET) must be printable text of at "
+            f"least {MIN_INBOX_SECRET} characters (such as 32 random bytes in hex)"
+        )
+    origins = spec.get("allowed_origins", [])
+    if not isinstance(origins, list) or not all(_origin(o) for o in origins):
+        raise ConfigError(
+            f"{where}: inbox.allowed_origins must be a list of web origins "
+            '(such as ["https://app.example"]: a scheme, a host, an optional port)'
+        )
+    return InboxSettings(secret=secret or None, allowed_origins=tuple(origins))
+
+
+def _origin(value: Any) -> bool:
+    """A web origin as CORS compares it: ``scheme://host[:port]``, nothing after."""
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        return False
+    rest = value.split("://", 1)[1]
+    return bool(rest) and _host_name(rest.replace(":", "", 1)) and value.isascii()
 
 
 def _serve(spec: Mapping[str, Any], where: str) -> ServeSettings:
@@ -536,6 +588,13 @@ def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> No
         return
     if provider != "webhook" and spec.get("lookup"):
         raise ConfigError(f"{prefix}.lookup: the {provider} provider has no lookup")
+    if provider == "inbox":
+        if spec.get("idempotent") is False:
+            raise ConfigError(
+                f"{prefix}.idempotent: an inbox channel is idempotent by construction "
+                "(its message is written once per key, in the commit that marks it sent)"
+            )
+        return
     if provider == "webhook":
         from kirim.providers.webhook import check_options
     elif provider == "smtp":
@@ -548,10 +607,15 @@ def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> No
 
 def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
     """``webhook``, ``smtp``, ``apprise``, a service (``apns``, ``fcm``, ``webpush``,
-    ``twilio``, ``slack``), or ``module:factory`` called with the channel's options."""
+    ``twilio``, ``slack``), ``inbox`` (the in-app feed), or ``module:factory`` called
+    with the channel's options."""
     try:
         if kind in services.BUILDERS:
             return services.build(kind, options)
+        if kind == "inbox":
+            from kirim.providers.inbox import InboxProvider
+
+            return InboxProvider()
         if kind == "webhook":
             from kirim.providers.webhook import WebhookProvider
 
@@ -598,7 +662,7 @@ def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provi
     if not attr:
         raise ConfigError(
             f"channels.{channel}.provider must be 'webhook', 'smtp', 'apprise', 'apns', "
-            "'fcm', 'webpush', 'twilio', 'slack' or 'package.module:factory'"
+            "'fcm', 'webpush', 'twilio', 'slack', 'inbox' or 'package.module:factory'"
         )
     try:
         factory = getattr(importlib.import_module(module_name), attr)

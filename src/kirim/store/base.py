@@ -20,6 +20,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from kirim.addresses import Address
 from kirim.clock import Clock
+from kirim.inbox import (
+    FeedAction,
+    FeedCounts,
+    FeedFilter,
+    FeedItem,
+    FeedMark,
+    FeedMessage,
+    FeedPage,
+)
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -35,7 +44,7 @@ from kirim.model import (
 )
 from kirim.preferences import Preferences, TypePolicy
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -209,6 +218,9 @@ class Finish:
     refund_attempt: bool = False
     #: why a delivery ends ``suppressed`` (its ``reason`` column)
     reason: str | None = None
+    #: an inbox delivery's message (``kirim.inbox``): written into its recipient's feed
+    #: in this transaction when it leaves the delivery sent, once per key
+    feed: FeedMessage | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,6 +231,9 @@ class FinishResult:
     late_success: bool = False
     #: a late definite failure withdrew an assumption (``logic.reopen``)
     reopened: bool = False
+    #: the id of the feed message this finish wrote (``Finish.feed``; None: none written,
+    #: or it was there already)
+    feed_item: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -790,8 +805,49 @@ class Notifications(Protocol):
 
 
 @runtime_checkable
+class FeedStore(Protocol):
+    """Recipients' feeds, the in-app inbox (``kirim.store.feed``, schema version 10).
+    A message enters a feed only in the finish that marks its delivery sent."""
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        """Up to ``limit`` messages older than ``before``, newest first, with counts."""
+        ...
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        """The recipient's messages not archived that are not seen, and not read."""
+        ...
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        """One message after ``action``, and whether it changed (None: no such one)."""
+        ...
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        """Set ``mark`` on the recipient's messages ``ids`` (None: all); how many changed."""
+        ...
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int) -> bool:
+        """Delete one message of the recipient's; False when there is none such."""
+        ...
+
+
+@runtime_checkable
 class Store(
-    Lifecycle, Queue, Operator, Ledger, Tokens, Recipients, Addresses, Notifications, Protocol
+    Lifecycle,
+    Queue,
+    Operator,
+    Ledger,
+    Tokens,
+    Recipients,
+    Addresses,
+    Notifications,
+    FeedStore,
+    Protocol,
 ):
     """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
 

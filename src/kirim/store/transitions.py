@@ -16,9 +16,11 @@ writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from kirim.errors import NotSettled
+from kirim.inbox import FeedMessage
 from kirim.keys import new_token
 from kirim.model import (
     CONFIRMED_DELIVERY,
@@ -32,7 +34,7 @@ from kirim.model import (
     JobStatus,
 )
 from kirim.preferences import Preferences, TypePolicy, Verdict
-from kirim.store import rules
+from kirim.store import feed, rules
 from kirim.store.base import (
     AttemptOutcome,
     Callback,
@@ -493,8 +495,29 @@ def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
         plain = it.delivery_id in once and rules.plain(it)
         result = _finish_plain(ledger, it, now) if plain else None
         out.append(result or _finish_one(ledger, it, now))
-    yield ledger.writes()
+    messages = _feed_messages(items, out)
+    if not messages:
+        yield ledger.writes()
+        return out
+    # An inbox delivery's message is written in the commit that marks it sent (once per
+    # recipient and key): no request leaves, so it is never in doubt.
+    *_, written, _ = yield ledger.writes(*feed.insert_rows(messages, at(items[0].now)))
+    written_ids = {(r["recipient_id"], r["idempotency_key"]): int(r["id"]) for r in written}
+    for i, it in enumerate(items):
+        m = it.feed
+        item_id = None if m is None else written_ids.pop((m.recipient_id, m.idempotency_key), None)
+        if item_id is not None:
+            out[i] = replace(out[i], feed_item=item_id)
     return out
+
+
+def _feed_messages(items: Sequence[Finish], results: Sequence[FinishResult]) -> list[FeedMessage]:
+    """The feed messages of the finishes that left their delivery sent, one per key."""
+    found: dict[tuple[str, str], FeedMessage] = {}
+    for it, result in zip(items, results, strict=True):
+        if it.feed is not None and result.delivery_status is DeliveryStatus.SENT:
+            found.setdefault((it.feed.recipient_id, it.feed.idempotency_key), it.feed)
+    return list(found.values())
 
 
 def _once(items: Sequence[Finish]) -> set[int]:

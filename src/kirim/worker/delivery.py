@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
@@ -88,6 +89,9 @@ from kirim.worker.prepare import Prepare
 from kirim.worker.settings import WorkerSettings
 from kirim.worker.stats import WorkerStats
 
+#: told of each feed change a commit made: (recipient id, kind, feed item id)
+FeedListener = Callable[[str, str, int], None]
+
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
@@ -128,6 +132,7 @@ class Deliverer:
         lost: set[int],
         digests: Mapping[str, Compose] | None = None,
         types: frozenset[str] | None = None,
+        on_feed: FeedListener | None = None,
     ) -> None:
         """``claimed_at``, ``finishing``, ``lost``: the worker's bookkeeping of its work
         in flight (shared, not copied): when each claim was asked for (this host's
@@ -135,8 +140,11 @@ class Deliverer:
         ``digests``: the compose function of each digest type (``prepare``);
         ``types``: the notification types this worker knows (None: those of
         ``digests``). A delivery of another type is not sent by this worker: it cannot
-        tell whether it is a digest to seal, nor check its recipient's preferences."""
+        tell whether it is a digest to seal, nor check its recipient's preferences.
+        ``on_feed``: called with (recipient id, "new", item id) after a commit that
+        wrote an inbox message into a feed."""
         self.channels = channels
+        self._on_feed = on_feed
         self.settings = settings
         self.worker_id = worker_id
         self.clock = clock
@@ -408,6 +416,8 @@ class Deliverer:
             channel=d.channel,
             payload=d.payload,
             attempt=claim.job.attempts,
+            type=d.type,
+            recipient_id=d.recipient_id,
         )
 
     async def _request(
@@ -451,6 +461,8 @@ class Deliverer:
             completed_at=self.clock.now(),
         )
         finish = self.decide.after_request(claim, channel, outcome, error, chain)
+        if sent is not None and sent.feed is not None:  # the inbox: written in this commit
+            finish = replace(finish, feed=sent.feed)
         await self._commit(log, claim, finish, answered=answered)
         if isinstance(error, DeadAddress):  # the service says the token is gone
             await self._retire_dead_address(log, channel, error)
@@ -522,6 +534,10 @@ class Deliverer:
         if self.metrics is not None:
             _measure(self.metrics, claim, finish, result, answered)
         self.spans.committed(result)
+        if result.feed_item is not None and finish.feed is not None:
+            log.info("feed_written", feed_item=result.feed_item)
+            if self._on_feed is not None:
+                self._on_feed(finish.feed.recipient_id, "new", result.feed_item)
         if result.committed:
             self.stats.count(result.delivery_status, result.job_status, finish)
         elif result.late_success:

@@ -36,7 +36,7 @@ from kirim.store.retention import PruneResult
 from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.decisions import Decisions
-from kirim.worker.delivery import Deliverer
+from kirim.worker.delivery import Deliverer, FeedListener
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
@@ -68,6 +68,7 @@ class Worker:
         tracer: tracing.Tracer | None = None,
         policies: Mapping[str, TypePolicy] | None = None,
         digests: Mapping[str, Compose] | None = None,
+        on_feed: FeedListener | None = None,
     ) -> None:
         """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
         global OpenTelemetry SDK provider when one is set, else none (the worker's spans
@@ -75,7 +76,9 @@ class Worker:
         types (name -> ``TypePolicy``) whose deliveries the claim checks again against
         their recipients' preferences (a preference changed since the enqueue wins).
         ``digests``: the digest types (name -> compose function, ``kirim.store.base.
-        Compose``), whose deliveries are sealed before they are sent."""
+        Compose``), whose deliveries are sealed before they are sent. ``on_feed``: told
+        of each inbox message a commit wrote (``Kirim.on_feed_change``)."""
+        self._on_feed = on_feed
         self.store = store
         self.channels = dict(channels)
         self.policies = dict(policies or {})
@@ -130,6 +133,7 @@ class Worker:
             lost=self._lost,
             digests=self.digests,
             types=frozenset(self.policies) | frozenset(self.digests),
+            on_feed=self._on_feed,
         )
         heartbeat = Heartbeat(
             store,

@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from kirim.addresses import Address
 from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.keys import text_problem
 from kirim.model import (
     Attempt,
@@ -33,7 +34,16 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import addresses, digests, imports, rates, recipients, retention, transitions
+from kirim.store import (
+    addresses,
+    digests,
+    feed,
+    imports,
+    rates,
+    recipients,
+    retention,
+    transitions,
+)
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -549,6 +559,29 @@ class PostgresStore:
 
     async def retired_addresses(self) -> dict[str, int]:
         return await self._op(addresses.retired_addresses())
+
+    # -- recipients' feeds, the in-app inbox (``kirim.store.feed``) -----------------
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        return await self._op(feed.page(recipient_id, which, limit, before))
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        return await self._op(feed.counts(recipient_id))
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        return await self._op(feed.act(recipient_id, item_id, action, now))
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        return await self._op(feed.mark(recipient_id, ids, mark, now))
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int) -> bool:
+        return await self._op(feed.delete(recipient_id, item_id))
 
     # -- the notification layer: digests and provider request rates -----------------
 

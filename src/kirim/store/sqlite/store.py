@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from kirim.addresses import Address
 from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.keys import text_problem
 from kirim.model import (
     Attempt,
@@ -31,7 +32,16 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
-from kirim.store import addresses, digests, imports, rates, recipients, retention, transitions
+from kirim.store import (
+    addresses,
+    digests,
+    feed,
+    imports,
+    rates,
+    recipients,
+    retention,
+    transitions,
+)
 from kirim.store.base import (
     SCHEMA_VERSION,
     ActivityBucket,
@@ -568,6 +578,34 @@ class SQLiteStore:
         return await self._tx(
             lambda c: drive(addresses.retired_addresses(), c, self._at()), write=False
         )
+
+    # -- recipients' feeds, the in-app inbox (``kirim.store.feed``) -----------------
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        return await self._tx(
+            lambda c: drive(feed.page(recipient_id, which, limit, before), c, self._at()),
+            write=False,
+        )
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        return await self._tx(
+            lambda c: drive(feed.counts(recipient_id), c, self._at()), write=False
+        )
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        return await self._op(feed.act(recipient_id, item_id, action, now))
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        return await self._op(feed.mark(recipient_id, ids, mark, now))
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int) -> bool:
+        return await self._op(feed.delete(recipient_id, item_id))
 
     # -- the notification layer: digests and provider request rates -----------------
 
