@@ -154,7 +154,9 @@ FeedChange = str  # "new" | "state" | "delete"
 
 
 def iso(t: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC text (``2026-12-02T01:05:47.123456Z``)."""
+    """Epoch seconds as ISO 8601 UTC text, as every API time (``kirim.views.iso``:
+    ``2026-12-02T01:05:47.123Z``)."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
+    moment = datetime.fromtimestamp(round(t, 3), UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

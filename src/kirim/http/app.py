@@ -20,11 +20,14 @@ from kirim.http import (
     routes_addresses,
     routes_callbacks,
     routes_events,
+    routes_feed,
     routes_notifications,
     routes_ops,
     routes_recipients,
 )
 from kirim.http.errors import ErrorBody, Unexpected
+from kirim.http.feed_cors import FeedCors
+from kirim.http.feed_models import FeedMarkIn, FeedTokenIn
 from kirim.http.guard import FrameGuard
 from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
 from kirim.http.service import AccessLog, Service, make_service
@@ -44,7 +47,9 @@ gets 409, and the same key with another body gets 422. `POST /v1/callbacks/{chan
 takes providers' delivery callbacks instead, verified by the channel's own secret or
 token. `/v1/recipients/{id}/preferences` reads, replaces (`PUT`, the whole
 document) and forgets a recipient's preferences, which workers read again when they
-claim a delivery. Errors share one format:
+claim a delivery. `/v1/recipients/{id}/feed` is the in-app inbox's feed: it takes an
+operator token or the recipient's own feed token (`POST /v1/recipients/{id}/feed-token`),
+in the header or as `?token=`. Errors share one format:
 `{"error": {"code", "message", "details": [{"field", "message", "type"}]}}`.
 """
 
@@ -99,6 +104,7 @@ def create_app(
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
     app.include_router(routes_callbacks.router)
+    app.include_router(routes_feed.router)
     app.include_router(routes_addresses.router)
     app.include_router(routes_recipients.router)
     app.include_router(routes_events.router)
@@ -117,6 +123,9 @@ def create_app(
     app.add_middleware(Unexpected)
     app.add_middleware(FrameGuard)
     app.add_middleware(AccessLog, svc=svc)
+    origins = kirim.config.inbox.allowed_origins
+    if origins:  # outermost: a preflight is answered before anything else
+        app.add_middleware(FeedCors, origins=origins)
     return app
 
 
@@ -144,6 +153,10 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas.update(event.pop("$defs", {}))
     schemas["NewEvent"] = event
     schemas["AddressIn"] = AddressIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    for model in (FeedMarkIn, FeedTokenIn):
+        schemas[model.__name__] = model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
     schemes = doc["components"].setdefault("securitySchemes", {})
     schemes.setdefault(
         "callbackToken",
