@@ -109,7 +109,9 @@ class Feeds:
     async def delete_feed_item(self, recipient_id: str, item_id: int) -> None:
         """Delete one message of the recipient's; ``NotFound`` when there is none such."""
         rid = check_recipient_id(recipient_id)
-        if not 1 <= item_id <= _MAX_ID or not await self.store.delete_feed_item(rid, item_id):
+        if not 1 <= item_id <= _MAX_ID or not await self.store.delete_feed_item(
+            rid, item_id, now=self.clock.now()
+        ):
             raise NotFound(f"recipient {rid!r} has no feed item {item_id}")
         self.feed_changed(rid, "delete", item_id)
 

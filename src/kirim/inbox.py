@@ -9,7 +9,10 @@ request leaves, so nothing is ever in doubt: a message is in the feed exactly on
 Each message has three marks, each ``None`` or the time it was set: ``seen_at`` (the
 bell was opened), ``read_at`` (the message was opened or marked read; read implies
 seen) and ``archived_at`` (out of the feed's default view). Setting a mark that is set
-keeps its first time; ``unread`` and ``unarchive`` clear one.
+keeps its first time; ``unread`` and ``unarchive`` clear one. A deleted message is
+gone from every view, but its row stays, emptied, so that its key stays taken (a
+stalled worker's late commit of the same delivery cannot bring it back), until
+retention removes it (``kirim.store.retention``).
 """
 
 from __future__ import annotations

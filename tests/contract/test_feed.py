@@ -218,3 +218,26 @@ async def test_another_recipients_message_is_out_of_reach_and_delete_removes(
     assert newest not in [i.id for i in (await app.feed("u1", filter="all")).items]
     with pytest.raises(NotFound):
         await app.delete_feed_item("u1", newest)
+
+
+async def test_a_deleted_message_stays_gone_after_a_late_commit(
+    app: Kirim, clock: ManualClock
+) -> None:
+    """Worker A stalls before its commit, B writes the message, the recipient deletes
+    it; A's late commit of the same delivery does not bring it back (the deleted row
+    keeps its key)."""
+    await app.notify("e-3", "u1", "inbox", {"body": "bye"})
+    cp = Checkpoints()
+    late = cp.pause("before_commit", worker_id="A")
+    task = asyncio.create_task(
+        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+    )
+    await late.reached()
+    clock.advance(LEASE + 1)
+    await drain(app, worker_id="B")
+    [item] = (await app.feed("u1")).items
+    await app.delete_feed_item("u1", item.id)
+    late.release()
+    await task
+    assert (await app.feed("u1", filter="all")).items == []
+    assert (await app.feed_counts("u1")).to_json() == {"unseen": 0, "unread": 0}

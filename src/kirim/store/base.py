@@ -831,8 +831,9 @@ class FeedStore(Protocol):
         """Set ``mark`` on the recipient's messages ``ids`` (None: all); how many changed."""
         ...
 
-    async def delete_feed_item(self, recipient_id: str, item_id: int) -> bool:
-        """Delete one message of the recipient's; False when there is none such."""
+    async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
+        """Delete one message of the recipient's (its key stays taken); False when
+        there is none such."""
         ...
 
 

@@ -169,11 +169,12 @@ def mark(
     return int(changed)
 
 
-def delete(recipient_id: str, item_id: int) -> Operation[bool]:
-    """Delete one message of the recipient's; False when they had none such."""
-    count = yield Query(
-        "delete_feed_item", {"id": item_id, "recipient_id": recipient_id}, count=True
-    )
+def delete(recipient_id: str, item_id: int, given: float) -> Operation[bool]:
+    """Delete one message of the recipient's (its row stays, emptied, with
+    ``deleted_at``: its key stays taken); False when they had none such."""
+    at = yield TIME
+    args = {"id": item_id, "recipient_id": recipient_id, "now": at(given)}
+    count = yield Query("delete_feed_item", args, count=True)
     if count:
         yield notify([recipient_id])
     return bool(count)

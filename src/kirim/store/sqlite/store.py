@@ -604,8 +604,8 @@ class SQLiteStore:
     ) -> int:
         return await self._op(feed.mark(recipient_id, ids, mark, now))
 
-    async def delete_feed_item(self, recipient_id: str, item_id: int) -> bool:
-        return await self._op(feed.delete(recipient_id, item_id))
+    async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
+        return await self._op(feed.delete(recipient_id, item_id, now))
 
     # -- the notification layer: digests and provider request rates -----------------
 

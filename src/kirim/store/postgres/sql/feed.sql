@@ -30,7 +30,7 @@ SELECT pg_notify('kirim_feed', r) FROM unnest(%(recipients)s::text[]) AS r;
 -- One page of a recipient's feed, newest first, older than the cursor %(before)s;
 -- %(archived)s is no, yes or any; %(unseen)s, %(unread)s keep only those without the mark.
 SELECT * FROM kirim_feed
-WHERE recipient_id = %(recipient_id)s AND id < %(before)s::bigint
+WHERE recipient_id = %(recipient_id)s AND id < %(before)s::bigint AND deleted_at IS NULL
   AND CASE %(archived)s::text WHEN 'no' THEN archived_at IS NULL
                               WHEN 'yes' THEN archived_at IS NOT NULL ELSE true END
   AND (NOT %(unseen)s::boolean OR seen_at IS NULL)
@@ -43,11 +43,12 @@ LIMIT %(limit)s;
 SELECT count(*) FILTER (WHERE seen_at IS NULL) AS unseen,
        count(*) FILTER (WHERE read_at IS NULL) AS unread
 FROM kirim_feed
-WHERE recipient_id = %(recipient_id)s AND archived_at IS NULL;
+WHERE recipient_id = %(recipient_id)s AND archived_at IS NULL AND deleted_at IS NULL;
 
 -- name: lock_feed_item
 -- Lock and read one message of a recipient's.
-SELECT * FROM kirim_feed WHERE id = %(id)s::bigint AND recipient_id = %(recipient_id)s
+SELECT * FROM kirim_feed
+WHERE id = %(id)s::bigint AND recipient_id = %(recipient_id)s AND deleted_at IS NULL
 FOR UPDATE;
 
 -- name: write_feed_marks
@@ -61,21 +62,24 @@ RETURNING *;
 -- name: feed_mark_seen
 -- Mark seen those of a recipient's messages (%(every)s, or the %(ids)s) not seen yet.
 UPDATE kirim_feed SET seen_at = %(now)s::float8
-WHERE recipient_id = %(recipient_id)s AND seen_at IS NULL
+WHERE recipient_id = %(recipient_id)s AND seen_at IS NULL AND deleted_at IS NULL
   AND (%(every)s::boolean OR id = ANY (%(ids)s::bigint[]));
 
 -- name: feed_mark_read
 -- Mark read (and seen, if not yet) those of a recipient's messages not read yet.
 UPDATE kirim_feed SET read_at = %(now)s::float8, seen_at = coalesce(seen_at, %(now)s::float8)
-WHERE recipient_id = %(recipient_id)s AND read_at IS NULL
+WHERE recipient_id = %(recipient_id)s AND read_at IS NULL AND deleted_at IS NULL
   AND (%(every)s::boolean OR id = ANY (%(ids)s::bigint[]));
 
 -- name: feed_mark_archived
 -- Archive those of a recipient's messages not archived yet.
 UPDATE kirim_feed SET archived_at = %(now)s::float8
-WHERE recipient_id = %(recipient_id)s AND archived_at IS NULL
+WHERE recipient_id = %(recipient_id)s AND archived_at IS NULL AND deleted_at IS NULL
   AND (%(every)s::boolean OR id = ANY (%(ids)s::bigint[]));
 
 -- name: delete_feed_item
--- Delete one message of a recipient's.
-DELETE FROM kirim_feed WHERE id = %(id)s::bigint AND recipient_id = %(recipient_id)s;
+-- Delete one message of a recipient's: its row stays, emptied, so that its key stays
+-- taken (retention removes it).
+UPDATE kirim_feed
+SET deleted_at = %(now)s::float8, title = NULL, body = NULL, action_url = NULL, data = NULL
+WHERE id = %(id)s::bigint AND recipient_id = %(recipient_id)s AND deleted_at IS NULL;
