@@ -154,7 +154,11 @@ class Config:
 
 #: the ``[retention]`` table's keys (durations such as "30d", or seconds) and the
 #: WorkerSettings fields they set
-_RETENTION_KEYS = {"keep": "retention_keep", "keys": "retention_keys"}
+_RETENTION_KEYS = {
+    "keep": "retention_keep",
+    "keys": "retention_keys",
+    "archived": "retention_archived",
+}
 #: the ``[worker]`` table's keys (the retention settings are written in [retention])
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} - set(_RETENTION_KEYS.values())
 _WORKER_KEYS.add("max_attempts")

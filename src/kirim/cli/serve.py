@@ -170,6 +170,8 @@ def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
         database=redact_url(config.database),
         protect_metrics=config.serve.protect_metrics,
         protect_dashboard=config.serve.protect_dashboard,
+        inbox_secret="set" if config.inbox.secret is not None else "none",
+        feed_origins=",".join(config.inbox.allowed_origins) or "none",
     )
 
 

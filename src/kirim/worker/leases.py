@@ -216,7 +216,10 @@ class Reaper:
         try:
             for _ in range(PRUNE_BATCHES):
                 done = await store.prune(
-                    now=self.clock.now(), keep=keep, keys=self.settings.retention_keys
+                    now=self.clock.now(),
+                    keep=keep,
+                    keys=self.settings.retention_keys,
+                    archived=self.settings.retention_archived,
                 )
                 total += done
                 if not done.more or not done.removed_anything:

@@ -604,10 +604,17 @@ class PostgresStore:
         return await self._op(imports.import_keys(keys, now, dry_run))
 
     async def prune(
-        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``, in one transaction."""
-        return await self._op(retention.prune(now, keep, keys, limit, dry_run))
+        return await self._op(retention.prune(now, keep, keys, limit, dry_run, archived))
 
 
 def _as_id(text: str) -> int | None:

@@ -632,11 +632,18 @@ class SQLiteStore:
         return await self._op(op)
 
     async def prune(
-        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``: one transaction (a dry run only
         reads, without the write lock)."""
-        op = retention.prune(now, keep, keys, limit, dry_run)
+        op = retention.prune(now, keep, keys, limit, dry_run, archived)
         if dry_run:
             return await self._tx(lambda conn: drive(op, conn, self._at()), write=False)
         return await self._op(op)
