@@ -19,6 +19,7 @@ from kirim.errors import NotFound
 from kirim.inbox import FeedAction
 from kirim.model import DeliveryStatus
 from kirim.notify.types import parse_type
+from kirim.preferences import Preferences, Window
 from kirim.providers.inbox import InboxProvider
 from kirim.testing import Checkpoints, ManualClock
 from kirim.validation import BadValue
@@ -241,3 +242,22 @@ async def test_a_deleted_message_stays_gone_after_a_late_commit(
     await task
     assert (await app.feed("u1", filter="all")).items == []
     assert (await app.feed_counts("u1")).to_json() == {"unseen": 0, "unread": 0}
+
+
+async def test_quiet_hours_defer_the_message_to_the_window(app: Kirim, clock: ManualClock) -> None:
+    """A message that comes in the recipient's quiet hours is not in the feed before
+    they end (the worker finds nothing due); it appears at the window, once."""
+    # ManualClock starts at 08:00 UTC: quiet from 07:00 to 10:00
+    quiet = Preferences(recipient_id="u1", timezone="UTC", quiet_hours=Window.parse("07:00-10:00"))
+    await app.set_preferences(quiet)
+    await app.notify_event("shipped", ["u1"], {"n": "7"}, event_id="o-quiet")
+    await drain(app)
+    assert (await app.feed("u1")).items == []
+    clock.advance(2 * 3600 - 60)  # 09:59
+    await drain(app)
+    assert (await app.feed("u1")).items == []
+    clock.advance(120)  # 10:01
+    await drain(app)
+    [item] = (await app.feed("u1")).items
+    assert item.title == "Order 7 shipped"
+    assert item.created_at >= 1_800_000_000.0 + 2 * 3600
