@@ -21,6 +21,7 @@ from kirim.http import (
     routes_callbacks,
     routes_events,
     routes_feed,
+    routes_feed_stream,
     routes_notifications,
     routes_ops,
     routes_recipients,
@@ -31,6 +32,7 @@ from kirim.http.feed_models import FeedMarkIn, FeedTokenIn
 from kirim.http.guard import FrameGuard
 from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
 from kirim.http.service import AccessLog, Service, make_service
+from kirim.live import FeedHub
 from kirim.observe.metrics import Metrics
 
 #: the API's version (of this document), not kirim's
@@ -78,12 +80,15 @@ def create_app(
         kirim, settings or kirim.config.serve, metrics=metrics, token_cache=token_cache
     )
 
+    hub = FeedHub(svc.kirim)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await svc.kirim.open()
         try:
             yield
         finally:
+            await hub.close()
             await svc.kirim.close()
 
     app = FastAPI(
@@ -98,12 +103,15 @@ def create_app(
     )
     app.state.service = svc
     app.state.verifier = svc.verifier
+    #: the feed's live updates (``kirim.live``)
+    app.state.feed_hub = hub
     errors.install(app)
     app.include_router(routes_notifications.intake_router)
     app.include_router(routes_notifications.router)
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
     app.include_router(routes_callbacks.router)
+    app.include_router(routes_feed_stream.router)
     app.include_router(routes_feed.router)
     app.include_router(routes_addresses.router)
     app.include_router(routes_recipients.router)

@@ -16,7 +16,7 @@ import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from kirim.addresses import Address
 from kirim.clock import Clock
@@ -29,6 +29,9 @@ from kirim.inbox import (
     FeedMessage,
     FeedPage,
 )
+
+if TYPE_CHECKING:
+    from kirim.store.feed_changes import FeedChanges
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -44,7 +47,7 @@ from kirim.model import (
 )
 from kirim.preferences import Preferences, TypePolicy
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -834,6 +837,19 @@ class FeedStore(Protocol):
     async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
         """Delete one message of the recipient's (its key stays taken); False when
         there is none such."""
+        ...
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        """Up to ``limit`` rows of the recipient's feed written after number ``after``
+        (schema version 11: ``kirim.store.feed_changes``), with the feed's counts."""
+        ...
+
+    async def feed_head(self, recipient_id: str) -> int:
+        """The number of the recipient's last feed write (0: none)."""
+        ...
+
+    async def feed_last_number(self) -> int:
+        """The last number given to any feed write."""
         ...
 
 

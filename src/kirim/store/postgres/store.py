@@ -38,6 +38,7 @@ from kirim.store import (
     addresses,
     digests,
     feed,
+    feed_changes,
     imports,
     rates,
     recipients,
@@ -70,6 +71,7 @@ from kirim.store.base import (
     Waiting,
     waiting_from,
 )
+from kirim.store.feed_changes import FeedChanges
 from kirim.store.pooler import Wakeups
 from kirim.store.postgres import intake
 from kirim.store.postgres.connect import SESSIONLESS, Conn, configure, postgres_conninfo, probe
@@ -130,6 +132,11 @@ class PostgresStore:
         self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
         #: the intents committed lately, checked after a lost connection (``ledger``)
         self.ledger = LedgerWatch()
+
+    @property
+    def listen_conninfo(self) -> str:
+        """Where a LISTEN goes (``listen_url``, else ``url``)."""
+        return self._listen_conninfo
 
     # -- plumbing -----------------------------------------------------------------
 
@@ -582,6 +589,17 @@ class PostgresStore:
 
     async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
         return await self._op(feed.delete(recipient_id, item_id, now))
+
+    # -- the order of the feeds' changes (``kirim.store.feed_changes``) -------------
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        return await self._op(feed_changes.changes_after(recipient_id, after, limit))
+
+    async def feed_head(self, recipient_id: str) -> int:
+        return await self._op(feed_changes.head(recipient_id))
+
+    async def feed_last_number(self) -> int:
+        return await self._op(feed_changes.last_number())
 
     # -- the notification layer: digests and provider request rates -----------------
 

@@ -36,6 +36,7 @@ from kirim.store import (
     addresses,
     digests,
     feed,
+    feed_changes,
     imports,
     rates,
     recipients,
@@ -68,6 +69,7 @@ from kirim.store.base import (
     Waiting,
     waiting_from,
 )
+from kirim.store.feed_changes import FeedChanges
 from kirim.store.rows import (
     Row,
     attempt_from,
@@ -607,6 +609,21 @@ class SQLiteStore:
     async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
         return await self._op(feed.delete(recipient_id, item_id, now))
 
+    # -- the order of the feeds' changes (``kirim.store.feed_changes``) -------------
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        return await self._read(feed_changes.changes_after(recipient_id, after, limit))
+
+    async def feed_head(self, recipient_id: str) -> int:
+        return await self._read(feed_changes.head(recipient_id))
+
+    async def feed_last_number(self) -> int:
+        return await self._read(feed_changes.last_number())
+
+    async def _read(self, op: Operation[T]) -> T:
+        """Run a reading operation in one read transaction."""
+        return await self._tx(lambda c: drive(op, c, self._at()), write=False)
+
     # -- the notification layer: digests and provider request rates -----------------
 
     async def seal_digest(
@@ -666,5 +683,17 @@ def _reload_schema(conn: sqlite3.Connection) -> None:
 
 
 def _statements(sql: str) -> list[str]:
+    """The statements of a migration, in order: split at each ``;`` that ends one (a
+    trigger's ``BEGIN … END;`` stays whole)."""
     lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for part in "\n".join(lines).split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip().removesuffix(";").strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending.strip().removesuffix(";").strip())
+    return out
