@@ -56,8 +56,8 @@ in the header or as `?token=`. Errors share one format:
 """
 
 
-def _css() -> bytes:
-    return resources.files("kirim.http").joinpath("static", "dashboard.css").read_bytes()
+def _static(name: str) -> bytes:
+    return resources.files("kirim.http").joinpath("static", name).read_bytes()
 
 
 def create_app(
@@ -118,12 +118,22 @@ def create_app(
     app.include_router(routes_events.router)
     app.include_router(bulk.router)
     app.include_router(dashboard.router)
-    css = _css()
+    css = _static("dashboard.css")
+    inbox_js = _static("kirim-inbox.js")
 
     @app.get("/static/dashboard.css", include_in_schema=False)
     async def stylesheet() -> Response:
         return Response(
             css, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"}
+        )
+
+    @app.get("/static/kirim-inbox.js", include_in_schema=False)
+    async def inbox_element() -> Response:
+        # any page may load the element (a module script needs CORS); it holds no secret
+        return Response(
+            inbox_js,
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"},
         )
 
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
