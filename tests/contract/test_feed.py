@@ -261,3 +261,32 @@ async def test_quiet_hours_defer_the_message_to_the_window(app: Kirim, clock: Ma
     [item] = (await app.feed("u1")).items
     assert item.title == "Order 7 shipped"
     assert item.created_at >= 1_800_000_000.0 + 2 * 3600
+
+
+async def test_a_final_attempt_that_never_committed_is_failed_not_in_doubt(
+    database_url: str, clock: ManualClock
+) -> None:
+    """On its last attempt a worker dies after its intent, before its commit: the
+    reaper ends the inbox delivery failed (the feed has no message: nothing is in doubt
+    where the message and the outcome share one commit), where a webhook's would be
+    held in doubt."""
+    channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+    app = Kirim(Config(database=database_url, max_attempts=1), channels=channels, clock=clock)
+    await app.open(migrate=True)
+    try:
+        n = await app.notify("e-last", "u1", "inbox", {"body": "last"})
+        cp = Checkpoints()
+        crash = cp.pause("before_commit", worker_id="A")
+        crash.crash()
+        await app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+        await crash.reached()
+        clock.advance(LEASE + 1)
+        reaper = app.worker(settings=SETTINGS, worker_id="B")
+        await reaper._reaper.reap()
+        delivery, _, attempts = await app.get(n.delivery_id)
+        assert [a.status.value for a in attempts] == ["requested"]
+        assert delivery.status is DeliveryStatus.FAILED
+        assert delivery.doubt is None
+        assert (await app.feed("u1")).items == []
+    finally:
+        await app.close()
