@@ -290,3 +290,24 @@ async def test_a_final_attempt_that_never_committed_is_failed_not_in_doubt(
         assert (await app.feed("u1")).items == []
     finally:
         await app.close()
+
+
+def test_sync_kirim_reads_and_marks_the_feed(database_url: str, clock: ManualClock) -> None:
+    """SyncKirim offers the feed's verbs to code that is not async."""
+    from kirim.sync import SyncKirim
+
+    channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+    with SyncKirim(Config(database=database_url), channels=channels, clock=clock).open(
+        migrate=True
+    ) as app:
+        app.notify("e-sync", "u1", "inbox", "plain text")
+        worker = app.app.worker(settings=SETTINGS)
+        while app._run(worker.run_once()):
+            pass
+        [item] = app.feed("u1").items
+        assert item.body == "plain text"
+        assert app.feed_action("u1", item.id, "seen").seen_at == clock.now()
+        assert app.mark_feed("u1", "read") == 1
+        assert app.feed_counts("u1").to_json() == {"unseen": 0, "unread": 0}
+        app.delete_feed_item("u1", item.id)
+        assert app.feed("u1", filter="all").items == []
