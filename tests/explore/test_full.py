@@ -341,3 +341,20 @@ def test_the_inbox_holds_over_its_own_budget() -> None:
     assert failing == {}
     assert seen["feed_written"] > 30
     assert seen["committed, then the answer was lost"] > 0
+
+
+def test_mutation_claim_time_check_off_is_caught_in_the_feed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the claim-time preference check removed, preferences_honoured fires on a
+    feed message written when the recipient's preferences or the type's window did not
+    allow it (a message deferred by quiet hours in the feed before the window)."""
+    monkeypatch.setattr(kirim.store.rules, "preference_check", lambda *a, **k: None)
+    seeds = [s for s in range(400) if any(c.inbox for c in World.draw(s).channels)][:40]
+    found = None
+    for seed in seeds:
+        violations = run_schedule(full(seed)).violations
+        if any(v.name == "preferences_honoured" and "feed message" in v.detail for v in violations):
+            found = seed
+            break
+    assert found is not None

@@ -18,6 +18,12 @@ other); ``feed_exactly_once`` is the inbox's own promise:
   no message;
 - a delivery that ended ``sent`` on an inbox channel has its message, and none on an
   inbox channel is ever ``in_doubt``.
+
+``check_feed_preferences`` holds the inbox to ``preferences_honoured`` as the other
+channels are held through their requests: each message was written under a claim
+taken while the recipient's preferences (certainly in force then) and the type's
+window allowed it, so a message deferred by quiet hours is not in the feed before
+the window.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from kirim.explore.checks import prefs_at, verdict
+from kirim.explore.full import FullTruth
 from kirim.explore.invariants import Ledger, Violation
 from kirim.explore.provider import Copy, GroundTruth
 from kirim.explore.world import World
@@ -100,3 +108,43 @@ def _bad(d: dict[str, Any], what: str) -> Violation:
     return Violation(
         name=NAME, delivery=d["id"], detail=f"{what} (status={d['status']} doubt={d['doubt']})"
     )
+
+
+def check_feed_preferences(ledger: Ledger, full: FullTruth, world: World) -> list[Violation]:
+    """``preferences_honoured`` for the inbox (the module's text): the claim before
+    each succeeded inbox attempt that wrote a message."""
+    boxes = _boxes(world)
+    if ledger.claims is None or not boxes or not ledger.feed_writes:
+        return []
+    claims: dict[int, list[float]] = {}
+    for c in ledger.claims:
+        claims.setdefault(c["job_id"], []).append(float(c["at"]))
+    by_id = {d["id"]: d for d in ledger.deliveries}
+    written = {w["delivery_id"] for w in ledger.feed_writes}
+    out = []
+    for a in ledger.attempts:
+        d = by_id.get(a["delivery_id"])
+        if d is None or d["id"] not in written or a["status"] != "succeeded":
+            continue
+        if (a.get("provider") or d["channel"]) not in boxes:
+            continue
+        if d["type"] is None or d["recipient_id"] is None:
+            continue
+        before = sorted(t for t in claims.get(a["job_id"], []) if t <= a["requested_at"] + 1e-6)
+        if not before:
+            continue
+        at = before[-1]
+        certain, prefs = prefs_at(full.prefs, d["recipient_id"], at - world.base)
+        if not certain:
+            continue
+        why = verdict(world, d, prefs, at)
+        if why is not None:
+            out.append(
+                Violation(
+                    name="preferences_honoured",
+                    delivery=d["id"],
+                    detail=f"feed message written under a claim at t={at - world.base:.3f}, "
+                    f"when the delivery was {why}",
+                )
+            )
+    return out

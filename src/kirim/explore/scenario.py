@@ -35,7 +35,7 @@ from kirim.explore.faults import (
 )
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
-from kirim.explore.inbox import check_feed, feed_truth
+from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
 from kirim.explore.invariants import Ledger, Violation, check
 from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
@@ -477,6 +477,7 @@ def run_schedule(
             patience=sim.patience(),
         )
         violations += check_feed(ledger, world)
+        violations += check_feed_preferences(ledger, sim.full.full, world)
     else:
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet
