@@ -261,3 +261,53 @@ async def test_quiet_hours_defer_the_message_to_the_window(app: Kirim, clock: Ma
     [item] = (await app.feed("u1")).items
     assert item.title == "Order 7 shipped"
     assert item.created_at >= 1_800_000_000.0 + 2 * 3600
+
+
+async def test_a_final_attempt_that_never_committed_is_failed_not_in_doubt(
+    database_url: str, clock: ManualClock
+) -> None:
+    """On its last attempt a worker dies after its intent, before its commit: the
+    reaper ends the inbox delivery failed (the feed has no message: nothing is in doubt
+    where the message and the outcome share one commit), where a webhook's would be
+    held in doubt."""
+    channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+    app = Kirim(Config(database=database_url, max_attempts=1), channels=channels, clock=clock)
+    await app.open(migrate=True)
+    try:
+        n = await app.notify("e-last", "u1", "inbox", {"body": "last"})
+        cp = Checkpoints()
+        crash = cp.pause("before_commit", worker_id="A")
+        crash.crash()
+        await app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+        await crash.reached()
+        clock.advance(LEASE + 1)
+        reaper = app.worker(settings=SETTINGS, worker_id="B")
+        await reaper._reaper.reap()
+        delivery, _, attempts = await app.get(n.delivery_id)
+        assert [a.status.value for a in attempts] == ["requested"]
+        assert delivery.status is DeliveryStatus.FAILED
+        assert delivery.doubt is None
+        assert (await app.feed("u1")).items == []
+    finally:
+        await app.close()
+
+
+def test_sync_kirim_reads_and_marks_the_feed(database_url: str, clock: ManualClock) -> None:
+    """SyncKirim offers the feed's verbs to code that is not async."""
+    from kirim.sync import SyncKirim
+
+    channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+    with SyncKirim(Config(database=database_url), channels=channels, clock=clock).open(
+        migrate=True
+    ) as app:
+        app.notify("e-sync", "u1", "inbox", "plain text")
+        worker = app.app.worker(settings=SETTINGS)
+        while app._run(worker.run_once()):
+            pass
+        [item] = app.feed("u1").items
+        assert item.body == "plain text"
+        assert app.feed_action("u1", item.id, "seen").seen_at == clock.now()
+        assert app.mark_feed("u1", "read") == 1
+        assert app.feed_counts("u1").to_json() == {"unseen": 0, "unread": 0}
+        app.delete_feed_item("u1", item.id)
+        assert app.feed("u1", filter="all").items == []

@@ -96,3 +96,29 @@ def test_doctor_says_whether_the_secret_is_set_and_never_shows_it(
         shown = _run(tmp_path, config, *args)
         assert "secret set" in shown
         assert SECRET not in shown
+
+
+def test_serve_says_whether_the_secret_is_set_never_what() -> None:
+    """kirim serve's serving line says inbox_secret=set and the feed origins; the
+    secret itself is in none of its fields."""
+    import socket
+    from typing import Any
+
+    from kirim.cli.serve import _say_serving
+
+    logs: list[dict[str, Any]] = []
+
+    class Log:
+        def info(self, event: str, **fields: Any) -> None:
+            logs.append({"event": event, **fields})
+
+    config = parse_config(
+        {"inbox": {"secret": SECRET, "allowed_origins": ["https://a.example"]}},
+        database="sqlite:///x.db",
+    )
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        _say_serving(Log(), sock, config)
+    [line] = logs
+    assert (line["inbox_secret"], line["feed_origins"]) == ("set", "https://a.example")
+    assert SECRET not in repr(line)

@@ -22,6 +22,8 @@ CORE = {
     "channels",
     "clock",
     "errors",
+    "feed_tokens",
+    "inbox",
     "keys",
     "model",
     "notify",
@@ -42,6 +44,7 @@ LAYER = {
     "config": 2,
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
+    "feeds": 2,  # the engine's verbs on recipients' feeds (the inbox)
     "sync": 2,
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},

@@ -35,6 +35,7 @@ from kirim.explore.faults import (
 )
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
+from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
 from kirim.explore.invariants import Ledger, Violation, check
 from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
@@ -454,6 +455,7 @@ def run_schedule(
         sim.db.dispose()
     if sim.world is not None and sim.full is not None:
         world = sim.world
+        feed_truth(sim.truth, ledger, world)  # the inbox's messages: what its users got
         attempts: dict[int, list[dict[str, Any]]] = {}
         for a in ledger.attempts:
             attempts.setdefault(a["delivery_id"], []).append(a)
@@ -463,6 +465,7 @@ def run_schedule(
             at_least_once=lambda d: at_least_once(world, d, attempts.get(d["id"], [])),
             quiet=quiet,
             waiting=set(sim.waiting),
+            in_commit={c.name for c in world.channels if c.inbox},
         )
         violations += check_full(
             ledger,
@@ -473,6 +476,8 @@ def run_schedule(
             waiting=sim.waiting,
             patience=sim.patience(),
         )
+        violations += check_feed(ledger, world)
+        violations += check_feed_preferences(ledger, sim.full.full, world)
     else:
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet

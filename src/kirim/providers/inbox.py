@@ -33,6 +33,9 @@ class InboxProvider:
     idempotent = True
     #: what ``kirim doctor`` and the docs call it
     kind = "inbox"
+    #: the message is written in the finish's own commit (``Channel.in_commit``): an
+    #: attempt whose outcome never committed wrote nothing, so it is never in doubt
+    writes_in_commit = True
 
     def __init__(self, **_: Any) -> None:
         return None

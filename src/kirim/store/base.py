@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -520,8 +520,10 @@ class Queue(Protocol):
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]: ...
 
-    async def reap(self, *, now: float) -> list[Reaped]:
-        """Return jobs whose lease expired to the queue (or to the dead letters)."""
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        """Return jobs whose lease expired to the queue (or to the dead letters);
+        ``in_commit``: channels whose effect is written in the finish's own commit, whose
+        uncommitted attempts are no doubt (``transitions.reap``)."""
         ...
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:

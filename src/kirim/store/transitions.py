@@ -15,7 +15,7 @@ writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -662,10 +662,12 @@ def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult
 # -- reap and release ------------------------------------------------------------------
 
 
-def reap(given: float) -> Operation[list[Reaped]]:
+def reap(given: float, in_commit: Collection[str] = ()) -> Operation[list[Reaped]]:
     """Jobs whose lease expired go back to the queue (their claims revoked: the holder's
     token stops working), or die on their final attempt (their deliveries parked in
-    doubt if a request may have left, else failed)."""
+    doubt if a request may have left, else failed). ``in_commit``: channels whose
+    effect is written in the finish's own commit (the inbox): an attempt of theirs
+    whose outcome never committed had no effect, so it is no doubt."""
     at = yield TIME
     now = at(given)
     expired = yield Query("expired_jobs", {"now": now})
@@ -695,7 +697,10 @@ def reap(given: float) -> Operation[list[Reaped]]:
                 rules.unleased(job, status=JobStatus.DEAD, last_error=error, updated_at=now)
             )
             if d is not None and holds:
-                ledger.set_delivery(rules.parked(d, bool(ledger.doubtful(d.id)), now))
+                doubt = [
+                    a for a in ledger.doubtful(d.id) if (a.provider or d.channel) not in in_commit
+                ]
+                ledger.set_delivery(rules.parked(d, bool(doubt), now))
         else:
             requeued = True
             ledger.set_job(

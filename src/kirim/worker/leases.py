@@ -116,9 +116,13 @@ class Reaper:
         stats: WorkerStats,
         metrics: Metrics | None,
         monotonic: Callable[[], float] = time.monotonic,
+        in_commit: frozenset[str] = frozenset(),
     ) -> None:
         """``monotonic``: the worker's monotonic clock (its clock's, when it has one:
-        the explorer's virtual time), which paces the gauges and the prunes."""
+        the explorer's virtual time), which paces the gauges and the prunes.
+        ``in_commit``: the channels whose effect is written in the finish's own commit
+        (the inbox): the store does not count their uncommitted attempts as doubt."""
+        self.in_commit = in_commit
         self.store = store
         self.clock = clock
         self.settings = settings
@@ -164,7 +168,7 @@ class Reaper:
     async def reap(self) -> int:
         """Return the jobs whose lease expired to the queue (or the dead letters)."""
         try:
-            reaped = await self.store.reap(now=self.clock.now())
+            reaped = await self.store.reap(now=self.clock.now(), in_commit=self.in_commit)
         except StoreError as exc:
             self.log.error("reap_failed", error=str(exc))
             return 0

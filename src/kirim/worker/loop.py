@@ -92,7 +92,11 @@ class Worker:
         self.metrics = metrics
         #: the OpenTelemetry tracer; None: tracing is off
         self._tracer = tracer if tracer is not None else tracing.default_tracer()
-        self.decide = Decisions(settings=self.settings, clock=self.clock, rng=self.rng)
+        #: the channels whose effect is written in the finish's commit (the inbox)
+        self.in_commit = frozenset(n for n, c in self.channels.items() if c.in_commit)
+        self.decide = Decisions(
+            settings=self.settings, clock=self.clock, rng=self.rng, in_commit=self.in_commit
+        )
         self._leases: dict[int, Lease] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         #: jobs whose outcome is being committed (a lease gone now is not a takeover)
@@ -146,6 +150,7 @@ class Worker:
         )
         reaper = Reaper(
             store,
+            in_commit=self.in_commit,
             clock=self.clock,
             settings=self.settings,
             log=self.log,

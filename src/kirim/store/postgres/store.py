@@ -13,7 +13,7 @@ Beyond the Store protocol: ``wait_for_jobs`` (LISTEN/NOTIFY wake-ups) and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import psycopg
@@ -312,8 +312,8 @@ class PostgresStore:
             return []
         return await self._op(transitions.finish(items))
 
-    async def reap(self, *, now: float) -> list[Reaped]:
-        return await self._op(transitions.reap(now))
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        return await self._op(transitions.reap(now, in_commit))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         if leases:

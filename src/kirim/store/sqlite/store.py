@@ -12,7 +12,7 @@ import asyncio
 import json
 import sqlite3
 import time as _time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -323,8 +323,8 @@ class SQLiteStore:
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
         return await self._op(transitions.finish(items))
 
-    async def reap(self, *, now: float) -> list[Reaped]:
-        return await self._op(transitions.reap(now))
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        return await self._op(transitions.reap(now, in_commit))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         await self._op(transitions.release(leases, now))
