@@ -11,9 +11,8 @@
 -- it is now: nothing missed, nothing repeated. For that, one recipient's numbers must
 -- follow its commits: the trigger takes a lock on the recipient
 -- (pg_advisory_xact_lock, held to the commit) before it draws the number, so a
--- transaction that drew 11 commits after the one that drew 10. The trigger also says
--- pg_notify('kirim_feed', recipient_id), as the feed's own writes do (one notification
--- per transaction and recipient: PostgreSQL folds the same ones).
+-- transaction that drew 11 commits after the one that drew 10. (The feed's own
+-- statements say pg_notify('kirim_feed', recipient_id) for the streams' wake-ups.)
 ALTER TABLE kirim_feed ADD COLUMN created_seq bigint, ADD COLUMN changed_seq bigint;
 CREATE SEQUENCE kirim_feed_change_seq;
 UPDATE kirim_feed SET created_seq = id, changed_seq = id;
@@ -26,7 +25,6 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         NEW.created_seq := NEW.changed_seq;
     END IF;
-    PERFORM pg_notify('kirim_feed', NEW.recipient_id);
     RETURN NEW;
 END
 $$;
