@@ -238,3 +238,28 @@ async def test_a_feed_token_of_another_recipient_is_refused(first: tuple[Kirim, 
         other = await client.get(url, params={"token": token_for(app, "u2")})
         assert other.status_code == 403
         assert (await client.get(url)).status_code == 401
+
+
+async def test_a_stream_ends_when_its_feed_token_expires(first: tuple[Kirim, str]) -> None:
+    """A stream of a feed token ends at the token's expiry (the page must come back with
+    a new one); the same expired token is then refused."""
+    app, base = first
+    token = app.feed_token("u1", ttl=2)[0]  # expires in 1 to 2 seconds (whole seconds)
+    async with httpx.AsyncClient(timeout=BOUND) as client:
+        async with stream(client, base, "u1", token) as s:
+            assert (await s.next()).event == "counts"
+            with pytest.raises(AssertionError, match="the stream ended"):
+                await s.next()
+        url = f"{base}/v1/recipients/u1/feed/stream"
+        assert (await client.get(url, params={"token": token})).status_code == 401
+
+
+async def test_the_element_is_served_to_any_page(first: tuple[Kirim, str]) -> None:
+    """/static/kirim-inbox.js is JavaScript any origin may load as a module (CORS *)."""
+    _, base = first
+    async with httpx.AsyncClient(timeout=BOUND) as client:
+        got = await client.get(f"{base}/static/kirim-inbox.js")
+    assert got.status_code == 200
+    assert got.headers["content-type"].startswith("text/javascript")
+    assert got.headers["access-control-allow-origin"] == "*"
+    assert 'customElements.define("kirim-inbox"' in got.text
