@@ -56,6 +56,7 @@ class Stream:
 
     def __init__(self, response: httpx.Response) -> None:
         self.response = response
+        self.comments = 0
         self._lines = response.aiter_lines()
 
     async def next(self) -> Event:
@@ -69,9 +70,20 @@ class Stream:
                     fields = {}
                     continue
                 if line.startswith(":"):
-                    continue  # a heartbeat
+                    self.comments += 1  # a heartbeat
+                    continue
                 name, _, value = line.partition(":")
                 fields[name] = value.removeprefix(" ")
+        raise AssertionError("the stream ended")
+
+    async def heartbeat(self) -> None:
+        """Wait for the next comment line (between events)."""
+        async with asyncio.timeout(BOUND):
+            async for line in self._lines:
+                if line.startswith(":"):
+                    self.comments += 1
+                    return
+                assert line == "", f"an event came before the heartbeat: {line!r}"
         raise AssertionError("the stream ended")
 
     async def until(self, kind: str) -> list[Event]:
@@ -263,3 +275,23 @@ async def test_the_element_is_served_to_any_page(first: tuple[Kirim, str]) -> No
     assert got.headers["content-type"].startswith("text/javascript")
     assert got.headers["access-control-allow-origin"] == "*"
     assert 'customElements.define("kirim-inbox"' in got.text
+
+
+async def test_a_quiet_stream_gets_heartbeats(
+    first: tuple[Kirim, str], writer: Kirim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream with nothing to say sends comments (here every 0.1 s, 15 s by default),
+    which an EventSource ignores; the next event still comes after them."""
+    from kirim.http import routes_feed_stream
+
+    monkeypatch.setattr(routes_feed_stream, "HEARTBEAT", 0.1)
+    _, base = first
+    async with (
+        httpx.AsyncClient(timeout=BOUND) as client,
+        stream(client, base, "u1", token_for(writer, "u1")) as s,
+    ):
+        await s.next()
+        await s.heartbeat()
+        await s.heartbeat()
+        await deliver(writer, "u1", "after a quiet while")
+        assert (await s.until("counts"))[0].data["title"] == "after a quiet while"
