@@ -141,7 +141,7 @@ class FeedHub:
             if self._waiting:
                 with contextlib.suppress(Exception):  # the database away: streams wait on
                     number = await store.feed_last_number()
-                    if last is not None and number != last:
+                    if number != last:  # the first look too: a write may precede it
                         self._wake(None)
                     last = number
             await asyncio.sleep(self.poll)
