@@ -60,6 +60,7 @@ class KirimInbox extends HTMLElement {
     this.loaded = false;
     this.source = null;
     this.retryTimer = null;
+    this.retryDelay = 1000;
     const id = `kirim-inbox-${++count}`;
     const root = this.attachShadow({ mode: "open" });
     root.innerHTML = `<style>${CSS}</style>
@@ -158,8 +159,11 @@ class KirimInbox extends HTMLElement {
     source.addEventListener("error", () => {
       // the browser retries by itself (with Last-Event-ID); once it gives up, so do we
       // not: reconnect by hand from the last event applied
+      // (waiting longer each time, up to 30 s; the page hears of it, to give a new token)
       if (source.readyState === EventSource.CLOSED && this.source === source) {
-        this.retryTimer = setTimeout(() => this.connect(), 1000);
+        this.dispatchEvent(new CustomEvent("kirim-inbox-disconnected", { bubbles: true }));
+        this.retryTimer = setTimeout(() => this.connect(), this.retryDelay);
+        this.retryDelay = Math.min(this.retryDelay * 2, 30000);
       }
     });
   }
@@ -172,6 +176,7 @@ class KirimInbox extends HTMLElement {
 
   onEvent(kind, event) {
     this.lastEventId = event.lastEventId;
+    this.retryDelay = 1000;
     const data = JSON.parse(event.data);
     if (kind === "counts") {
       this.setCounts(data);
