@@ -28,6 +28,7 @@ from fastapi import APIRouter, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from kirim import feed_tokens
+from kirim.errors import StoreError
 from kirim.http.auth import bearer_secret
 from kirim.http.routes_feed import FEED, FEED_ERRORS, Reader
 from kirim.http.service import service
@@ -105,7 +106,18 @@ async def events(
     hub: FeedHub, recipient_id: str, after: int | None, *, until: float | None = None
 ) -> AsyncIterator[ServerSentEvent]:
     """The stream of ``recipient_id``'s feed after number ``after`` (None: from now),
-    until the hub stops or ``until`` (``time.monotonic()``) passes."""
+    until the hub stops or ``until`` (``time.monotonic()``) passes. A database that
+    fails ends the stream (logged): the browser reconnects from its last event id."""
+    try:
+        async for event in _events(hub, recipient_id, after, until=until):
+            yield event
+    except StoreError as exc:
+        hub.kirim.log.warning("feed_stream_stopped", error=str(exc))
+
+
+async def _events(
+    hub: FeedHub, recipient_id: str, after: int | None, *, until: float | None
+) -> AsyncIterator[ServerSentEvent]:
     async with hub.subscribe(recipient_id) as woke:
         if after is None or after > await hub.last_number():
             # a new stream, or a number from another database: from now on
