@@ -11,7 +11,9 @@ than the server's, as in production) delivers one inbox message, and each stream
 time from the start of that delivery to its ``message`` event is recorded. On
 PostgreSQL the server hears of the commit by LISTEN/NOTIFY; on SQLite by its
 once-a-second look at the feed's counter (so SQLite's figure is mostly that second).
-Printed: p50, p99 and the last stream's time per round, over all rounds.
+Then ``--rounds`` marks (read, unread) made through the served API, which the server
+hears of itself (``on_feed_change``), to every stream's ``state`` event: the fan-out
+alone. Printed: p50, p99 and the last stream's time per round, over all rounds.
 
 Run alone: ``python bench/sse_fanout_bench.py [--streams 1000] [--rounds 5]``.
 """
@@ -30,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from kirim.channels import Channel
 from kirim.config import Config, InboxSettings
@@ -68,7 +72,8 @@ def _free_port() -> int:
 
 
 async def _stream(port: int, token: str, ready: asyncio.Event, got: asyncio.Queue[float]) -> None:
-    """One stream: report ready after its first event, then the time of each message."""
+    """One stream: report ready after its first event, then the time of each message or
+    state change."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     path = f"/v1/recipients/{RID}/feed/stream?token={token}"
     writer.write(
@@ -82,7 +87,7 @@ async def _stream(port: int, token: str, ready: asyncio.Event, got: asyncio.Queu
                 return
             if line.startswith(b"event: counts") and not ready.is_set():
                 ready.set()
-            elif line.startswith(b"event: message"):
+            elif line.startswith((b"event: message", b"event: state")):
                 got.put_nowait(time.monotonic())
     finally:
         writer.close()
@@ -124,7 +129,22 @@ async def measure(url: str, streams: int, rounds: int) -> dict[str, Any]:
             async with asyncio.timeout(BOUND):
                 arrived = await asyncio.gather(*(q.get() for q in queues))
             per_round.append(sorted(t - start for t in arrived))
+        # a mark made through the served API: the server wakes its streams itself
+        marks: list[list[float]] = []
+        item = (await app.feed(RID, limit=1)).items[0].id
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=BOUND) as api:
+            for n in range(rounds):
+                verb = "read" if n % 2 == 0 else "unread"
+                start = time.monotonic()
+                answer = await api.post(
+                    f"/v1/recipients/{RID}/feed/{item}/{verb}", params={"token": token}
+                )
+                answer.raise_for_status()
+                async with asyncio.timeout(BOUND):
+                    arrived = await asyncio.gather(*(q.get() for q in queues))
+                marks.append(sorted(t - start for t in arrived))
         every = sorted(t for r in per_round for t in r)
+        marked = sorted(t for r in marks for t in r)
         return {
             "backend": "sqlite" if url.startswith("sqlite:") else "postgres",
             "streams": streams,
@@ -133,6 +153,9 @@ async def measure(url: str, streams: int, rounds: int) -> dict[str, Any]:
             "p50_ms": round(1000 * statistics.median(every), 1),
             "p99_ms": round(1000 * every[int(0.99 * (len(every) - 1))], 1),
             "last_stream_ms_per_round": [round(1000 * r[-1], 1) for r in per_round],
+            "mark_via_api_p50_ms": round(1000 * statistics.median(marked), 1),
+            "mark_via_api_p99_ms": round(1000 * marked[int(0.99 * (len(marked) - 1))], 1),
+            "mark_via_api_last_ms_per_round": [round(1000 * r[-1], 1) for r in marks],
         }
     finally:
         for task in tasks:
