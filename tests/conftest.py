@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,33 @@ from kirim.observe.logging import configure
 from kirim.testing import FlakyProvider, ManualClock
 
 configure(level="warning")
+
+
+class _Edges(logging.Handler):
+    """Keeps the changes of status the store wrote that kirim.machine's table lacks."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.unknown: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "unknown_edge":
+            d = record.__dict__
+            self.unknown.append(f"{d['source']} -> {d['target']} (delivery {d['delivery_id']})")
+
+
+@pytest.fixture(autouse=True)
+def edges_known() -> Iterator[_Edges]:
+    """Every test fails when the store wrote a change of status that is not an edge of
+    kirim.machine.EDGES (the table and the code cannot drift apart)."""
+    handler = _Edges()
+    logger = logging.getLogger("kirim.machine")
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+    assert not handler.unknown, f"not an edge of kirim.machine.EDGES: {handler.unknown}"
 
 
 @pytest.fixture(params=BACKENDS)

@@ -22,7 +22,6 @@ on_unknown = "assume_sent"   # or "hold", "retry"
 
 from __future__ import annotations
 
-import importlib
 import os
 import tomllib
 from collections.abc import Mapping
@@ -30,19 +29,22 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from kirim.addresses import configured_kind, fallback_problem
-from kirim.callbacks import CallbackAuth, token_problem
-from kirim.channels import Channel, provider_problem
+from kirim.channel_config import ChannelConfig, parse_channels
 from kirim.errors import ConfigError
-from kirim.model import OnUnknown
 from kirim.notify.types import NotificationType, parse_types
-from kirim.providers import services
-from kirim.providers.base import Provider
-from kirim.providers.dedup import window_of
-from kirim.providers.signing import decode_secret
-from kirim.validation import DAY, BadValue, Number, check_rules, check_text, require_duration
+from kirim.providers.registry import build_provider
+from kirim.validation import BadValue, Number, check_rules, check_text, require_duration
 from kirim.worker.settings import RULES as WORKER_RULES
 from kirim.worker.settings import WorkerSettings
+
+__all__ = [
+    "ChannelConfig",
+    "Config",
+    "ServeSettings",
+    "build_provider",
+    "load_config",
+    "parse_config",
+]
 
 DEFAULT_DATABASE = "sqlite:///kirim.db"
 DEFAULT_MAX_PAYLOAD = 256 * 1024
@@ -52,52 +54,8 @@ RULES: Mapping[str, Number] = {
     "max_payload_bytes": Number(minimum=1, maximum=2**30, integer=True),
     "max_attempts": Number(minimum=1, maximum=1000, integer=True),
 }
-#: the numbers of a ``[channels.NAME]`` table
-CHANNEL_RULES: Mapping[str, Number] = {
-    "timeout": Number(minimum=0, above=True, maximum=DAY, unit="seconds"),
-    "dedup_window": Number(minimum=0, above=True, maximum=3650 * DAY, unit="seconds"),
-    "lookup_lag": Number(minimum=0, maximum=DAY, unit="seconds"),
-    "rate": Number(minimum=0, above=True, maximum=1_000_000, unit="requests per second"),
-}
 #: ``[serve] allowed_hosts`` by default: the loopback names
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChannelConfig:
-    name: str
-    provider: str = "webhook"
-    on_unknown: OnUnknown = OnUnknown.ASSUME_SENT
-    lookup: bool = False
-    #: not in repr: they hold passwords, secrets and tokens
-    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    #: seconds the provider remembers an idempotency key (checked by `kirim doctor`)
-    dedup_window: float | None = None
-    #: the channels tried, in order, after this one certainly did not accept a delivery
-    fallback: tuple[str, ...] = ()
-    #: delivery callbacks (``kirim.callbacks``): Standard Webhooks secrets, or a token
-    callback_secret: tuple[str, ...] = field(default=(), repr=False)
-    callback_token: str | None = field(default=None, repr=False)
-    #: the provider's request rate (requests per second), shared by every worker
-    rate: float | None = None
-
-    def build(self) -> Channel:
-        return Channel(
-            name=self.name,
-            provider=build_provider(self.name, self.provider, self.options),
-            on_unknown=self.on_unknown,
-            lookup=self.lookup,
-            dedup_window=self.dedup_window,
-            fallback=self.fallback,
-            callback=self.callback_auth(),
-            rate=self.rate,
-        )
-
-    def callback_auth(self) -> CallbackAuth | None:
-        """How the channel's delivery callbacks are verified; None: they are off."""
-        if not self.callback_secret and self.callback_token is None:
-            return None
-        return CallbackAuth(secrets=self.callback_secret, token=self.callback_token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,57 +120,6 @@ _RETENTION_KEYS = {
 #: the ``[worker]`` table's keys (the retention settings are written in [retention])
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} - set(_RETENTION_KEYS.values())
 _WORKER_KEYS.add("max_attempts")
-_CHANNEL_KEYS = {
-    "rate",
-    "provider",
-    "on_unknown",
-    "lookup",
-    "url",
-    "timeout",
-    "idempotent",
-    "headers",
-    "token",
-    "dedup_window",
-    "dedup",
-    "lookup_url",
-    "lookup_lag",
-    # webhook: Standard Webhooks signing, failure classes per status
-    "secret",
-    "retry_on",
-    "ambiguous_on",
-    "permanent_on",
-    # smtp
-    "host",
-    "port",
-    "security",
-    "username",
-    "password",
-    "from",
-    "local_hostname",
-    "ca_file",
-    # apprise
-    "urls",
-    # failover: other channels, tried when this one certainly did not accept it
-    "fallback",
-    # delivery callbacks (POST /v1/callbacks/NAME), any provider
-    "callback_secret",
-    "callback_token",
-    # apns, fcm, webpush, twilio, slack (kirim.providers.services)
-    *services.KEYS,
-}
-#: the keys only one built-in provider takes (the others take the common ones)
-_PROVIDER_KEYS = {
-    "webhook": frozenset(
-        {"url", "headers", "token", "lookup_url", "lookup_lag", "secret"}
-        | {"retry_on", "ambiguous_on", "permanent_on"}
-    ),
-    "smtp": frozenset(
-        {"host", "port", "security", "username", "password", "from", "local_hostname"} | {"ca_file"}
-    ),
-    "apprise": frozenset({"urls"}),
-    "inbox": frozenset(),
-    **services.PROVIDER_KEYS,
-}
 
 
 def load_config(path: str | Path | None = None, *, database: str | None = None) -> Config:
@@ -270,10 +177,7 @@ def parse_config(
         raise ConfigError(f"{where}: worker.{exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: [worker]: {exc}") from None
-    channels = {
-        name: _channel(name, spec, where) for name, spec in _table(data, "channels", where).items()
-    }
-    _check_fallbacks(channels, where)
+    channels = parse_channels(_table(data, "channels", where), where)
     types = _types(_table(data, "types", where), channels, where, source)
     limit = _valid(
         RULES["max_payload_bytes"],
@@ -415,270 +319,6 @@ def _host_name(value: Any) -> bool:
         and value.isprintable()
         and not any(c in value for c in " /@,")
     )
-
-
-def _channel(name: str, spec: Any, where: str) -> ChannelConfig:
-    if not isinstance(spec, Mapping):
-        raise ConfigError(f"{where}: [channels.{name}] must be a table")
-    bad = set(spec) - _CHANNEL_KEYS
-    if bad:
-        raise ConfigError(f"{where}: unknown [channels.{name}] key(s) {', '.join(sorted(bad))}")
-    try:
-        on_unknown = OnUnknown(spec.get("on_unknown", "assume_sent"))
-    except ValueError:
-        raise ConfigError(
-            f"{where}: channels.{name}.on_unknown must be assume_sent, hold or retry"
-        ) from None
-    provider = spec.get("provider", "webhook")
-    options = {
-        k: v
-        for k, v in spec.items()
-        if k
-        not in (
-            *("provider", "on_unknown", "lookup", "dedup_window", "dedup", "fallback", "rate"),
-            *("callback_secret", "callback_token"),
-        )
-    }
-    prefix = f"{where}: channels.{name}"
-    if not isinstance(provider, str):
-        raise ConfigError(f"{prefix}.provider must be a string")
-    if not isinstance(spec.get("lookup", False), bool):
-        raise ConfigError(f"{prefix}.lookup must be true or false")
-    if not isinstance(spec.get("idempotent", False), bool):
-        raise ConfigError(f"{prefix}.idempotent must be true or false")
-    if "timeout" in spec:
-        _valid(CHANNEL_RULES["timeout"], spec["timeout"], f"channels.{name}.timeout", where)
-    if "rate" in spec:
-        _valid(CHANNEL_RULES["rate"], spec["rate"], f"channels.{name}.rate", where)
-    window = spec.get("dedup_window")
-    if window is not None:
-        _valid(CHANNEL_RULES["dedup_window"], window, f"channels.{name}.dedup_window", where)
-    if "dedup" in spec:
-        if window is not None:
-            raise ConfigError(f"{where}: channels.{name}: give dedup or dedup_window, not both")
-        if not isinstance(spec["dedup"], str):
-            raise ConfigError(f"{where}: channels.{name}.dedup must be a provider's name")
-        try:
-            window = window_of(spec["dedup"])
-        except ValueError as exc:
-            raise ConfigError(f"{where}: channels.{name}.dedup: {exc}") from None
-    if provider == "webhook":
-        if not isinstance(options.get("url"), str) or not options["url"].startswith(
-            ("http://", "https://")
-        ):
-            raise ConfigError(f"{prefix}.url is required for a webhook (http:// or https://)")
-        lookup_url = spec.get("lookup_url")
-        if lookup_url is not None and (
-            not isinstance(lookup_url, str)
-            or not lookup_url.startswith(("http://", "https://"))
-            or "{key}" not in lookup_url
-        ):
-            raise ConfigError(
-                f"{prefix}.lookup_url must be an http:// or https:// URL with {{key}} in it"
-            )
-        if spec.get("lookup") and lookup_url is None:
-            raise ConfigError(
-                f"{prefix}.lookup: the webhook provider has no lookup without lookup_url"
-            )
-        lag = spec.get("lookup_lag", 0)
-        _valid(CHANNEL_RULES["lookup_lag"], lag, f"channels.{name}.lookup_lag", where)
-        headers = spec.get("headers", {})
-        if not isinstance(headers, Mapping) or not all(
-            isinstance(v, str) for v in headers.values()
-        ):
-            raise ConfigError(f"{prefix}.headers must be a table of strings")
-        if not isinstance(spec.get("token", ""), str):
-            raise ConfigError(f"{prefix}.token must be a string")
-    if provider in _PROVIDER_KEYS:
-        _provider_options(provider, spec, prefix)
-    secrets, token = _callback_keys(spec, prefix)
-    return ChannelConfig(
-        name=name,
-        provider=provider,
-        on_unknown=on_unknown,
-        lookup=bool(spec.get("lookup", False)),
-        options=options,
-        dedup_window=None if window is None else float(window),
-        fallback=_fallback(name, spec.get("fallback", []), prefix),
-        callback_secret=secrets,
-        callback_token=token,
-        rate=None if spec.get("rate") is None else float(spec["rate"]),
-    )
-
-
-def _callback_keys(spec: Mapping[str, Any], prefix: str) -> tuple[tuple[str, ...], str | None]:
-    """``callback_secret`` (one ``whsec_…`` or a list) and ``callback_token``, checked
-    without ever showing them; at most one of the two."""
-    secret = spec.get("callback_secret")
-    token = spec.get("callback_token")
-    if secret is not None and token is not None:
-        raise ConfigError(f"{prefix}: give callback_secret or callback_token, not both")
-    secrets: tuple[str, ...] = ()
-    if secret is not None:
-        listed = [secret] if isinstance(secret, str) else secret
-        if not isinstance(listed, list) or not listed:
-            raise ConfigError(f"{prefix}.callback_secret must be a whsec_ secret or a list of them")
-        for item in listed:
-            try:
-                decode_secret(item)
-            except ValueError as exc:
-                raise ConfigError(f"{prefix}.callback_secret: {exc}") from None
-        secrets = tuple(listed)
-    if token is not None and (problem := token_problem(token)) is not None:
-        raise ConfigError(f"{prefix}.{problem}")
-    return secrets, token
-
-
-def _fallback(name: str, value: Any, prefix: str) -> tuple[str, ...]:
-    """``fallback = ["other", ...]``: other channels' names, each once."""
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{prefix}.fallback must be a list of channel names")
-    if name in value:
-        raise ConfigError(f"{prefix}.fallback names the channel itself")
-    for other in value:
-        if value.count(other) > 1:
-            raise ConfigError(f"{prefix}.fallback names {other!r} twice")
-    return tuple(value)
-
-
-def _check_fallbacks(channels: Mapping[str, ChannelConfig], where: str) -> None:
-    """Every fallback names a configured channel, and no chain of fallbacks comes back
-    to where it started (a delivery follows only its own channel's list, never a
-    fallback's fallbacks: a cycle can only be a mistake)."""
-    for name, channel in channels.items():
-        for other in channel.fallback:
-            if other not in channels:
-                raise ConfigError(
-                    f"{where}: channels.{name}.fallback: no channel {other!r} is configured"
-                )
-            spec = channels[other]
-            problem = fallback_problem(
-                name,
-                configured_kind(channel.provider, channel.options),
-                other,
-                configured_kind(spec.provider, spec.options),
-            )
-            if problem is not None:
-                raise ConfigError(f"{where}: {problem}")
-    for name in channels:
-        cycle = _cycle_from([name], channels)
-        if cycle is not None:
-            raise ConfigError(
-                f"{where}: channels.{name}.fallback: a cycle of fallbacks " + " -> ".join(cycle)
-            )
-
-
-def _cycle_from(path: list[str], channels: Mapping[str, ChannelConfig]) -> list[str] | None:
-    """A cycle through ``path[0]`` reachable by fallbacks from ``path[-1]``, if any."""
-    for other in channels[path[-1]].fallback:
-        if other == path[0]:
-            return [*path, other]
-        if other not in path:
-            found = _cycle_from([*path, other], channels)
-            if found is not None:
-                return found
-    return None
-
-
-def _provider_options(provider: str, spec: Mapping[str, Any], prefix: str) -> None:
-    """The checks of one built-in provider's own options (ConfigError on the first)."""
-    others = frozenset().union(*(k for p, k in _PROVIDER_KEYS.items() if p != provider))
-    stray = sorted(set(spec) & (others - _PROVIDER_KEYS[provider]))
-    if stray:
-        raise ConfigError(f"{prefix}: {', '.join(stray)}: not an option of provider {provider!r}")
-    if provider in services.PROVIDER_KEYS:
-        if (problem := services.check_options(provider, spec)) is not None:
-            raise ConfigError(f"{prefix}.{problem}")
-        return
-    if provider != "webhook" and spec.get("lookup"):
-        raise ConfigError(f"{prefix}.lookup: the {provider} provider has no lookup")
-    if provider == "inbox":
-        if spec.get("idempotent") is False:
-            raise ConfigError(
-                f"{prefix}.idempotent: an inbox channel is idempotent by construction "
-                "(its message is written once per key, in the commit that marks it sent)"
-            )
-        return
-    if provider == "webhook":
-        from kirim.providers.webhook import check_options
-    elif provider == "smtp":
-        from kirim.providers.smtp import check_options
-    else:
-        from kirim.providers.apprise_bridge import check_options
-    if (problem := check_options(spec)) is not None:
-        raise ConfigError(f"{prefix}.{problem}")
-
-
-def build_provider(channel: str, kind: str, options: Mapping[str, Any]) -> Provider:
-    """``webhook``, ``smtp``, ``apprise``, a service (``apns``, ``fcm``, ``webpush``,
-    ``twilio``, ``slack``), ``inbox`` (the in-app feed), or ``module:factory`` called
-    with the channel's options."""
-    try:
-        if kind in services.BUILDERS:
-            return services.build(kind, options)
-        if kind == "inbox":
-            from kirim.providers.inbox import InboxProvider
-
-            return InboxProvider()
-        if kind == "webhook":
-            from kirim.providers.webhook import WebhookProvider
-
-            return WebhookProvider(
-                options["url"],
-                timeout=float(options.get("timeout", 10)),
-                idempotent=bool(options.get("idempotent", False)),
-                headers=dict(options.get("headers", {})),
-                token=options.get("token"),
-                lookup_url=options.get("lookup_url"),
-                lookup_lag=float(options.get("lookup_lag", 0)),
-                secret=options.get("secret"),
-                retry_on=options.get("retry_on", ()),
-                ambiguous_on=options.get("ambiguous_on", ()),
-                permanent_on=options.get("permanent_on", ()),
-            )
-        if kind == "smtp":
-            from kirim.providers.smtp import SmtpProvider
-
-            return SmtpProvider(
-                host=options["host"],
-                port=options.get("port"),
-                security=options.get("security", "starttls"),
-                username=options.get("username"),
-                password=options.get("password"),
-                from_address=options["from"],
-                timeout=float(options.get("timeout", 30)),
-                idempotent=bool(options.get("idempotent", False)),
-                local_hostname=options.get("local_hostname"),
-                ca_file=options.get("ca_file"),
-            )
-        if kind == "apprise":
-            from kirim.providers.apprise_bridge import AppriseProvider
-
-            return AppriseProvider(
-                options["urls"],
-                timeout=float(options.get("timeout", 10)),
-                idempotent=bool(options.get("idempotent", False)),
-            )
-    except (ValueError, KeyError) as exc:  # never the values: they may be secrets
-        what = f"{exc.args[0]} is required" if isinstance(exc, KeyError) else str(exc)
-        raise ConfigError(f"channels.{channel}: {what}") from None
-    module_name, _, attr = kind.partition(":")
-    if not attr:
-        raise ConfigError(
-            f"channels.{channel}.provider must be 'webhook', 'smtp', 'apprise', 'apns', "
-            "'fcm', 'webpush', 'twilio', 'slack', 'inbox' or 'package.module:factory'"
-        )
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"channels.{channel}.provider {kind!r}: {exc}") from None
-    try:
-        provider: Provider = factory(**options)
-    except Exception as exc:  # the factory is user code: its failure is a config error
-        raise ConfigError(f"channels.{channel}.provider {kind!r} failed: {exc}") from None
-    if (problem := provider_problem(provider)) is not None:
-        raise ConfigError(f"channels.{channel}.provider {kind!r} returned {problem}")
-    return provider
 
 
 def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from kirim import limits, operations
 from kirim.address_book import AddressBook
@@ -51,6 +51,10 @@ from kirim.store.base import (
     CallbackResult,
     EnqueuesIn,
     NewDelivery,
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    Respond,
     Store,
     StoredResponse,
 )
@@ -233,13 +237,39 @@ class Kirim(AddressBook, Feeds):
         if connection is None:
             return await self.store.enqueue(items, now=now, refuse=refuse)
         store = self.store
-        if not isinstance(store, EnqueuesIn):
+        if not getattr(store, "enqueues_in", False):
             raise ConfigError(
                 "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
             )
-        results = await store.enqueue_in(connection, items, now=now)
+        results = await cast(EnqueuesIn, store).enqueue_in(connection, items, now=now)
         refuse(results)
         return results
+
+    async def handle_requests(
+        self,
+        begin: Sequence[RequestBegin],
+        enqueue: Sequence[RequestedDelivery],
+        *,
+        hold: float,
+        respond: Respond,
+    ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        """One step of the HTTP intake (``Ledger.handle_requests``: keys taken, and
+        deliveries recorded with the response kept for replays, in one transaction),
+        each recorded delivery counted and logged as ``notify_many`` does: the HTTP
+        service and the library take one path into the ledger."""
+        slots, done = await self.store.handle_requests(
+            begin, enqueue, now=self.clock.now(), hold=hold, respond=respond
+        )
+        for it, (result, _) in zip(enqueue, done, strict=True):
+            self._recorded(it.delivery, result, None)
+        return slots, done
+
+    async def give_back_request(self, key: str, token: str) -> None:
+        """Release an HTTP request's key (``handle_requests``): it was refused, and an
+        error is not replayed."""
+        await self.store.enqueue_request(
+            [], key=key, token=token, now=self.clock.now(), respond=lambda _: None
+        )
 
     def _recorded(self, item: NewDelivery, result: EnqueueResult, connection: Any) -> None:
         """Count and log one result (its key was checked: ``_enqueue``)."""
@@ -675,9 +705,18 @@ def _run_at(send_after: SendAfter, now: float) -> float | None:
 
 
 def __getattr__(name: str) -> Any:
-    """``kirim.engine.SyncKirim``, where it was before it moved to ``kirim.sync``."""
+    """``kirim.engine.SyncKirim``, where it was before it moved to ``kirim.sync``
+    (deprecated: import it from ``kirim.sync``)."""
     if name == "SyncKirim":
+        import warnings
+
         from kirim.sync import SyncKirim
+
+        warnings.warn(
+            "kirim.engine.SyncKirim is deprecated: import SyncKirim from kirim.sync",
+            DeprecationWarning,
+            stacklevel=2,
+        )
 
         return SyncKirim
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -125,8 +125,8 @@ class FeedHub:
         """Wake streams for the changes of other processes, while the hub lives."""
         store = self.kirim.store
         if store.dialect == "postgres":
+            from kirim.store.postgres import PostgresStore
             from kirim.store.postgres.feed_listen import listen_for_feeds
-            from kirim.store.postgres.store import PostgresStore
 
             assert isinstance(store, PostgresStore)
             await listen_for_feeds(

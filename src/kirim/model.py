@@ -8,6 +8,8 @@ request, written before the request leaves.
 from __future__ import annotations
 
 import enum
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,11 +31,19 @@ class DeliveryStatus(enum.StrEnum):
     SUPPRESSED = "suppressed"
 
     @property
-    def is_final(self) -> bool:
-        return self in FINAL_DELIVERY
+    def at_rest(self) -> bool:
+        """No worker acts on it (``AT_REST``)."""
+        return self in AT_REST
+
+    #: the old name of ``at_rest`` (an assumed ``sent`` can still reopen: at rest is not
+    #: final; kirim.machine.TERMINAL names the statuses no edge leaves)
+    is_final = at_rest
 
 
-FINAL_DELIVERY = frozenset(
+#: Statuses no worker acts on: only a late answer, a provider's callback or an operator
+#: moves them on (kirim.machine's edge table, in
+#: docs/design.md, "The records and their edges"). An assumed ``sent`` can reopen.
+AT_REST = frozenset(
     {
         DeliveryStatus.SENT,
         DeliveryStatus.FAILED,
@@ -43,6 +53,8 @@ FINAL_DELIVERY = frozenset(
         DeliveryStatus.SUPPRESSED,
     }
 )
+#: the old name of ``AT_REST``
+FINAL_DELIVERY = AT_REST
 
 #: Statuses only a provider's delivery callback writes (``Kirim.confirm``).
 CONFIRMED_DELIVERY = frozenset({DeliveryStatus.DELIVERED, DeliveryStatus.BOUNCED})
@@ -193,8 +205,36 @@ class EnqueueResult:
     pruned: bool = False
 
 
-#: One delivery as an operator reads it: the record, its most recent job, its attempts.
-Record = tuple[Delivery, Job | None, list[Attempt]]
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One delivery as an operator reads it: the delivery, its most recent job (None
+    when it has none), its attempts, oldest first.
+
+    Unpacking it as a tuple (``delivery, job, attempts = record``) or indexing it still
+    works for one release, with a DeprecationWarning: read ``record.delivery``, ``.job`` and
+    ``.attempts`` instead.
+    """
+
+    delivery: Delivery
+    job: Job | None
+    attempts: list[Attempt]
+
+    def __iter__(self) -> Iterator[Any]:
+        warnings.warn(
+            "unpacking a Record as a tuple is deprecated: use record.delivery, "
+            "record.job and record.attempts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return iter((self.delivery, self.job, self.attempts))
+
+    def __getitem__(self, index: int) -> Any:
+        warnings.warn(
+            "indexing a Record is deprecated: use record.delivery, record.job and record.attempts",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return (self.delivery, self.job, self.attempts)[index]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

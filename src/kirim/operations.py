@@ -49,11 +49,7 @@ class Page:
 async def get(store: Store, key_or_id: str | int, by: By = "auto") -> Record | None:
     if isinstance(key_or_id, int) and not isinstance(key_or_id, bool) and by == "auto":
         by = "id"
-    delivery = await store.get_delivery(str(key_or_id), by=by)
-    if delivery is None:
-        return None
-    attempts = await store.attempts_of_many([delivery.id])
-    return delivery, await store.get_job(delivery.id), attempts[delivery.id]
+    return await store.record(str(key_or_id), by=by)  # one transaction
 
 
 async def must_get(store: Store, key_or_id: str | int, by: By = "auto") -> Record:
@@ -74,17 +70,17 @@ async def records(store: Store, where: RecordFilter | None, cursor: int | None, 
     found = await store.records(where or RecordFilter(), cursor=cursor, limit=limit + 1)
     more = len(found) > limit
     shown = found[:limit]
-    return Page(shown, shown[-1][0].id if more and shown else None)
+    return Page(shown, shown[-1].delivery.id if more and shown else None)
 
 
 async def dead_letters(store: Store, limit: int) -> list[Record]:
     dead = await store.dead_letters(limit=limit)
     attempts = await store.attempts_of_many([x.delivery.id for x in dead])
-    return [(x.delivery, x.job, attempts[x.delivery.id]) for x in dead]
+    return [Record(x.delivery, x.job, attempts[x.delivery.id]) for x in dead]
 
 
 def job_state(record: Record) -> str:
-    job = record[1]
+    job = record.job
     return "none" if job is None else str(job.status)
 
 
@@ -92,7 +88,7 @@ async def cancel(
     store: Store, key_or_id: str | int, *, now: float, dead_only: bool, by: By = "auto"
 ) -> Record:
     record = await must_get(store, key_or_id, by)
-    d, job, _ = record
+    d, job = record.delivery, record.job
     if dead_only and (job is None or job.status is not JobStatus.DEAD):
         raise ActionRefused(d.id, "not_dead_lettered", _not_dead(record))
     if not await store.cancel(d.id, now=now):
@@ -118,14 +114,16 @@ async def retry(
     sends anything (``asks_first``); otherwise the doubt is released."""
     record = await must_get(store, key_or_id, by)
     release = not asks_first(record, channels or {})
-    if not await store.retry_dead(record[0].id, now=now, release=release):
-        raise ActionRefused(record[0].id, "not_dead_lettered", _not_dead(record))
-    return await must_get(store, record[0].id, "id")
+    if not await store.retry_dead(record.delivery.id, now=now, release=release):
+        raise ActionRefused(record.delivery.id, "not_dead_lettered", _not_dead(record))
+    return await must_get(store, record.delivery.id, "id")
 
 
 def doubtful(record: Record) -> list[Attempt]:
     """The attempts of a record that may have reached their provider."""
-    return [a for a in record[2] if a.status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)]
+    return [
+        a for a in record.attempts if a.status in (AttemptStatus.REQUESTED, AttemptStatus.UNKNOWN)
+    ]
 
 
 def pinned(record: Record, channels: Mapping[str, Channel]) -> Channel | None:
@@ -134,7 +132,7 @@ def pinned(record: Record, channels: Mapping[str, Channel]) -> Channel | None:
     found = doubtful(record)
     if not found:
         return None
-    return channels.get(found[-1].provider or record[0].channel)
+    return channels.get(found[-1].provider or record.delivery.channel)
 
 
 def asks_first(record: Record, channels: Mapping[str, Channel]) -> bool:
@@ -153,7 +151,7 @@ def second_copy_possible(record: Record, channels: Mapping[str, Channel], *, now
     if not found or asks_first(record, channels):
         return False
     for a in found:
-        channel = channels.get(a.provider or record[0].channel)
+        channel = channels.get(a.provider or record.delivery.channel)
         if channel is None or not channel.idempotent:
             return True
         window = channel.dedup_window
@@ -177,7 +175,7 @@ async def reconcile(
     ``retry_at``) or ``ActionRefused`` (no doubt to settle, a channel that cannot be
     asked, the provider not answering, or the delivery moved on meanwhile)."""
     record = await must_get(store, key_or_id, by)
-    d = record[0]
+    d = record.delivery
     maybe = doubtful(record)
     if d.doubt not in (Doubt.HELD, Doubt.ASSUMED_SENT) or not maybe:
         raise ActionRefused(
@@ -200,7 +198,7 @@ async def reconcile(
         ) from None
     message_id = None if found is None else found.provider_message_id
     done = await store.reconcile(
-        d.id, now=now(), found=found is not None, message_id=message_id, seen=len(record[2])
+        d.id, now=now(), found=found is not None, message_id=message_id, seen=len(record.attempts)
     )
     if not done:
         raise ActionRefused(d.id, "changed", "it changed while the provider was asked; ask again")
@@ -208,7 +206,7 @@ async def reconcile(
 
 
 def _not_dead(record: Record) -> str:
-    return f"not dead-lettered (delivery {record[0].status}, job {job_state(record)})"
+    return f"not dead-lettered (delivery {record.delivery.status}, job {job_state(record)})"
 
 
 IN_DOUBT = RecordFilter(status=DeliveryStatus.IN_DOUBT)

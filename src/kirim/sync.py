@@ -1,32 +1,46 @@
-"""``SyncKirim``: the API of ``kirim.engine.Kirim`` for code without an event loop.
+"""``SyncKirim``: the whole API of ``kirim.engine.Kirim`` for code without an event loop.
 
-It runs an async ``Kirim`` on a private event loop, one call at a time; a plain
-``psycopg.Connection`` given as ``connection`` is written on as the async enqueue
-expects (``_async_view``), in the caller's transaction.
+It runs an async ``Kirim`` on a private event loop, one call at a time; every public
+method of ``Kirim`` has its blocking twin here (a test keeps the two lists the same),
+except the HTTP service's own steps (``handle_requests``, ``give_back_request``),
+which only ``kirim serve`` takes. A plain ``psycopg.Connection`` given as
+``connection`` is written on as the async intake expects
+(``kirim.sync_connection``), in the caller's transaction. ``worker()`` gives a
+``SyncWorker`` that runs on the same loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
+from kirim.addresses import Address
+from kirim.callbacks import CallbackAuth
+from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim, Notification, NotifyRequest, SendAfter
 from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
-from kirim.model import (
-    Record,
-    RecordFilter,
-)
+from kirim.model import CallbackStatus, Record, RecordFilter
+from kirim.notify import fanout
 from kirim.notify.fanout import EventResult
+from kirim.notify.types import NotificationType
+from kirim.observe.metrics import Metrics
 from kirim.operations import By, Page
 from kirim.preferences import Preferences
-
-if TYPE_CHECKING:
-    pass
+from kirim.store.base import ActivityBucket, CallbackResult, NewDelivery
+from kirim.sync_connection import async_view
+from kirim.worker import Worker, WorkerSettings
+from kirim.worker.checkpoint import Checkpoint
+from kirim.worker.stats import WorkerStats
 
 T = TypeVar("T")
+
+#: ``Kirim``'s public methods that ``SyncKirim`` does not offer, and why
+NOT_OFFERED = {
+    "handle_requests": "a step of the HTTP service's intake (kirim serve)",
+    "give_back_request": "a step of the HTTP service's intake (kirim serve)",
+}
 
 
 class SyncKirim:
@@ -39,11 +53,17 @@ class SyncKirim:
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run_until_complete(coro)
 
+    @property
+    def config(self) -> Config:
+        return self.app.config
+
     def open(self, *, migrate: bool = False) -> SyncKirim:
+        """``Kirim.open`` (``migrate``: bring the schema up to date first)."""
         self._run(self.app.open(migrate=migrate))
         return self
 
     def close(self) -> None:
+        """``Kirim.close``, then this object's loop."""
         try:
             self._run(self.app.close())
         finally:
@@ -54,6 +74,8 @@ class SyncKirim:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- recording notifications ---------------------------------------------------------
 
     def notify(
         self,
@@ -77,7 +99,7 @@ class SyncKirim:
                 payload,
                 key=key,
                 send_after=send_after,
-                connection=_async_view(connection),
+                connection=async_view(connection),
             )
         )
 
@@ -86,7 +108,7 @@ class SyncKirim:
     ) -> list[Notification]:
         """``Kirim.notify_many``: many notifications in one transaction (all validated
         first); ``connection`` as for ``notify``."""
-        return self._run(self.app.notify_many(requests, connection=_async_view(connection)))
+        return self._run(self.app.notify_many(requests, connection=async_view(connection)))
 
     def notify_event(
         self,
@@ -100,15 +122,77 @@ class SyncKirim:
         """``Kirim.notify_event``; ``connection`` as for ``notify``."""
         return self._run(
             self.app.notify_event(
-                type, recipients, data, event_id=event_id, connection=_async_view(connection)
+                type, recipients, data, event_id=event_id, connection=async_view(connection)
             )
         )
+
+    def prepare_event(
+        self, type: str, recipients: Any, data: Mapping[str, Any], *, event_id: str
+    ) -> fanout.Event:
+        """``Kirim.prepare_event``."""
+        return self.app.prepare_event(type, recipients, data, event_id=event_id)
+
+    def record_event(
+        self,
+        event: fanout.Event,
+        *,
+        connection: Any = None,
+        request: tuple[str, str] | None = None,
+        respond: Callable[[EventResult], tuple[int, str]] | None = None,
+        fingerprint: str | None = None,
+    ) -> EventResult:
+        """``Kirim.record_event``; ``connection`` as for ``notify``."""
+        return self._run(
+            self.app.record_event(
+                event,
+                connection=async_view(connection),
+                request=request,
+                respond=respond,
+                fingerprint=fingerprint,
+            )
+        )
+
+    def prepare(self, request: NotifyRequest, *, now: float | None = None) -> NewDelivery:
+        """``Kirim.prepare``."""
+        return self.app.prepare(request, now=now)
 
     def render(
         self, type: str, data: Any, *, locale: str | None = None, channel: str | None = None
     ) -> dict[str, dict[str, Any]]:
         """``Kirim.render``."""
         return self.app.render(type, data, locale=locale, channel=channel)
+
+    def notification_type(self, name: str) -> NotificationType:
+        """``Kirim.notification_type``."""
+        return self.app.notification_type(name)
+
+    # -- channels --------------------------------------------------------------------------
+
+    @property
+    def channel_names(self) -> set[str]:
+        return self.app.channel_names
+
+    def channels(self) -> dict[str, Channel]:
+        """``Kirim.channels``."""
+        return self.app.channels()
+
+    def known_channels(self) -> dict[str, Channel]:
+        """``Kirim.known_channels``."""
+        return self.app.known_channels()
+
+    def address_channels(self) -> frozenset[str]:
+        """``Kirim.address_channels``."""
+        return self.app.address_channels()
+
+    def address_kind(self, channel: str) -> str | None:
+        """``Kirim.address_kind``."""
+        return self.app.address_kind(channel)
+
+    def callback_auth(self, channel: str) -> CallbackAuth | None:
+        """``Kirim.callback_auth``."""
+        return self.app.callback_auth(channel)
+
+    # -- reading ---------------------------------------------------------------------------
 
     def get(self, key_or_id: str | int, *, by: By = "auto") -> Record | None:
         """``Kirim.get``."""
@@ -128,6 +212,12 @@ class SyncKirim:
         """``Kirim.in_doubt``."""
         return self._run(self.app.in_doubt(limit=limit))
 
+    def activity(self, *, since: float, bucket: float = 60.0) -> list[ActivityBucket]:
+        """``Kirim.activity``."""
+        return self._run(self.app.activity(since=since, bucket=bucket))
+
+    # -- the operator's verbs ----------------------------------------------------------------
+
     def cancel(self, key_or_id: str | int, *, dead_only: bool = False, by: By = "auto") -> Record:
         """``Kirim.cancel``."""
         return self._run(self.app.cancel(key_or_id, dead_only=dead_only, by=by))
@@ -135,6 +225,31 @@ class SyncKirim:
     def retry(self, key_or_id: str | int, *, by: By = "auto") -> Record:
         """``Kirim.retry``."""
         return self._run(self.app.retry(key_or_id, by=by))
+
+    def reconcile(self, key_or_id: str | int, *, by: By = "auto") -> Record:
+        """``Kirim.reconcile``."""
+        return self._run(self.app.reconcile(key_or_id, by=by))
+
+    def second_copy_possible(self, record: Record) -> bool:
+        """``Kirim.second_copy_possible``."""
+        return self.app.second_copy_possible(record)
+
+    def confirm(
+        self,
+        channel: str,
+        message_id: str,
+        status: CallbackStatus | str,
+        *,
+        key: str | None = None,
+        reason: str | None = None,
+        at: float | None = None,
+    ) -> CallbackResult:
+        """``Kirim.confirm``: a provider's (verified) delivery callback."""
+        return self._run(
+            self.app.confirm(channel, message_id, status, key=key, reason=reason, at=at)
+        )
+
+    # -- recipients ------------------------------------------------------------------------
 
     def preferences(self, recipient_id: str) -> Preferences | None:
         """``Kirim.preferences``."""
@@ -147,6 +262,10 @@ class SyncKirim:
     def delete_preferences(self, recipient_id: str) -> bool:
         """``Kirim.delete_preferences``."""
         return self._run(self.app.delete_preferences(recipient_id))
+
+    def addresses(self, recipient_id: str) -> list[Address]:
+        """``Kirim.addresses``."""
+        return self._run(self.app.addresses(recipient_id))
 
     # -- the in-app inbox (``kirim.feeds``) ------------------------------------------
 
@@ -183,47 +302,56 @@ class SyncKirim:
         """``Kirim.feed_token`` (no database: a signature)."""
         return self.app.feed_token(recipient_id, ttl=ttl)
 
+    def add_address(
+        self, recipient_id: str, channel: str, address: str, *, label: str | None = None
+    ) -> Address:
+        """``Kirim.add_address``."""
+        return self._run(self.app.add_address(recipient_id, channel, address, label=label))
 
-def _async_view(connection: Any) -> Any:
-    """A sync ``psycopg.Connection`` as the async connection ``enqueue_in`` writes on
-    (its statements run in the caller's transaction, blocking, as sync code expects);
-    anything else as it is."""
-    if connection is None:
-        return None
-    try:
-        import psycopg
-    except ImportError:  # then it is no psycopg connection
-        return connection
-    return _SyncConnection(connection) if isinstance(connection, psycopg.Connection) else connection
+    def remove_address(self, recipient_id: str, channel: str, address: str) -> bool:
+        """``Kirim.remove_address``."""
+        return self._run(self.app.remove_address(recipient_id, channel, address))
+
+    def retire_address(
+        self, channel: str, address: str, *, reason: str = "retired by an operator"
+    ) -> int:
+        """``Kirim.retire_address``."""
+        return self._run(self.app.retire_address(channel, address, reason=reason))
+
+    # -- the worker --------------------------------------------------------------------------
+
+    def worker(
+        self,
+        *,
+        settings: WorkerSettings | None = None,
+        worker_id: str | None = None,
+        checkpoints: Checkpoint | None = None,
+        metrics: Metrics | None = None,
+    ) -> SyncWorker:
+        """``Kirim.worker``, run on this object's loop (``SyncWorker``)."""
+        worker = self.app.worker(
+            settings=settings, worker_id=worker_id, checkpoints=checkpoints, metrics=metrics
+        )
+        return SyncWorker(worker, self._loop)
 
 
-class _SyncConnection:
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
+class SyncWorker:
+    """A ``Worker`` for code without an event loop: each call blocks until it is done.
+    ``stop`` may be called from another thread (or a signal handler) while ``run``
+    blocks."""
 
-    @contextlib.asynccontextmanager
-    async def cursor(self, **kwargs: Any) -> AsyncIterator[_SyncCursor]:
-        with self._conn.cursor(**kwargs) as cur:
-            yield _SyncCursor(cur)
+    def __init__(self, worker: Worker, loop: asyncio.AbstractEventLoop) -> None:
+        self.worker = worker
+        self._loop = loop
 
+    def run_once(self) -> int:
+        """Reap, claim one batch and send it to the end; how many were claimed."""
+        return self._loop.run_until_complete(self.worker.run_once())
 
-class _SyncCursor:
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
+    def run(self, *, burst: bool = False) -> WorkerStats:
+        """Work until ``stop()`` (or, with ``burst``, until no work is left)."""
+        return self._loop.run_until_complete(self.worker.run(burst=burst))
 
-    async def execute(self, query: Any, params: Any = None, **kwargs: Any) -> None:
-        self._cur.execute(query, params, **kwargs)
-
-    async def fetchall(self) -> Any:
-        return self._cur.fetchall()
-
-    async def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cur.rowcount)
-
-    @property
-    def description(self) -> Any:
-        return self._cur.description
+    def stop(self) -> None:
+        """Stop claiming, finish what is in flight, release the rest (thread-safe)."""
+        self._loop.call_soon_threadsafe(self.worker.stop)

@@ -76,7 +76,7 @@ def _value(value: Any) -> str:
 
 def events(record: Record, *, now: float) -> list[Event]:
     """What happened to one delivery, oldest first."""
-    d, job, attempts = record
+    d, job, attempts = record.delivery, record.job, record.attempts
     out: list[Event] = []
     first_job = attempts[0].job_id if attempts else (job.id if job is not None else None)
     out.append(

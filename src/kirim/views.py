@@ -58,7 +58,7 @@ def attempt_json(a: Attempt) -> dict[str, Any]:
 
 def delivery_json(record: Record) -> dict[str, Any]:
     """The delivery's fields, its ``job`` (or null) and its ``attempts``, in order."""
-    d, job, attempts = record
+    d, job, attempts = record.delivery, record.job, record.attempts
     return {
         "id": d.id,
         "idempotency_key": d.idempotency_key,

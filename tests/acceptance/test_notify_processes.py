@@ -17,7 +17,7 @@ import pytest
 from kirim.model import DeliveryStatus
 from kirim.store import open_store
 from kirim.store.digests import digest_key
-from kirim.store.sqlite.store import sqlite_path
+from kirim.store.sqlite.driver import sqlite_path
 
 pytestmark = pytest.mark.slow
 

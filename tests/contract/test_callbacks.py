@@ -399,7 +399,7 @@ async def test_sqlite_migrates_a_version_4_ledger_to_the_new_statuses(tmp_path) 
     import sqlite3
 
     from kirim.store.sqlfiles import migrations
-    from kirim.store.sqlite.store import _statements
+    from kirim.store.sqlite.driver import _statements
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path, isolation_level=None)

@@ -24,7 +24,7 @@ from kirim.store import open_store
 from kirim.store.base import SCHEMA_VERSION
 from kirim.store.migrations import OlderWorkers, all_of
 from kirim.store.sqlfiles import load_queries, migrations
-from kirim.store.sqlite.store import _statements
+from kirim.store.sqlite.driver import _statements
 
 
 def _sql(url: str, statements: list[str]) -> None:

@@ -137,10 +137,10 @@ async def test_a_page_is_two_statements_not_one_per_delivery(make_app, clock, da
     for i in range(20):
         await app.notify(f"e{i}", f"u{i}", "push", {})
     seen: list[str] = []
-    conn: sqlite3.Connection = app.store._conn  # the store's one connection
-    await app.store._call(lambda: conn.set_trace_callback(seen.append))
+    conn: sqlite3.Connection = app.store.driver._conn  # the store's one connection
+    await app.store.driver._call(lambda: conn.set_trace_callback(seen.append))
     page = await app.records(limit=20)
-    await app.store._call(lambda: conn.set_trace_callback(None))
+    await app.store.driver._call(lambda: conn.set_trace_callback(None))
     assert len(page.records) == 20
     statements = [s for s in seen if s.lstrip().upper().startswith("SELECT")]
     assert len(statements) == 2, seen

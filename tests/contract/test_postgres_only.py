@@ -16,7 +16,7 @@ import pytest
 
 from kirim.errors import StoreError
 from kirim.keys import canonical_json, payload_hash
-from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
 from kirim.store.base import (
     SCHEMA_VERSION,
     AttemptOutcome,
@@ -292,7 +292,7 @@ async def test_reaper_parks_in_doubt_after_an_intent_in_flight(
     delivery = await store.get_delivery("key-1")
     assert delivery is not None
     assert delivery.status is DeliveryStatus.IN_DOUBT
-    [attempt] = await store.get_attempts(delivery.id)
+    [attempt] = (await store.attempts_of_many([delivery.id]))[delivery.id]
     assert attempt.status is AttemptStatus.REQUESTED
 
 
@@ -317,7 +317,7 @@ async def test_intent_after_a_revocation_is_refused(
         )
         await conn.commit()
     assert await writing == [False]
-    assert await store.get_attempts(first.delivery.id) == []
+    assert (await store.attempts_of_many([first.delivery.id]))[first.delivery.id] == []
 
 
 async def test_concurrent_enqueues_create_each_key_once(
@@ -365,11 +365,11 @@ async def _tables(store: SQLiteStore | PostgresStore) -> dict[str, list[dict[str
     for table in ("kirim_deliveries", "kirim_jobs", "kirim_attempts"):
         sql = f"SELECT * FROM {table} ORDER BY id"
         if isinstance(store, SQLiteStore):
-            out[table] = await store._tx(
+            out[table] = await store.driver._tx(
                 lambda c, q=sql: [dict(r) for r in c.execute(q)], write=False
             )
         else:
-            async with store._auto() as cur:
+            async with store.driver.cursor(transaction=False) as cur:
                 await cur.execute(sql)
                 out[table] = [dict(r) for r in await cur.fetchall()]
     return out
@@ -384,10 +384,12 @@ async def _reads(store: SQLiteStore | PostgresStore, now: float, step: int) -> l
         await store.in_flight(),
         await store.queue_stats(now=now),
         await store.dead_letters(limit=3),
-        await store.list_deliveries(status=DeliveryStatus.PENDING, after_id=1, limit=2),
+        await store.records(
+            RecordFilter(status=DeliveryStatus.PENDING, oldest_first=True), cursor=1, limit=2
+        ),
         await store.get_delivery(some),
         await store.get_job(step % 7),
-        await store.get_attempts(step % 7),
+        (await store.attempts_of_many([step % 7]))[step % 7],
     ]
 
 

@@ -17,7 +17,7 @@ from kirim.config import Config
 from kirim.doctor.probes import Database
 from kirim.engine import Kirim
 from kirim.keys import canonical_json, payload_hash
-from kirim.model import DeliveryStatus, JobStatus
+from kirim.model import DeliveryStatus, JobStatus, RecordFilter
 from kirim.store.base import NewDelivery
 from kirim.store.postgres import PostgresStore
 from kirim.testing import FlakyProvider
@@ -97,7 +97,7 @@ async def test_clients_sharing_a_server_connection_never_collide(
     a, b = await make_store(), await make_store()
     for _ in range(REPEAT):
         job = await a.get_job(delivery_id)
-        attempts = await b.get_attempts(delivery_id)
+        attempts = (await b.attempts_of_many([delivery_id]))[delivery_id]
         assert job is not None
         assert job.status is JobStatus.QUEUED
         assert attempts == []
@@ -118,14 +118,14 @@ async def test_a_read_never_runs_another_clients_statement(
         await direct.close()
     a, b = await make_store(), await make_store()
     for _ in range(REPEAT):
-        assert await b.get_attempts(delivery_id) == []
+        assert (await b.attempts_of_many([delivery_id]))[delivery_id] == []
     reconnect(one_server)
     for _ in range(REPEAT):
         job = await a.get_job(delivery_id)
         assert job is not None
         assert job.delivery_id == delivery_id
     # b's read, on the server connection where a's read has been used since
-    assert await b.get_attempts(delivery_id) == []
+    assert (await b.attempts_of_many([delivery_id]))[delivery_id] == []
 
 
 async def test_doctor_leaves_nothing_in_a_pooled_session(
@@ -175,7 +175,7 @@ async def test_burst_workers_sharing_a_server_connection_deliver_everything(
             await asyncio.wait_for(asyncio.gather(*(w.run(burst=True) for w in workers)), 120)
         assert [e for e in logs if e["log_level"] == "error"] == []
         assert sorted(provider.per_key.values()) == [1] * len(keys)
-        listed = await apps[0].store.list_deliveries(status=DeliveryStatus.SENT, limit=100)
+        listed = await apps[0].store.records(RecordFilter(status=DeliveryStatus.SENT), limit=100)
         assert len(listed) == len(keys)
     finally:
         for app in apps:

@@ -204,7 +204,7 @@ async def test_prune_keeps_what_is_not_finished_or_too_recent(
     assert await app.store.get_delivery(str(gone), by="id") is None
     for key in kept:
         assert await app.store.get_delivery(key, by="key") is not None, key
-    assert await app.store.get_attempts(unsettled) != []
+    assert (await app.store.attempts_of_many([unsettled]))[unsettled] != []
 
     clock.advance(10 * DAY)  # the unsettled attempt's settles_at has passed
     assert (await prune(app)).deliveries == 1

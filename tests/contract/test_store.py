@@ -8,7 +8,7 @@ import pytest
 
 from backends import POOLED, backend_url
 from kirim.errors import SchemaError
-from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
 from kirim.store import open_store
 from kirim.store.base import SCHEMA_VERSION, AttemptOutcome, ClaimKind, Finish, Intent, Lease
 
@@ -144,7 +144,7 @@ async def test_intent_is_fenced_by_the_claim_token(make_app, clock) -> None:
         False,
         True,
     ]
-    attempts = await app.store.get_attempts(new.delivery.id)
+    attempts = (await app.store.attempts_of_many([new.delivery.id]))[new.delivery.id]
     assert [a.provider_request_id for a in attempts] == ["req-new"]
 
 
@@ -271,7 +271,7 @@ async def test_an_outcome_without_message_id_keeps_the_one_recorded(make_app, cl
     (second,) = await claim(app, "w2")
     resolved = finish(second, request_id="req-1", message_id=None)
     assert (await app.store.finish([resolved]))[0].committed
-    (attempt,) = await app.store.get_attempts(first.delivery.id)
+    (attempt,) = (await app.store.attempts_of_many([first.delivery.id]))[first.delivery.id]
     assert attempt.status is AttemptStatus.SUCCEEDED
     assert attempt.provider_message_id == "p-1"
 
@@ -394,17 +394,16 @@ async def test_release_hands_work_back_at_once(make_app, clock) -> None:
 
 
 async def test_list_filters_and_pages(make_app, clock) -> None:
-    """list_deliveries filters by status and channel and pages by id."""
+    """records filters by status and channel and pages by id."""
     app = await make_app()
     made = await enqueue(app, 5)
     await app.store.cancel(made[0].delivery_id, now=clock.now())
-    pending = await app.store.list_deliveries(status=DeliveryStatus.PENDING, limit=2)
-    assert [d.id for d in pending] == [m.delivery_id for m in made[1:3]]
-    more = await app.store.list_deliveries(
-        status=DeliveryStatus.PENDING, after_id=pending[-1].id, limit=10
-    )
-    assert [d.id for d in more] == [m.delivery_id for m in made[3:]]
-    assert await app.store.list_deliveries(channel="sms") == []
+    where = RecordFilter(status=DeliveryStatus.PENDING, oldest_first=True)
+    pending = await app.store.records(where, limit=2)
+    assert [r.delivery.id for r in pending] == [m.delivery_id for m in made[1:3]]
+    more = await app.store.records(where, cursor=pending[-1].delivery.id, limit=10)
+    assert [r.delivery.id for r in more] == [m.delivery_id for m in made[3:]]
+    assert await app.store.records(RecordFilter(channel="sms")) == []
     assert (await app.store.get_delivery(made[1].idempotency_key)).id == made[1].delivery_id
     assert await app.store.get_delivery("no-such-key") is None
 

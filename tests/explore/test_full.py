@@ -114,6 +114,21 @@ def test_the_full_budget_holds(budget: tuple[Any, Counter[str]]) -> None:
     assert failing == {}
 
 
+def test_the_full_budget_judged_in_the_chaos_words_loses_nothing(
+    budget: tuple[Any, Counter[str]],
+) -> None:
+    """The budget's notifications, judged as simulate and the demo judge theirs: none
+    lost, none unfinished, no doubt unreported; some in doubt, failed and denied."""
+    summary, _ = budget
+    tally = summary.verdicts
+    assert tally.notifications > 0
+    assert (tally.lost, tally.unfinished, tally.unreported_in_doubt) == (0, 0, 0)
+    assert tally.in_doubt > 0
+    assert tally.failed > 0
+    assert tally.denied > 0
+    assert summary.as_dict()["verdicts"]["notifications"] == tally.notifications
+
+
 def test_the_full_budget_reaches_what_the_invariants_check(
     budget: tuple[Any, Counter[str]],
 ) -> None:
@@ -358,3 +373,19 @@ def test_mutation_claim_time_check_off_is_caught_in_the_feed(
             found = seed
             break
     assert found is not None
+
+
+def test_mutation_an_edge_missing_from_the_table_is_caught(
+    monkeypatch: pytest.MonkeyPatch, edges_known: Any
+) -> None:
+    """With processing -> in_doubt taken out of kirim.machine's table, the explorer's
+    known_edges fires (and so does the suite's own check, cleared here): the table and
+    the store cannot drift apart."""
+    from kirim import machine
+    from kirim.model import DeliveryStatus
+
+    missing = (DeliveryStatus.PROCESSING, DeliveryStatus.IN_DOUBT)
+    monkeypatch.setattr(machine, "_PAIRS", machine._PAIRS - {missing})
+    assert first_violation("known_edges", range(20)) is not None
+    assert edges_known.unknown
+    edges_known.unknown.clear()

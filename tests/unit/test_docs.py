@@ -708,3 +708,31 @@ def test_a_missing_path_or_module_is_found() -> None:
         "doc.md:1: src/kirim/worker.py: no such path in the repository",
         "doc.md:1: kirim.receiver.Receiver: no such module or attribute",
     ]
+
+
+RUNS = re.compile(r"<!-- runs -->\n```python\n(.*?)\n```\n\nIt prints `(.*?)`\.", re.S)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_python_examples_marked_runs_run(path: Path, tmp_path: Path) -> None:
+    """A Python block under ``<!-- runs -->`` runs in an empty directory and prints what
+    the line after it says."""
+    import subprocess
+    import sys
+
+    for code, printed in RUNS.findall(path.read_text()):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == printed
+
+
+def test_docs_mark_at_least_one_python_example_that_runs() -> None:
+    """The marker is used: python-api.md's worker example is run by the test above."""
+    assert RUNS.search((ROOT / "docs" / "python-api.md").read_text())

@@ -19,6 +19,7 @@ from kirim.model import (
     Doubt,
     Job,
     JobStatus,
+    Record,
 )
 from kirim.store.base import ApiToken
 from kirim.timeline import events
@@ -135,7 +136,7 @@ def test_the_timeline_shows_the_write_ups_race_at_a_glance() -> None:
         _attempt(1, "A", T0 + 1.125, T0 + 8.0, AttemptStatus.SUCCEEDED),  # slow, late
         _attempt(2, "B", T0 + 5.0, T0 + 5.5, AttemptStatus.SUCCEEDED),
     ]
-    found = events((_delivery(), _job(), attempts), now=T0 + 20)
+    found = events(Record(_delivery(), _job(), attempts), now=T0 + 20)
     lines = [e.line for e in found]
     assert lines[0] == (
         "2027-01-15T08:00:00.000Z job_id=9381 action=enqueued notification_id=7 "
@@ -159,7 +160,7 @@ def test_the_timeline_shows_the_write_ups_race_at_a_glance() -> None:
 
 def test_the_timeline_of_a_quiet_delivery_has_no_warning() -> None:
     attempts = [_attempt(1, "A", T0 + 1, T0 + 1.2, AttemptStatus.SUCCEEDED)]
-    found = events((_delivery(), _job(attempts=1), attempts), now=T0 + 20)
+    found = events(Record(_delivery(), _job(attempts=1), attempts), now=T0 + 20)
     assert not any(e.warn for e in found)
     assert [e.action for e in found] == [
         "enqueued",
@@ -180,7 +181,7 @@ def test_the_timeline_shows_expired_leases_and_doubt() -> None:
         last_error='timeout "x"',
     )
     attempts = [_attempt(1, "A", T0 + 1, None, AttemptStatus.REQUESTED)]
-    found = events((d, running, attempts), now=T0 + 20)
+    found = events(Record(d, running, attempts), now=T0 + 20)
     by_action = {e.action: e for e in found}
     assert by_action["lease_expired"].warn
     assert by_action["provider_request"].line.endswith("answer=none_recorded")

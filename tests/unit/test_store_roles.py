@@ -6,13 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from kirim.errors import StoreError
 from kirim.explore.faults import FaultyStore
 from kirim.explore.pglane import HIDDEN, BlockingStore
 from kirim.store.base import (
     EnqueuesIn,
     Ledger,
     Lifecycle,
+    Notifications,
     Operator,
+    Prunes,
     Queue,
     Store,
     Tokens,
@@ -44,13 +47,32 @@ def test_store_is_the_union_of_the_roles() -> None:
     assert set(ROLES[:-1]) <= set(Store.__mro__)
 
 
-def test_only_postgres_has_the_optional_capabilities(tmp_path: Path) -> None:
+def test_only_postgres_declares_the_optional_capabilities(tmp_path: Path) -> None:
+    """The capabilities are declared (listens, enqueues_in), not guessed from names."""
     sqlite = SQLiteStore(f"sqlite:///{tmp_path / 'kirim.db'}")
-    assert not isinstance(sqlite, WaitsForJobs)
-    assert not isinstance(sqlite, EnqueuesIn)
+    assert (sqlite.listens, sqlite.enqueues_in) == (False, False)
     postgres = postgres_store()
+    assert (postgres.listens, postgres.enqueues_in) == (True, True)  # type: ignore[attr-defined]
     assert isinstance(postgres, WaitsForJobs)
     assert isinstance(postgres, EnqueuesIn)
+
+
+async def test_a_capability_not_declared_is_refused(tmp_path: Path) -> None:
+    """SQLite's store refuses to wait for jobs or enqueue in a caller's transaction."""
+    sqlite = SQLiteStore(f"sqlite:///{tmp_path / 'kirim.db'}")
+    with pytest.raises(StoreError, match="poll instead"):
+        await sqlite.wait_for_jobs(0)
+    with pytest.raises(StoreError, match="your transaction"):
+        await sqlite.enqueue_in(object(), [], now=0)
+
+
+def test_the_worker_role_holds_what_a_worker_calls(tmp_path: Path) -> None:
+    """A worker's store plays the queue, digests and rates, and retention (no guessing
+    at run time)."""
+    sqlite = SQLiteStore(f"sqlite:///{tmp_path / 'kirim.db'}")
+    assert isinstance(sqlite, Queue)
+    assert isinstance(sqlite, Notifications)
+    assert isinstance(sqlite, Prunes)
 
 
 def test_a_role_is_not_played_without_its_members() -> None:
@@ -70,6 +92,7 @@ def test_the_explorer_hides_wait_for_jobs() -> None:
     assert isinstance(inner, WaitsForJobs)
     blocking = BlockingStore(inner)
     assert not isinstance(blocking, WaitsForJobs)
+    assert blocking.listens is False
     faulty = FaultyStore(
         blocking, host="w1", plan=[], time=lambda: 0.0, heal=0.0, on_intent=lambda _: None
     )

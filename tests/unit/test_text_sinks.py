@@ -16,7 +16,7 @@ from rich.console import Console
 from kirim.analyze import analyze_lines
 from kirim.analyze.report import write_report
 from kirim.cli import render, tables
-from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus
+from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus, Record
 from kirim.observe.logging import configure, get_logger
 from kirim.text import escape_char, json_text, visible
 from kirim.timeline import events
@@ -47,7 +47,7 @@ def raw(text: str, *, lines: bool = False) -> list[str]:
     ]
 
 
-def record(value: str) -> tuple[Delivery, Job, list[Attempt]]:
+def record(value: str) -> Record:
     """A delivery whose every text is ``value`` (as a provider's answer or an old row
     may have left it)."""
     d = Delivery(
@@ -67,7 +67,7 @@ def record(value: str) -> tuple[Delivery, Job, list[Attempt]]:
         status=AttemptStatus.FAILED_PERMANENT, provider_message_id=value, error=value,
         requested_at=1.8e9, completed_at=1.8e9 + 1, provider=value,
     )  # fmt: skip
-    return d, job, [attempt]
+    return Record(d, job, [attempt])
 
 
 def test_escape_char_writes_what_python_writes() -> None:

@@ -167,7 +167,7 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     if as_json:
         shown = [views.delivery_json(r) for r in records]
         for item, record in zip(shown, records, strict=True):
-            gone = retired.get(record[0].id)
+            gone = retired.get(record.delivery.id)
             if gone is not None:
                 item["address_retired"] = {
                     "at": iso(gone.retired_at),
@@ -179,7 +179,7 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
         if i:
             click.echo()
         tables.show_status(render.console(), record)
-        gone = retired.get(record[0].id)
+        gone = retired.get(record.delivery.id)
         if gone is not None:
             click.echo(
                 visible(
@@ -193,7 +193,8 @@ async def _retired(app: Kirim, records: list[views.Record]) -> dict[int, Address
     """The retired address of each delivery whose recipient's address was retired
     (``kirim.addresses``), by delivery id."""
     out: dict[int, Address] = {}
-    for d, _, _ in records:
+    for record in records:
+        d = record.delivery
         if d.recipient_id is None:
             continue
         with contextlib.suppress(KirimError):

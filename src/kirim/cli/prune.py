@@ -6,8 +6,7 @@ from __future__ import annotations
 import click
 
 from kirim.cli import params, render, runner
-from kirim.errors import ConfigError
-from kirim.store.retention import BATCH, PruneResult, Prunes
+from kirim.store.retention import BATCH, PruneResult
 from kirim.text import plural
 from kirim.worker.settings import RULES as WORKER_RULES
 
@@ -130,8 +129,6 @@ def prune(
     async def go() -> PruneResult:
         async with state.app(read_only=dry_run) as app:
             store = app.store
-            if not isinstance(store, Prunes):
-                raise ConfigError(f"the store {type(store).__name__} cannot prune")
             if dry_run:
                 return await store.prune(
                     now=app.clock.now(), keep=keep, keys=keys, dry_run=True, archived=archived

@@ -295,7 +295,7 @@ def operate(
                 except (ActionRefused, NotSettled) as exc:  # NotSettled: a request may land
                     problems.append(f"{key_or_id}: {exc}")
                 else:
-                    click.echo(f"delivery {record[0].id} {done}")
+                    click.echo(f"delivery {record.delivery.id} {done}")
         return problems
 
     problems = run(go)

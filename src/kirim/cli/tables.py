@@ -117,7 +117,7 @@ def _field(console: Console, label: str, value: Text, *, prose: bool, indent: st
 
 def show_status(console: Console, record: Record) -> None:
     """A delivery's facts (label and value, ids never cut), then its timeline."""
-    d, job, _ = record
+    d, job = record.delivery, record.job
     facts: list[tuple[str, Text, bool]] = [
         ("delivery", text_cell(d.id), False),
         ("key", text_cell(d.idempotency_key), False),
@@ -148,7 +148,7 @@ def show_status(console: Console, record: Record) -> None:
 
 
 def _timeline(console: Console, record: Record) -> None:
-    d = record[0]
+    d = record.delivery
     rows: list[tuple[str, str, str, Text, str]] = []
     for e in events(record, now=time.time()):
         style = "yellow" if e.warn else ""
@@ -177,7 +177,8 @@ def _timeline(console: Console, record: Record) -> None:
 def show_deliveries(console: Console, records: Sequence[Record], *, title: str) -> None:
     """A table of deliveries when it fits, else one delivery at a time."""
     rows: list[tuple[str, Text, Text, Text, Text, Text, str, Text]] = []
-    for d, job, attempts in records:
+    for record in records:
+        d, job, attempts = record.delivery, record.job, record.attempts
         tries = str(len(attempts)) if job is None else f"{len(attempts)}/{job.max_attempts}"
         said = d.last_error or (job.last_error if job is not None else None)
         job_status = text_cell(None) if job is None else styled(job.status)

@@ -4,16 +4,15 @@ A local receiver that honours nothing (so any duplicate would show) is sometimes
 slow and sometimes accepts a request and then lets the call time out. Several
 worker processes with a short lease deliver a few hundred notifications; in the
 middle of their sends one worker is frozen (SIGSTOP) past its lease and another is
-killed (SIGKILL). The table at the end counts what the receiver saw.
+killed (SIGKILL): the workers are ``kirim simulate``'s ``Fleet``. The table at the
+end counts what the receiver saw, each notification judged as ``kirim.chaos`` does
+(the same verdicts as ``kirim simulate`` and ``kirim explore``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,11 +23,13 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from kirim.chaos import report_of, tally
 from kirim.config import load_config
 from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.engine import Kirim, NotifyRequest
-from kirim.model import DeliveryStatus, Doubt, JobStatus
 from kirim.operations import EVERY
+from kirim.simulate.fleet import Fleet
+from kirim.simulate.skew import Offsets
 
 LEASE = 2.0
 CONFIG = """\
@@ -126,128 +127,94 @@ class _Chaos:
 def _run_workers(
     console: Console, folder: Path, config: Path, receiver: Receiver, total: int, workers: int
 ) -> _Chaos:
-    procs = []
-    logs = []
-    for i in range(workers):
-        log = (folder / f"worker-{i + 1}.log").open("w")
-        logs.append(log)
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "kirim",
-                    "--config",
-                    str(config),
-                    "worker",
-                    "--burst",
-                    "--concurrency",
-                    "8",
-                    "--worker-id",
-                    f"worker-{i + 1}",
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        )
+    """The workers as simulate's ``Fleet``; a quarter of the way, worker-2 is killed and
+    worker-1 frozen past its lease (``_strike``)."""
+
+    def argv(worker_id: str, offset: float) -> list[str]:
+        return [
+            *(sys.executable, "-m", "kirim", "--config", str(config), "worker", "--burst"),
+            *("--concurrency", "8", "--worker-id", worker_id),
+        ]
+
+    fleet = Fleet(argv, folder, Offsets(0.0, 0))
     killed = frozen = 0
     chaos_done = False
-    thaw_at: float | None = None
     deadline = time.monotonic() + 90
     try:
+        for _ in range(workers):
+            fleet.start()
         with Progress(console=console, transient=True) as progress:
             bar = progress.add_task("delivering", total=total)
-            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            while fleet.busy() and time.monotonic() < deadline:
                 done = len(receiver.requests)
                 progress.update(bar, completed=done)
                 if not chaos_done and done >= total // 4:
                     chaos_done = True
-                    killed, frozen = _strike(console, receiver, procs)
-                    thaw_at = time.monotonic() + 2 * LEASE + 0.5
-                if thaw_at is not None and time.monotonic() >= thaw_at:
-                    os.kill(procs[0].pid, signal.SIGCONT)
-                    console.print("  [yellow]worker-1 thawed[/] after its lease expired")
-                    thaw_at = None
+                    killed, frozen = _strike(console, receiver, fleet)
+                stopped = set(fleet.thaw_at)
+                fleet.tick(time.monotonic())
+                for worker_id in sorted(stopped - set(fleet.thaw_at)):
+                    console.print(f"  [yellow]{worker_id} thawed[/] after its lease expired")
                 time.sleep(0.1)
     finally:
-        if thaw_at is not None:
-            os.kill(procs[0].pid, signal.SIGCONT)
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(5)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-        for log in logs:
-            log.close()
+        fleet.close()
+    for crash in fleet.crashes:
+        console.print(f"  [red]worker crashed:[/] {crash}")
     return _Chaos(killed=killed, frozen=frozen)
 
 
-def _strike(
-    console: Console, receiver: Receiver, procs: list[subprocess.Popen[bytes]]
-) -> tuple[int, int]:
+def _strike(console: Console, receiver: Receiver, fleet: Fleet) -> tuple[int, int]:
     """Hold the receiver so every worker has requests in flight, then freeze and kill."""
     receiver.hold()
     waited = time.monotonic() + 2.0
-    while receiver.in_flight < 2 * len(procs) and time.monotonic() < waited:
+    while receiver.in_flight < 2 * len(fleet.procs) and time.monotonic() < waited:
         time.sleep(0.01)
-    killed = 0
-    if len(procs) > 1 and procs[1].poll() is None:
-        os.kill(procs[1].pid, signal.SIGKILL)
+    killed = frozen = 0
+    running = fleet.running()
+    if len(fleet.procs) > 1 and "worker-2" in running:
+        fleet.kill("worker-2")
         killed = 1
         console.print(
             f"  [red]worker-2 killed[/] (SIGKILL) with {receiver.in_flight} "
             "requests in flight at the receiver"
         )
-    os.kill(procs[0].pid, signal.SIGSTOP)
-    console.print(
-        f"  [yellow]worker-1 frozen[/] (SIGSTOP) for {2 * LEASE + 0.5:g}s, "
-        f"longer than its {LEASE:g}s lease"
-    )
+    if "worker-1" in running:
+        fleet.stall("worker-1", time.monotonic() + 2 * LEASE + 0.5)
+        frozen = 1
+        console.print(
+            f"  [yellow]worker-1 frozen[/] (SIGSTOP) for {2 * LEASE + 0.5:g}s, "
+            f"longer than its {LEASE:g}s lease"
+        )
     receiver.release()
-    return killed, 1
+    return killed, frozen
 
 
 async def _report(
     config: Path, receiver: Receiver, total: int, started: float, chaos: _Chaos
 ) -> DemoResult:
+    """What the receiver saw and the ledger says, judged as ``kirim.chaos`` does."""
     app = Kirim(load_config(config))
     await app.open()
+    reports = []
     try:
-        in_doubt = retries = dead = lost = unfinished = 0
         cursor: int | None = None
         while True:  # every delivery with its job, a page at a time
             page = await app.records(EVERY, cursor=cursor, limit=500)
-            for d, job, _ in page.records:
-                if job is not None:
-                    retries += max(0, job.attempts - 1)
-                    dead += job.status is JobStatus.DEAD
-                doubtful = d.status is DeliveryStatus.IN_DOUBT or d.doubt is Doubt.ASSUMED_SENT
-                in_doubt += doubtful
-                if d.status in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING):
-                    unfinished += 1
-                elif (
-                    receiver.requests[d.idempotency_key] == 0
-                    and not doubtful
-                    and (d.status is not DeliveryStatus.FAILED)
-                ):
-                    lost += 1
+            reports += [report_of(r.delivery, r.job, r.attempts) for r in page.records]
             if (cursor := page.next_cursor) is None:
                 break
     finally:
         await app.close()
+    found = tally(reports, receiver.requests, receiver.copies())
     return DemoResult(
         notifications=total,
         delivered=receiver.delivered(),
         duplicate_requests=receiver.duplicates(),
-        in_doubt=in_doubt,
-        retries=retries,
-        dead_lettered=dead,
-        lost=lost,
-        unfinished=unfinished,
+        in_doubt=found.in_doubt,
+        retries=found.retries,
+        dead_lettered=found.dead_lettered,
+        lost=found.lost,
+        unfinished=found.unfinished,
         seconds=time.monotonic() - started,
         killed=chaos.killed,
         frozen=chaos.frozen,
@@ -265,7 +232,8 @@ def _print(console: Console, r: DemoResult) -> None:
         ("in doubt, reported (assumed sent or held)", r.in_doubt),
         ("retries", r.retries),
         ("dead-lettered", r.dead_lettered),
-        ("lost (neither delivered nor reported)", r.lost + r.unfinished),
+        ("lost (neither delivered nor reported)", r.lost),
+        ("unfinished (still pending or processing)", r.unfinished),
         ("workers killed / frozen", f"{r.killed} / {r.frozen}"),
     ]
     for name, value in rows:

@@ -83,6 +83,11 @@ class Counts:
         with self._lock:
             return sum(1 for n in self._copies.values() if n > 1)
 
+    def copies(self) -> dict[str, int]:
+        """The copies the user received, per notification (``kirim.chaos.tally``)."""
+        with self._lock:
+            return dict(self._copies)
+
     def user_duplicates(self) -> int:
         """Extra copies a user received: none for keyed requests when keys are honoured."""
         with self._lock:

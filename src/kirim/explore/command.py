@@ -15,6 +15,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from kirim.chaos import Tally
 from kirim.cli.params import PathParam
 from kirim.explore.scenario import WORKLOADS, Outcome, Settings, run_schedule
 from kirim.explore.shrink import relevant, replay, replay_verdict, same_code, save, shrink
@@ -30,6 +31,8 @@ class Summary:
     by_invariant: Counter[str] = field(default_factory=Counter)
     saved: list[str] = field(default_factory=list)
     shortest: list[str] = field(default_factory=list)
+    #: every schedule's notifications, judged in ``kirim.chaos``'s words
+    verdicts: Tally = field(default_factory=Tally)
 
     @property
     def rate(self) -> float:
@@ -45,6 +48,7 @@ class Summary:
             "failing_seeds": [o.settings.seed for o in self.failing],
             "saved": self.saved,
             "shortest_failing_timeline": self.shortest,
+            "verdicts": self.verdicts.as_dict(),
         }
 
 
@@ -67,6 +71,7 @@ def run_seeds(
     for seed in seeds:
         outcome = run_schedule(settings_for(seed, provider, **fixed))
         summary.schedules += 1
+        summary.verdicts += outcome.verdicts
         if outcome.violations:
             summary.failing.append(outcome)
             for name in sorted({v.name for v in outcome.violations}):
@@ -275,6 +280,12 @@ def explore(
         console.print(
             f"[bold]{summary.schedules}[/] schedules in {summary.seconds:.1f} s "
             f"({summary.rate:.1f} schedules/s), {len(summary.failing)} failing"
+        )
+        t = summary.verdicts
+        console.print(
+            f"  notifications {t.notifications}: {t.delivered} delivered, {t.duplicates} "
+            f"duplicated, {t.lost} lost, {t.in_doubt} in doubt ({t.unreported_in_doubt} "
+            f"unreported), {t.failed} failed, {t.denied} denied, {t.unfinished} unfinished"
         )
         for name, count in sorted(summary.by_invariant.items()):
             console.print(f"  {name}: {count}")

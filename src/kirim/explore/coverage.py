@@ -256,8 +256,9 @@ TOML_AS = {
 
 def settings_fields() -> list[str]:
     """Every setting a user can write, by ``Class.field`` (and ``toml.key``)."""
+    from kirim.channel_config import ChannelConfig, channel_keys
     from kirim.channels import Channel
-    from kirim.config import _CHANNEL_KEYS, ChannelConfig, Config
+    from kirim.config import Config
     from kirim.notify.types import DigestRule, NotificationType, ThrottleRule
     from kirim.preferences import Preferences
     from kirim.worker.settings import WorkerSettings
@@ -274,7 +275,7 @@ def settings_fields() -> list[str]:
         Config,
     ):
         out += [f"{cls.__name__}.{f.name}" for f in dataclasses.fields(cls)]
-    out += [f"toml.{key}" for key in sorted(_CHANNEL_KEYS)]
+    out += [f"toml.{key}" for key in sorted(channel_keys())]
     return out
 
 

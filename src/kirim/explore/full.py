@@ -275,7 +275,7 @@ class Full:
             await self._prune(app)
             return
         if action.kind == "retry":
-            targets = [r[0].id for r in await app.dead_letters()]
+            targets = [r.delivery.id for r in await app.dead_letters()]
         else:
             targets = [made[(action.target - 1) % len(made)]] if made else []
         for did in targets:

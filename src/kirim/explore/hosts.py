@@ -26,7 +26,7 @@ from kirim.explore.invariants import Ledger
 from kirim.explore.loop import BASE, Host
 from kirim.notify import NotificationType
 from kirim.store.base import Store
-from kirim.store.sqlite import SQLiteStore
+from kirim.store.sqlite import SQLiteDriver, SQLiteStore
 from kirim.worker import Worker, WorkerSettings
 
 #: records, inside the inserting transaction, who held the claim when an intent was
@@ -325,11 +325,6 @@ async def run_worker(
 def close_leftovers(stores: list[Any]) -> None:
     """Close the connections of stores whose host died (a dead process's sockets)."""
     for store in stores:
-        conn = getattr(store, "_conn", None)
-        if isinstance(conn, sqlite3.Connection):
-            conn.close()
-            store._conn = None
-        executor = getattr(store, "_executor", None)
-        if executor is not None:
-            executor.shutdown(wait=False)
-            store._executor = None
+        driver = getattr(store, "driver", None)
+        if isinstance(driver, SQLiteDriver):
+            driver.abandon()

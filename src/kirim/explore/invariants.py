@@ -54,6 +54,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim.chaos import CERTAINLY_NOT_ACTED, Report, Tally, tally
 from kirim.explore.loop import BASE
 from kirim.explore.provider import FlipRecord, GroundTruth, Request
 
@@ -71,11 +72,12 @@ NAMES = (
     "suppressed_unsent",
     "digest_once",
     "opted_out_unsent",
+    "known_edges",
 )
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")
 #: what the provider model answers when it did not act on a request, for certain
-REFUSED = ("refused", "429", "400")
+REFUSED = tuple(sorted(fate.value for fate in CERTAINLY_NOT_ACTED))
 EPSILON = 1e-9
 #: store times are BASE + virtual time: a double keeps about 2.4e-7 s of that
 STORE_EPSILON = 1e-6
@@ -509,3 +511,50 @@ def _opted_out(ledger: Ledger, truth: GroundTruth) -> list[Violation]:
             )
         )
     return out
+
+
+def verdicts(ledger: Ledger, truth: GroundTruth, waiting: Collection[int] = ()) -> Tally:
+    """The run's notifications judged in ``kirim.chaos``'s words: what the ledger
+    reports of each, against what its providers made of its key (a bounced message
+    too: the provider accepted it) and the most copies its user got in one epoch
+    between the operator's retries; the doubt is that of the attempts since the
+    operator's last retry. ``waiting``: deliveries whose jobs wait far ahead for a
+    send window, not judged."""
+    jobs = {j["delivery_id"]: j for j in ledger.jobs}
+    attempts: dict[int, list[dict[str, Any]]] = {}
+    for a in ledger.attempts:
+        attempts.setdefault(a["delivery_id"], []).append(a)
+    reports, made, copies = [], {}, {}
+    for d in ledger.deliveries:
+        if d["id"] in waiting:
+            continue
+        key = d["idempotency_key"]
+        epochs = truth.epochs(key, d["id"])
+        made[key] = _made(truth, key, epochs)
+        copies[key] = max(epochs)
+        reports.append(_report(d, jobs.get(d["id"]), attempts.get(d["id"], [])))
+    return tally(reports, made, copies)
+
+
+def _report(
+    d: dict[str, Any], job: dict[str, Any] | None, attempts: Sequence[dict[str, Any]]
+) -> Report:
+    """A ledger row's report (``kirim.chaos.report_of`` on plain SQL rows)."""
+    status, doubt = d["status"], d["doubt"]
+    since = d["released_at"] or 0.0
+    doubtful = any(a["status"] in DOUBTFUL and a["requested_at"] >= since for a in attempts)
+    succeeded = any(a["status"] == "succeeded" for a in attempts)
+    resolved = (status == "sent" and doubt == "resolved") or status in ("delivered", "bounced")
+    return Report(
+        key=d["idempotency_key"],
+        created_at=float(d["created_at"]),
+        unfinished=status in ("pending", "processing"),
+        failed=status in ("failed", "canceled"),
+        canceled=status == "canceled",
+        denied=status == "suppressed",
+        in_doubt=status == "in_doubt" or doubt in ("assumed_sent", "held"),
+        unresolved=doubtful and not (succeeded or resolved),
+        resolved=resolved,
+        retries=0 if job is None else max(0, int(job["attempts"]) - 1),
+        dead=job is not None and job["status"] == "dead",
+    )

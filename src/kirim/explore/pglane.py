@@ -104,6 +104,9 @@ class BlockingStore:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
+    #: its workers poll (``HIDDEN``)
+    listens = False
+
     def __getattr__(self, name: str) -> Any:
         if name in HIDDEN:
             raise AttributeError(name)

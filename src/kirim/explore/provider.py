@@ -6,8 +6,9 @@ answers after a *response delay*. A worker that crashes meanwhile does not stop
 the request: it lands anyway. An answer later than ``timeout`` reaches the caller
 as ``AmbiguousFailure("timeout")`` at ``timeout``, as an HTTP client's would.
 
-Outcomes, drawn per request from the seed, the key and the request's number (so
-that a schedule change does not redraw the other requests):
+Outcomes (``kirim.chaos.Fate``, the vocabulary simulate and the demo share), drawn
+per request from the seed, the key and the request's number (so that a schedule
+change does not redraw the other requests):
 
 =================  =========================================  ===========
 outcome            the caller gets                             user gets it
@@ -50,6 +51,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim.chaos import ACTED, Fate
 from kirim.errors import AmbiguousFailure, DeadAddress, TransientFailure
 from kirim.explore.loop import HOST, Host, host_context
 from kirim.explore.trace import Trace
@@ -57,26 +59,33 @@ from kirim.providers.base import Message, Sent
 from kirim.providers.webhook import default_class, status_classes
 
 OUTCOMES = (
-    ("accepted", 46),
-    ("accepted_lost", 12),
-    ("refused", 10),
-    ("5xx", 10),
-    ("429", 14),
-    ("400", 8),
+    (Fate.ACCEPTED.value, 46),
+    (Fate.ACCEPTED_LOST.value, 12),
+    (Fate.REFUSED.value, 10),
+    (Fate.UNAVAILABLE.value, 10),
+    (Fate.THROTTLED.value, 14),
+    (Fate.REJECTED.value, 8),
 )
 #: the outcomes of a ``full`` schedule's provider (``503``/``400``: what their meaning
 #: allows; ``*_acted``: answered so, after acting on the request)
 FULL_OUTCOMES = (
-    ("accepted", 46),
-    ("accepted_lost", 12),
-    ("refused", 10),
-    ("503", 10),
-    ("429", 14),
-    ("400", 8),
+    (Fate.ACCEPTED.value, 46),
+    (Fate.ACCEPTED_LOST.value, 12),
+    (Fate.REFUSED.value, 10),
+    (Fate.STATUS_503.value, 10),
+    (Fate.THROTTLED.value, 14),
+    (Fate.REJECTED.value, 8),
 )
-EFFECT = frozenset({"accepted", "accepted_lost", "503_acted", "400_acted"})
+EFFECT = frozenset(fate.value for fate in ACTED)
 #: the HTTP status each outcome answers with (classified as the webhook provider does)
-STATUS = {"503": 503, "503_acted": 503, "5xx": 503, "429": 429, "400": 400, "400_acted": 400}
+STATUS = {
+    Fate.STATUS_503.value: 503,
+    Fate.ACTED_503.value: 503,
+    Fate.UNAVAILABLE.value: 503,
+    Fate.THROTTLED.value: 429,
+    Fate.REJECTED.value: 400,
+    Fate.ACTED_400.value: 400,
+}
 
 
 @dataclass(slots=True)
@@ -269,12 +278,12 @@ class ProviderModel:
         rng = random.Random(f"provider:{self.seed}:{self.name}{key}:{n}")
         table = OUTCOMES if self.meaning_503 is None else FULL_OUTCOMES
         outcome = rng.choices([o for o, _ in table], [w for _, w in table])[0]
-        if outcome == "503" and self.meaning_503 == "ambiguous" and rng.random() < 0.5:
-            outcome = "503_acted"
-        if outcome == "400" and self.meaning_400 == "ambiguous" and rng.random() < 0.4:
-            outcome = "400_acted"
+        if outcome == Fate.STATUS_503 and self.meaning_503 == "ambiguous" and rng.random() < 0.5:
+            outcome = Fate.ACTED_503.value
+        if outcome == Fate.REJECTED and self.meaning_400 == "ambiguous" and rng.random() < 0.4:
+            outcome = Fate.ACTED_400.value
         if recipient in self.dead:
-            outcome = "dead"
+            outcome = Fate.DEAD.value
         elif self._dedup:
             # A provider that honours keys answers a known key as it did the first
             # time (a replayed success), and one still being processed with 409.
@@ -283,10 +292,10 @@ class ProviderModel:
             ]
             landed = [t for t in earlier if t is not None]
             if self._knows(key, now):
-                outcome = "accepted"
+                outcome = Fate.ACCEPTED.value
             elif any(t > now for t in landed):
-                outcome = "409"
-        slow = outcome != "refused" and rng.random() < 0.25
+                outcome = Fate.IN_PROGRESS.value
+        slow = outcome != Fate.REFUSED and rng.random() < 0.25
         if slow:
             first = rng.uniform(0.3 * self.lease, 0.95 * self.horizon)
             answer = first + rng.uniform(0.0, 0.6 * self.horizon)
@@ -343,18 +352,18 @@ class ProviderModel:
             request.answer = "cut"  # the worker's request timeout (or its shutdown)
             raise
         request.answer = result
-        if result == "accepted":
+        if result == Fate.ACCEPTED:
             return Sent(provider_message_id=self._ids.get(request.request_id))
-        if result == "accepted_lost":
+        if result == Fate.ACCEPTED_LOST:
             raise AmbiguousFailure("connection reset after the request was written")
-        if result == "refused":
+        if result == Fate.REFUSED:
             raise TransientFailure("connection refused")
-        if result == "5xx":
+        if result == Fate.UNAVAILABLE:
             raise AmbiguousFailure("HTTP 503", status_code=503)
-        if result == "dead":
+        if result == Fate.DEAD:
             self.truth.dead_answers.setdefault((self.name, message.recipient), loop.time())
             raise DeadAddress("HTTP 410: Unregistered", address=message.recipient, status_code=410)
-        if result == "409":
+        if result == Fate.IN_PROGRESS:
             raise AmbiguousFailure("HTTP 409: in progress for this key", status_code=409)
         code = STATUS[result]
         kind = self._classes.get(code) or default_class(code)

@@ -16,12 +16,14 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
+import logging
 import random
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from kirim.channels import Channel
+from kirim.chaos import Tally
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import events, operator
@@ -36,7 +38,7 @@ from kirim.explore.faults import (
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
-from kirim.explore.invariants import Ledger, Violation, check
+from kirim.explore.invariants import Ledger, Violation, check, verdicts
 from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
@@ -111,6 +113,8 @@ class Outcome:
     steps: int
     end: float
     deliveries: list[dict[str, Any]] = field(default_factory=list)
+    #: the notifications judged in ``kirim.chaos``'s words
+    verdicts: Tally = field(default_factory=Tally)
 
     @property
     def failed(self) -> bool:
@@ -438,7 +442,8 @@ def run_schedule(
     quiet = False
     error: str | None = None
     lines: list[str] = []
-    with capture_logs(sim.trace):
+    edges = UnknownEdges()
+    with capture_logs(sim.trace), edges:
         try:
             main = loop.create_task(sim.main(), context=host_context(Host("S")))
             quiet = loop.run_until_complete(main)
@@ -485,6 +490,7 @@ def run_schedule(
     for why in (error, sim.driver_error):
         if why is not None:
             violations.append(Violation(name="final", delivery=None, detail=why))
+    violations += edges.violations()
     return Outcome(
         settings=settings,
         plan=list(plan),
@@ -495,7 +501,40 @@ def run_schedule(
         steps=loop.steps,
         end=loop.time(),
         deliveries=ledger.deliveries,
+        verdicts=verdicts(ledger, sim.truth, set(sim.waiting)),
     )
+
+
+class UnknownEdges(logging.Handler):
+    """``known_edges``: every change of status the store wrote during the schedule is
+    an edge of ``kirim.machine.EDGES`` (the store logs one that is not)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.found: list[tuple[int, str, str]] = []
+        self._logger = logging.getLogger("kirim.machine")
+
+    def __enter__(self) -> UnknownEdges:
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._logger.removeHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == "unknown_edge":
+            d = record.__dict__
+            self.found.append((int(d["delivery_id"]), str(d["source"]), str(d["target"])))
+
+    def violations(self) -> list[Violation]:
+        return [
+            Violation(
+                name="known_edges",
+                delivery=did,
+                detail=f"{source} -> {target} is no edge of kirim.machine.EDGES",
+            )
+            for did, source, target in self.found
+        ]
 
 
 def load_factory(spec: str) -> Any:

@@ -94,7 +94,7 @@ async def _ask(
         if record is None:
             missing.append(delivery_id)
             continue
-        d, job, _ = record
+        d, job = record.delivery, record.job
         row = _row(d, job, svc)
         rows.append(
             {

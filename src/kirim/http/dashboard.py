@@ -170,7 +170,7 @@ def _row(d: Delivery, job: Job | None, svc: Service) -> dict[str, Any]:
     """A notification's row, with the verbs its state offers (none when the dashboard may
     not write), its figure and its words."""
     can = writable(svc.settings)
-    record: Record = (d, job, [])
+    record = Record(d, job, [])
     verbs = [v for v in VERBS.values() if can and v.offered(record)]
     return {
         "d": d,
@@ -217,13 +217,13 @@ async def overview(
     now = app.clock.now()
     found_figures = figures(await store.figures())
     stats = await store.queue_stats(now=now)
-    held_rows = [_row(d, job, svc) for d, job, _ in await app.in_doubt(limit=PAGE_ROWS)]
+    held_rows = [_row(r.delivery, r.job, svc) for r in await app.in_doubt(limit=PAGE_ROWS)]
     assumed = await app.records(ASSUMED_SENT, limit=PAGE_ROWS)
-    assumed_rows = [_row(d, job, svc) for d, job, _ in assumed.records]
+    assumed_rows = [_row(r.delivery, r.job, svc) for r in assumed.records]
     dead_rows = [
-        _row(d, job, svc)
-        for d, job, _ in await app.dead_letters(limit=PAGE_ROWS + len(held_rows))
-        if d.status is not DeliveryStatus.IN_DOUBT  # listed once, under its doubt
+        _row(r.delivery, r.job, svc)
+        for r in await app.dead_letters(limit=PAGE_ROWS + len(held_rows))
+        if r.delivery.status is not DeliveryStatus.IN_DOUBT  # listed once, under its doubt
     ][:PAGE_ROWS]
     query = (q or "").strip()
     found: list[dict[str, Any]] | None = None
@@ -289,7 +289,7 @@ async def _activity(app: Kirim, hours: int, now: float) -> dict[str, Any]:
 
 def _timed(record: Record, svc: Service, now: float) -> dict[str, Any]:
     """A row (``_row``) with the record's timeline."""
-    d, job, _ = record
+    d, job = record.delivery, record.job
     lines = events(record, now=now)
     return {**_row(d, job, svc), "lines": lines, "warned": sum(e.warn for e in lines)}
 
@@ -320,7 +320,7 @@ async def attention_page(
             "rows": [
                 _timed(r, svc, now)
                 for r in dead[:PAGE_ROWS]
-                if r[0].status is not DeliveryStatus.IN_DOUBT
+                if r.delivery.status is not DeliveryStatus.IN_DOUBT
             ],
             "more": len(dead) > PAGE_ROWS,
             "all": browse.link({"dead": "1"}),
@@ -396,7 +396,7 @@ async def browse_page(
     return render(
         "browse.html",
         problems=[],
-        rows=[_row(d, job, svc) for d, job, _ in page.records],
+        rows=[_row(r.delivery, r.job, svc) for r in page.records],
         oldest_first=query.where.oldest_first,
         onward=None if onward is None else browse.link(query.form, onward),
         backward=await _backward(svc.kirim, query, page),
@@ -412,7 +412,7 @@ async def _backward(app: Kirim, query: browse.Browse, page: Page) -> str | None:
         return None
     where = query.where
     if page.records:
-        edge = page.records[0][0].id
+        edge = page.records[0].delivery.id
     else:  # past the end: everything before the cursor itself
         edge = query.cursor + (1 if where.oldest_first else -1)
     reverse = dataclasses.replace(where, oldest_first=not where.oldest_first)
@@ -421,7 +421,7 @@ async def _backward(app: Kirim, query: browse.Browse, page: Page) -> str | None:
         return None
     if before.next_cursor is None:  # the page before is the first
         return browse.link(query.form)
-    farthest = before.records[-1][0].id
+    farthest = before.records[-1].delivery.id
     return browse.link(query.form, farthest - 1 if where.oldest_first else farthest + 1)
 
 
@@ -441,7 +441,7 @@ async def notification_page(
         return render(
             "missing.html", status=404, title="not found", delivery_id=delivery_id, client=who
         )
-    d, job, attempts = record
+    d, job, attempts = record.delivery, record.job, record.attempts
     lines = events(record, now=svc.kirim.clock.now())
     return render(
         "notification.html",

@@ -41,7 +41,6 @@ from kirim.http.errors import ApiError, detail
 from kirim.http.models import NotificationIn, parse_when
 from kirim.keys import canonical_json, default_key
 from kirim.model import EnqueueResult
-from kirim.observe.logging import get_logger
 from kirim.store.base import (
     NewDelivery,
     RequestBegin,
@@ -159,7 +158,7 @@ def _respond(result: EnqueueResult) -> StoredResponse | None:
     """The response kept for a new delivery; None (keep nothing) for an existing one."""
     if not result.created:
         return None
-    record: Record = (result.delivery, result.job, [])
+    record = Record(result.delivery, result.job, [])
     return StoredResponse(
         status_code=201, body=json.dumps(delivery_json(record), ensure_ascii=False)
     )
@@ -228,14 +227,13 @@ class Intake:
     def __init__(self, kirim: Kirim, *, hold: float = HOLD) -> None:
         self.kirim = kirim
         self.hold = hold
-        self.log = get_logger(component="http")
         self._steps: Batcher[Step, RequestSlot | Done] = Batcher(self._write)
 
     async def _write(self, items: Sequence[Step]) -> list[RequestSlot | Done]:
         begin = [it for it in items if isinstance(it, RequestBegin)]
         enqueue = [it for it in items if isinstance(it, RequestedDelivery)]
-        slots, done = await self.kirim.store.handle_requests(
-            begin, enqueue, now=self.kirim.clock.now(), hold=self.hold, respond=_respond
+        slots, done = await self.kirim.handle_requests(
+            begin, enqueue, hold=self.hold, respond=_respond
         )
         next_slot, next_done = iter(slots), iter(done)
         return [
@@ -276,9 +274,7 @@ class Intake:
 
     async def _give_back(self, key: str, token: str) -> None:
         """Release a request's key: it was refused, and an error is not replayed."""
-        await self.kirim.store.enqueue_request(
-            [], key=key, token=token, now=self.kirim.clock.now(), respond=lambda _: None
-        )
+        await self.kirim.give_back_request(key, token)
 
     def _prepare(self, request: NotifyRequest) -> NewDelivery:
         """The delivery ``Kirim.prepare`` makes of ``request``; its refusals as API errors."""
@@ -323,21 +319,11 @@ class Intake:
         """The answer once the delivery is recorded: the kept response of a new one, else
         the delivery the key already names (recorded outside the API, or pruned), or 422
         when that delivery differs from this body."""
-        d = result.delivery
-        self.log.info(
-            "enqueued" if result.created else "enqueue_conflict",
-            notification_id=d.id,
-            event_id=d.event_id,
-            idempotency_key=d.idempotency_key,
-            channel=d.channel,
-            job_id=None if result.job is None else result.job.id,
-        )
+        d = result.delivery  # counted and logged by the engine (Kirim.handle_requests)
         if kept is not None:
             return Answer(kept.status_code, kept.body, delivery_id=d.id)
-        if self.kirim.metrics is not None:
-            self.kirim.metrics.enqueue_conflict(d.channel)
         if result.pruned:  # its fields went with it: the tombstone's id, key and status
-            shown = json.dumps(delivery_json((d, None, [])), ensure_ascii=False)
+            shown = json.dumps(delivery_json(Record(d, None, [])), ensure_ascii=False)
             return Answer(200, shown, delivery_id=d.id)
         if (field := reused_field(d, item)) is not None:
             raise reused(item.idempotency_key, field)
@@ -349,9 +335,10 @@ class Intake:
     async def _reused(self, request: NotifyRequest, key: str) -> ApiError:
         """The refusal of a body other than the key's first one, naming the field that
         differs when the key's delivery exists (and this body is one kirim takes)."""
-        found = await self.kirim.store.get_delivery(key, by="key")
-        if found is None:
+        record = await self.kirim.get(key, by="key")
+        if record is None:
             return reused(key)
+        found = record.delivery
         try:
             item = self.kirim.prepare(request)
         except (InvalidNotification, RecursionError):

@@ -302,7 +302,7 @@ async def reconcile_notification(request: Request, delivery_id: DeliveryId) -> R
     svc.log.info(
         "reconciled",
         notification_id=delivery_id,
-        status=str(record[0].status),
+        status=str(record.delivery.status),
         client=request.state.kirim_client,
     )
     return json_response(delivery_json(record))

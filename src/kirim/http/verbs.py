@@ -17,13 +17,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kirim import operations
+from kirim import machine, operations
 from kirim.engine import Kirim
-from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus
+from kirim.model import Attempt, AttemptStatus, DeliveryStatus
 from kirim.views import Record, iso
-
-#: statuses a cancel is offered for (a delivery being sent, only once its claim is gone)
-CANCELABLE = frozenset({DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,15 +52,11 @@ class Verb:
 
 
 def _retry_offered(record: Record) -> bool:
-    job = record[1]
-    return job is not None and job.status is JobStatus.DEAD
+    return machine.can_retry(record.delivery, [record.job])
 
 
 def _cancel_offered(record: Record) -> bool:
-    d = record[0]
-    return d.status in CANCELABLE or (
-        d.status is DeliveryStatus.PROCESSING and d.claim_token is None
-    )
+    return machine.can_cancel(record.delivery)
 
 
 def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
@@ -74,7 +67,7 @@ def _pending(attempts: Sequence[Attempt], now: float) -> float | None:
 
 def _retry_effect(app: Kirim, record: Record, now: float) -> Effect:
     found = _copies(app, record, now)
-    until = _pending(record[2], now)
+    until = _pending(record.attempts, now)
     if until is None:
         return found
     return Effect(
@@ -88,7 +81,7 @@ def _retry_effect(app: Kirim, record: Record, now: float) -> Effect:
 def _copies(app: Kirim, record: Record, now: float) -> Effect:
     """Whether a retry may make a second copy (``Kirim.second_copy_possible``, the rule
     the API and the CLI use too), in words."""
-    d, _, attempts = record
+    d, attempts = record.delivery, record.attempts
     channels = app.known_channels()
     if app.second_copy_possible(record):
         why = "an earlier request may have reached the provider"
@@ -114,7 +107,7 @@ def _copies(app: Kirim, record: Record, now: float) -> Effect:
 
 
 def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
-    d, _, attempts = record
+    d, attempts = record.delivery, record.attempts
     until = _pending(attempts, now)
     if until is not None:
         return Effect(
@@ -133,11 +126,11 @@ def _cancel_effect(app: Kirim, record: Record, now: float) -> Effect:
 def _reconcile_offered(record: Record) -> bool:
     """A delivery in doubt (held, or sent under an assumption): whether its provider can
     be asked, the verb says when it runs."""
-    return record[0].doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
+    return machine.can_reconcile(record.delivery)
 
 
 def _reconcile_effect(app: Kirim, record: Record, now: float) -> Effect:
-    until = _pending(record[2], now)
+    until = _pending(record.attempts, now)
     if until is not None:
         return Effect(
             text=f"refused until {iso(until)}: an earlier request may still land until then",
@@ -183,4 +176,4 @@ VERBS: Mapping[str, Verb] = {
 # fmt: on
 
 
-__all__ = ["CANCELABLE", "VERBS", "Effect", "Verb"]
+__all__ = ["VERBS", "Effect", "Verb"]

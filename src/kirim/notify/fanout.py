@@ -471,7 +471,7 @@ def outcome(planned: Planned, result: EnqueueResult, *, now: float) -> EventDeli
     """What the store made of one planned delivery."""
     d = result.delivery
     run_at = None
-    if result.job is not None and result.job.run_at > now and not d.status.is_final:
+    if result.job is not None and result.job.run_at > now and not d.status.at_rest:
         run_at = result.job.run_at
     digest = planned.delivery.digest
     return EventDelivery(

@@ -39,6 +39,7 @@ import re
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,8 +75,17 @@ def address_problem(address: str) -> str | None:
     return None
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset(
+    {"team_id", "key_id", "private_key", "private_key_file", "topic", "environment"}
+    | {"push_type", "priority", "expiration", "ca_file", "url", "user_agent"}
+)
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with an apns channel's options, or None."""
+    if options.get("lookup"):
+        return "lookup: the apns provider has no lookup"
     for name in ("team_id", "key_id", "topic"):
         if not isinstance(options.get(name), str) or not options[name]:
             return f"{name} is required for an apns channel"
@@ -90,6 +100,34 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if url is not None and (not isinstance(url, str) or not url.startswith("https://")):
         return "url must be an https:// URL (APNs speaks HTTP/2 over TLS only)"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> ApnsProvider:
+    """The provider of a checked ``[channels.NAME]`` table (ImportError: kirim[apns])."""
+    return ApnsProvider(
+        team_id=options["team_id"],
+        key_id=options["key_id"],
+        private_key=read_text(options, "private_key", "private_key_file"),
+        topic=options["topic"],
+        environment=options.get("environment", "production"),
+        url=options.get("url"),
+        push_type=options.get("push_type", "alert"),
+        priority=options.get("priority"),
+        expiration=options.get("expiration"),
+        timeout=float(options.get("timeout", 10)),
+        user_agent=options.get("user_agent"),
+        ca_file=options.get("ca_file"),
+    )
+
+
+def read_text(options: Mapping[str, Any], inline: str, file: str) -> str:
+    """The option ``inline``'s text, or the text of the file ``file`` names."""
+    if options.get(file) is not None:
+        try:
+            return Path(options[file]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ValueError(f"{file} cannot be read: {exc.strerror}") from None
+    return str(options[inline])
 
 
 def tls_context(ca_file: str | None) -> ssl.SSLContext:

@@ -50,8 +50,14 @@ _HEADERS_SCHEMES = ("json", "jsons", "form", "forms", "xml", "xmls")
 _FORMATS = ("text", "markdown", "html")
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset({"urls"})
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with an apprise channel's options, or None (Apprise not needed)."""
+    if options.get("lookup"):
+        return "lookup: the apprise provider has no lookup"
     urls = options.get("urls")
     if (
         not isinstance(urls, list)
@@ -60,6 +66,15 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     ):
         return 'urls is required for an apprise channel: a list of Apprise URLs ("json://…")'
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> AppriseProvider:
+    """The provider of a checked ``[channels.NAME]`` table (kirim[apprise])."""
+    return AppriseProvider(
+        options["urls"],
+        timeout=float(options.get("timeout", 10)),
+        idempotent=bool(options.get("idempotent", False)),
+    )
 
 
 def _scheme(url: str) -> str:

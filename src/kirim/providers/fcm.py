@@ -97,8 +97,14 @@ def read_account(options: Mapping[str, Any]) -> dict[str, Any]:
     return info
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset({"service_account_file", "service_account", "project_id", "url", "user_agent"})
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with an fcm channel's options, or None."""
+    if options.get("lookup"):
+        return "lookup: the fcm provider has no lookup"
     try:
         info = read_account(options)
     except ValueError as exc:
@@ -111,6 +117,17 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     ):
         return "url must be an http:// or https:// URL"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> FcmProvider:
+    """The provider of a checked ``[channels.NAME]`` table (ImportError: kirim[fcm])."""
+    return FcmProvider(
+        account=read_account(options),
+        project_id=options.get("project_id"),
+        url=options.get("url", URL),
+        timeout=float(options.get("timeout", 10)),
+        user_agent=options.get("user_agent"),
+    )
 
 
 class FcmProvider:

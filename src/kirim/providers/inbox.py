@@ -23,6 +23,25 @@ from kirim.providers.base import Message, Sent
 
 #: the payload's keys the feed keeps
 PARTS = ("title", "body", "action_url", "data")
+#: the keys of a channel's table it takes besides the common ones: none
+KEYS: frozenset[str] = frozenset()
+
+
+def check_options(options: Mapping[str, Any]) -> str | None:
+    """What is wrong with an inbox channel's options, or None."""
+    if options.get("lookup"):
+        return "lookup: the inbox provider has no lookup"
+    if options.get("idempotent") is False:
+        return (
+            "idempotent: an inbox channel is idempotent by construction "
+            "(its message is written once per key, in the commit that marks it sent)"
+        )
+    return None
+
+
+def from_table(options: Mapping[str, Any]) -> InboxProvider:
+    """The provider of a checked ``[channels.NAME]`` table (it takes no options)."""
+    return InboxProvider()
 
 
 class InboxProvider:

@@ -57,8 +57,14 @@ def address_problem(address: str) -> str | None:
     return None
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset({"token", "channel", "url", "lookup_window", "user_agent"})
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with a slack channel's options, or None."""
+    if options.get("lookup") and not options.get("channel"):
+        return "lookup: the slack provider looks up only with a fixed channel"
     token = options.get("token")
     if not isinstance(token, str) or not token.startswith(("xoxb-", "xoxp-")):
         return "token is required for a slack channel: a bot (xoxb-) or user (xoxp-) token"
@@ -66,6 +72,18 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if channel is not None and (not isinstance(channel, str) or address_problem(channel)):
         return "channel must be a Slack channel id (C0123ABCD) or #name"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> SlackProvider:
+    """The provider of a checked ``[channels.NAME]`` table."""
+    return SlackProvider(
+        token=options["token"],
+        channel=options.get("channel"),
+        url=options.get("url", URL),
+        timeout=float(options.get("timeout", 10)),
+        user_agent=options.get("user_agent"),
+        lookup_window=float(options.get("lookup_window", 86400)),
+    )
 
 
 class SlackProvider:

@@ -72,8 +72,16 @@ def message_id(idempotency_key: str, domain: str = "kirim") -> str:
     return f"<{hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]}@{domain}>"
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset(
+    {"host", "port", "security", "username", "password", "from", "local_hostname", "ca_file"}
+)
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with an smtp channel's options (``key must …``), or None."""
+    if options.get("lookup"):
+        return "lookup: the smtp provider has no lookup"
     host = options.get("host")
     if not isinstance(host, str) or not host or not host.isascii() or " " in host:
         return "host is required for an smtp channel (a host name or address)"
@@ -93,6 +101,22 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if ("username" in options) != ("password" in options):
         return "username and password go together"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> SmtpProvider:
+    """The provider of a checked ``[channels.NAME]`` table."""
+    return SmtpProvider(
+        host=options["host"],
+        port=options.get("port"),
+        security=options.get("security", "starttls"),
+        username=options.get("username"),
+        password=options.get("password"),
+        from_address=options["from"],
+        timeout=float(options.get("timeout", 30)),
+        idempotent=bool(options.get("idempotent", False)),
+        local_hostname=options.get("local_hostname"),
+        ca_file=options.get("ca_file"),
+    )
 
 
 class SmtpProvider:

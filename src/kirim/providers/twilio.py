@@ -48,8 +48,17 @@ def address_problem(address: str) -> str | None:
     return None
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset(
+    {"account_sid", "auth_token", "from", "messaging_service_sid", "status_callback", "url"}
+    | {"user_agent"}
+)
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with a twilio channel's options, or None."""
+    if options.get("lookup"):
+        return "lookup: the twilio provider has no lookup"
     for name in ("account_sid", "auth_token"):
         if not isinstance(options.get(name), str) or not options[name]:
             return f"{name} is required for a twilio channel"
@@ -59,6 +68,20 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if sender is not None and (not isinstance(sender, str) or address_problem(sender)):
         return "from must be an E.164 phone number, such as +15005550006"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> TwilioProvider:
+    """The provider of a checked ``[channels.NAME]`` table."""
+    return TwilioProvider(
+        account_sid=options["account_sid"],
+        auth_token=options["auth_token"],
+        from_number=options.get("from"),
+        messaging_service_sid=options.get("messaging_service_sid"),
+        status_callback=options.get("status_callback"),
+        url=options.get("url", URL),
+        timeout=float(options.get("timeout", 10)),
+        user_agent=options.get("user_agent"),
+    )
 
 
 class TwilioProvider:

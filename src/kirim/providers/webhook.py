@@ -50,6 +50,7 @@ from kirim.errors import (
 )
 from kirim.providers.base import Message, Sent
 from kirim.providers.signing import Signer
+from kirim.validation import DAY, BadValue, Number
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 #: the TOML keys of the failure classes, each a list of HTTP status codes
@@ -81,8 +82,37 @@ def status_classes(
     return classes
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset({"url", "headers", "token", "lookup_url", "lookup_lag", "secret", *CLASS_KEYS})
+#: ``lookup_lag``'s bounds
+LOOKUP_LAG = Number(minimum=0, maximum=DAY, unit="seconds")
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
-    """What is wrong with a webhook channel's signing and failure-class options, or None."""
+    """What is wrong with a webhook channel's options (its URLs, lookup, headers,
+    signing and failure classes), or None."""
+    if not isinstance(options.get("url"), str) or not options["url"].startswith(
+        ("http://", "https://")
+    ):
+        return "url is required for a webhook (http:// or https://)"
+    lookup_url = options.get("lookup_url")
+    if lookup_url is not None and (
+        not isinstance(lookup_url, str)
+        or not lookup_url.startswith(("http://", "https://"))
+        or "{key}" not in lookup_url
+    ):
+        return "lookup_url must be an http:// or https:// URL with {key} in it"
+    if options.get("lookup") and lookup_url is None:
+        return "lookup: the webhook provider has no lookup without lookup_url"
+    try:
+        LOOKUP_LAG.check("lookup_lag", options.get("lookup_lag", 0))
+    except BadValue as exc:
+        return str(exc)
+    headers = options.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(isinstance(v, str) for v in headers.values()):
+        return "headers must be a table of strings"
+    if not isinstance(options.get("token", ""), str):
+        return "token must be a string"
     secret = options.get("secret")
     if secret is not None:
         if isinstance(secret, list) and not all(isinstance(s, str) for s in secret):
@@ -101,6 +131,23 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> WebhookProvider:
+    """The provider of a checked ``[channels.NAME]`` table."""
+    return WebhookProvider(
+        options["url"],
+        timeout=float(options.get("timeout", 10)),
+        idempotent=bool(options.get("idempotent", False)),
+        headers=dict(options.get("headers", {})),
+        token=options.get("token"),
+        lookup_url=options.get("lookup_url"),
+        lookup_lag=float(options.get("lookup_lag", 0)),
+        secret=options.get("secret"),
+        retry_on=options.get("retry_on", ()),
+        ambiguous_on=options.get("ambiguous_on", ()),
+        permanent_on=options.get("permanent_on", ()),
+    )
 
 
 def json_body(body: Any) -> bytes:

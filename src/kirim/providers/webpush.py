@@ -114,8 +114,17 @@ def vapid_key(options: Mapping[str, Any]) -> str:
     return str(key)
 
 
+#: the keys of a ``[channels.NAME]`` table this provider takes besides the common ones
+KEYS = frozenset(
+    {"vapid_private_key", "vapid_private_key_file", "vapid_subject", "ttl", "urgency"}
+    | {"user_agent"}
+)
+
+
 def check_options(options: Mapping[str, Any]) -> str | None:
     """What is wrong with a webpush channel's options, or None."""
+    if options.get("lookup"):
+        return "lookup: the webpush provider has no lookup"
     subject = options.get("vapid_subject")
     if not isinstance(subject, str) or not subject.startswith(("mailto:", "https://")):
         return "vapid_subject is required: a mailto: or https:// contact of the sender"
@@ -126,6 +135,18 @@ def check_options(options: Mapping[str, Any]) -> str | None:
     if options.get("urgency", "normal") not in URGENCY:
         return f"urgency must be one of {', '.join(URGENCY)}"
     return None
+
+
+def from_table(options: Mapping[str, Any]) -> WebPushProvider:
+    """The provider of a checked ``[channels.NAME]`` table (ImportError: kirim[webpush])."""
+    return WebPushProvider(
+        vapid_private_key=vapid_key(options),
+        vapid_subject=options["vapid_subject"],
+        ttl=int(options.get("ttl", 86400)),
+        urgency=options.get("urgency", "normal"),
+        timeout=float(options.get("timeout", 10)),
+        user_agent=options.get("user_agent"),
+    )
 
 
 class WebPushProvider:

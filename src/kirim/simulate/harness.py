@@ -25,31 +25,29 @@ import asyncio
 import contextlib
 import json
 import math
-import os
 import random
 import secrets
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from kirim.chaos import Report, report_of, tally
 from kirim.config import load_config
 from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.devtools.services.base import ServiceFake
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError
 from kirim.keys import default_key
-from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus
 from kirim.operations import EVERY
 from kirim.simulate import naive, services
+from kirim.simulate.fleet import Fleet
 from kirim.simulate.options import STRATEGIES, SimOptions
-from kirim.simulate.result import Outcome, SimResult, percentile, rounded
+from kirim.simulate.result import SimResult, percentile, rounded
 from kirim.simulate.skew import Offsets
 from kirim.simulate.smtp_receiver import SmtpReceiver
 
@@ -240,34 +238,15 @@ class _KirimSide(_Side):
         argv += ["--log-level", level, "worker", "--burst", "--worker-id", worker_id]
         return argv + ([f"--clock-offset={offset!r}"] if offset else [])
 
-    async def collect(self) -> list[Outcome]:
+    async def collect(self) -> list[Report]:
         app = Kirim(load_config(self.config(None), database=self.database))
         await app.open()
-        out = []
+        out: list[Report] = []
         try:
             cursor: int | None = None
             while True:  # every delivery, a page (deliveries, jobs, attempts) at a time
                 page = await app.records(EVERY, cursor=cursor, limit=500)
-                for d, job, attempts in page.records:
-                    doubtful = any(a.status.in_doubt for a in attempts)
-                    succeeded = any(a.status is AttemptStatus.SUCCEEDED for a in attempts)
-                    # a lookup that found the key settles the doubt: known sent
-                    resolved = d.status is DeliveryStatus.SENT and d.doubt is Doubt.RESOLVED
-                    out.append(
-                        Outcome(
-                            key=d.idempotency_key,
-                            created_at=d.created_at,
-                            unfinished=d.status
-                            in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING),
-                            failed=d.status in (DeliveryStatus.FAILED, DeliveryStatus.CANCELED),
-                            in_doubt=d.status is DeliveryStatus.IN_DOUBT
-                            or d.doubt in (Doubt.ASSUMED_SENT, Doubt.HELD),
-                            unresolved=doubtful and not (succeeded or resolved),
-                            resolved=resolved,
-                            retries=0 if job is None else max(0, job.attempts - 1),
-                            dead=job is not None and job.status is JobStatus.DEAD,
-                        )
-                    )
+                out += [report_of(r.delivery, r.job, r.attempts) for r in page.records]
                 if (cursor := page.next_cursor) is None:
                     break
         finally:
@@ -300,14 +279,14 @@ class _NaiveSide(_Side):
             argv += ["--service", str(path)]
         return argv + ([] if self.logs else ["--quiet"])
 
-    async def collect(self) -> list[Outcome]:
+    async def collect(self) -> list[Report]:
         db = naive.NaiveDb(self.database).connect()
         try:
             records = naive.collect(db)
         finally:
             db.close()
         return [
-            Outcome(
+            Report(
                 key=r.key,
                 created_at=r.created_at,
                 unfinished=r.status == "pending",
@@ -320,87 +299,6 @@ class _NaiveSide(_Side):
 
 
 # -- worker processes ------------------------------------------------------------------
-
-
-class _Fleet:
-    """The worker processes of one run, by id; stalls and kills; the final cleanup."""
-
-    def __init__(
-        self, argv: Callable[[str, float], list[str]], folder: Path, offsets: Offsets
-    ) -> None:
-        self._argv = argv
-        self._folder = folder
-        self._offsets = offsets
-        self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.clock_offsets: dict[str, float] = {}  # each worker's clock, seconds off
-        self.thaw_at: dict[str, float] = {}  # stopped workers and when to continue them
-        self.killed: set[str] = set()
-        self.crashes: list[str] = []
-        self._logs: dict[str, IO[bytes]] = {}
-        self._reported: set[str] = set()
-        self.kills = self.stalls = 0
-
-    def start(self) -> str:
-        worker_id = f"worker-{len(self.procs) + 1}"
-        log = (self._folder / f"{worker_id}.log").open("wb")
-        self._logs[worker_id] = log
-        env = {k: v for k, v in os.environ.items() if k != "KIRIM_DATABASE_URL"}
-        env["PYTHONUNBUFFERED"] = "1"
-        offset = self.clock_offsets[worker_id] = self._offsets.draw()
-        self.procs[worker_id] = subprocess.Popen(
-            self._argv(worker_id, offset), stdout=subprocess.DEVNULL, stderr=log, env=env
-        )
-        return worker_id
-
-    def running(self) -> list[str]:
-        """Workers alive and not stopped, by id."""
-        return [w for w, p in self.procs.items() if p.poll() is None and w not in self.thaw_at]
-
-    def busy(self) -> bool:
-        return bool(self.thaw_at) or any(p.poll() is None for p in self.procs.values())
-
-    def kill(self, worker_id: str) -> None:
-        proc = self.procs[worker_id]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        self.killed.add(worker_id)
-        self.kills += 1
-
-    def stall(self, worker_id: str, until: float) -> None:
-        self.procs[worker_id].send_signal(signal.SIGSTOP)
-        self.thaw_at[worker_id] = until
-        self.stalls += 1
-
-    def tick(self, now: float) -> None:
-        """Continue the stalls that are over; note workers that died on their own."""
-        for worker_id, when in list(self.thaw_at.items()):
-            if now >= when:
-                self.procs[worker_id].send_signal(signal.SIGCONT)
-                del self.thaw_at[worker_id]
-        for worker_id, proc in self.procs.items():
-            code = proc.poll()
-            if code not in (None, 0) and worker_id not in self.killed | self._reported:
-                self._reported.add(worker_id)
-                self.crashes.append(f"{worker_id} exited {code}: {self._last_line(worker_id)}")
-
-    def _last_line(self, worker_id: str) -> str:
-        self._logs[worker_id].flush()
-        lines = (self._folder / f"{worker_id}.log").read_text(errors="replace").splitlines()
-        return lines[-1][:300] if lines else "(no output)"
-
-    def close(self) -> None:
-        """SIGCONT the stopped, then SIGKILL whatever still runs; close the logs."""
-        for worker_id in list(self.thaw_at):
-            with contextlib.suppress(ProcessLookupError):
-                self.procs[worker_id].send_signal(signal.SIGCONT)
-        self.thaw_at.clear()
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGKILL)
-                proc.wait()
-        for log in self._logs.values():
-            log.close()
 
 
 def fault_plan(opts: SimOptions, rng: random.Random) -> list[tuple[int, str]]:
@@ -466,7 +364,7 @@ def simulate(
         if fake is not None:  # the device tells notifications apart by what it shows
             fake.identify = services.identify(side.items(), opts.channel)
         asyncio.run(side.prepare())
-        fleet = _Fleet(side.argv, folder, Offsets(opts.clock_skew, opts.seed))
+        fleet = Fleet(side.argv, folder, Offsets(opts.clock_skew, opts.seed))
         started = time.monotonic()
         try:
             timed_out = _drive(opts, rng, fleet, receiver, progress, started)
@@ -481,7 +379,7 @@ def simulate(
 def _drive(
     opts: SimOptions,
     rng: random.Random,
-    fleet: _Fleet,
+    fleet: Fleet,
     receiver: AnyReceiver,
     progress: Progress | None,
     started: float,
@@ -518,13 +416,13 @@ def _result(
     opts: SimOptions,
     database: str,
     receiver: AnyReceiver,
-    fleet: _Fleet,
-    outcomes: list[Outcome],
+    fleet: Fleet,
+    outcomes: list[Report],
     seconds: float,
     timed_out: bool,
 ) -> SimResult:
-    seen = receiver.requests
-    delivered = sum(1 for o in outcomes if seen[o.key] > 0)
+    found = tally(outcomes, receiver.requests, receiver.copies())
+    delivered = found.delivered
     latencies = [
         receiver.first_seen[o.key] - o.created_at for o in outcomes if o.key in receiver.first_seen
     ]
@@ -539,15 +437,15 @@ def _result(
         notifications=opts.notifications,
         delivered=delivered,
         duplicate_requests=receiver.duplicates(),
-        duplicates=receiver.duplicated(),
-        lost=sum(1 for o in outcomes if seen[o.key] == 0 and not (o.in_doubt or o.failed)),
-        in_doubt=sum(o.in_doubt for o in outcomes),
-        resolved=sum(o.resolved for o in outcomes),
-        unreported_in_doubt=sum(o.unresolved and not o.in_doubt for o in outcomes),
-        failed=sum(o.failed for o in outcomes),
-        unfinished=sum(o.unfinished for o in outcomes),
-        retries=sum(o.retries for o in outcomes),
-        dead_lettered=sum(o.dead for o in outcomes),
+        duplicates=found.duplicates,
+        lost=found.lost,
+        in_doubt=found.in_doubt,
+        resolved=found.resolved,
+        unreported_in_doubt=found.unreported_in_doubt,
+        failed=found.failed,
+        unfinished=found.unfinished,
+        retries=found.retries,
+        dead_lettered=found.dead_lettered,
         seconds=round(seconds, 3),
         throughput_per_s=round(delivered / seconds, 1) if seconds > 0 else 0.0,
         latency_p50_s=rounded(percentile(latencies, 0.50)),

@@ -350,13 +350,13 @@ class NaiveWorker:
         """Send through kirim's provider of the service, as a sender without a key
         does: a fresh key (so a fresh collapse id) on every send (with
         ``--idempotent``, the notification's own key)."""
-        from kirim.providers import services
+        from kirim.providers import registry
         from kirim.providers.base import Message
 
         if self._provider is None:
             table = dict(self.s.service or {})
             kind = table.pop("provider")
-            self._provider = services.build(kind, {**table, "user_agent": self.s.worker_id})
+            self._provider = registry.build(kind, {**table, "user_agent": self.s.worker_id})
         message = Message(
             delivery_id=0,
             idempotency_key=key if self.s.idempotent else uuid.uuid4().hex,

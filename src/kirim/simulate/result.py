@@ -1,4 +1,4 @@
-"""What one simulation run found, per notification and in total."""
+"""What one simulation run found, in total (each notification judged by ``kirim.chaos``)."""
 
 from __future__ import annotations
 
@@ -7,21 +7,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kirim.model import OnUnknown
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """What the database says about one notification when the run is over."""
-
-    key: str
-    created_at: float
-    unfinished: bool = False  # still pending or processing
-    failed: bool = False  # reported as not delivered (failed, canceled)
-    in_doubt: bool = False  # reported as maybe delivered (assumed sent, held in doubt)
-    unresolved: bool = False  # a request may have arrived; none is known to have succeeded
-    resolved: bool = False  # was in doubt, then known sent (a late success or a lookup)
-    retries: int = 0
-    dead: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from kirim.addresses import Address
+from kirim.keys import text_problem
 from kirim.store.rows import Row
 from kirim.store.sequence import TIME, Operation, Query
 
@@ -48,8 +49,8 @@ def add_address(
 def addresses_of(recipient_ids: Iterable[str]) -> Operation[dict[str, list[Address]]]:
     """The addresses not retired of those of ``recipient_ids`` that have any, by id,
     oldest first (one statement: the fan-out's read)."""
-    ids = sorted(set(recipient_ids))
-    if not ids:
+    ids = sorted(r for r in set(recipient_ids) if text_problem(r) is None)
+    if not ids:  # a text no column can hold (a NUL) is nobody's id
         return {}
     rows = yield Query("addresses_of", {"ids": ids})
     out: dict[str, list[Address]] = {}
@@ -60,6 +61,8 @@ def addresses_of(recipient_ids: Iterable[str]) -> Operation[dict[str, list[Addre
 
 def list_addresses(recipient_id: str) -> Operation[list[Address]]:
     """Every address of one recipient, retired ones too."""
+    if text_problem(recipient_id) is not None:
+        return []
     rows = yield Query("list_addresses", {"recipient_id": recipient_id})
     return [address_from(r) for r in rows]
 
@@ -67,6 +70,8 @@ def list_addresses(recipient_id: str) -> Operation[list[Address]]:
 def retire_address(channel: str, address: str, reason: str, given: float) -> Operation[int]:
     """Mark ``address`` dead on ``channel`` for every recipient that has it; the number
     of rows retired (0: none had it, or it was retired already)."""
+    if text_problem(address) is not None:
+        return 0
     at = yield TIME
     args = {"channel": channel, "address": address, "reason": reason, "now": at(given)}
     count = yield Query("retire_address", args, count=True)
@@ -75,6 +80,8 @@ def retire_address(channel: str, address: str, reason: str, given: float) -> Ope
 
 def remove_address(recipient_id: str, channel: str, address: str) -> Operation[bool]:
     """Forget one address of one recipient; False when it had none such."""
+    if any(text_problem(t) is not None for t in (recipient_id, channel, address)):
+        return False
     args = {"recipient_id": recipient_id, "channel": channel, "address": address}
     count = yield Query("remove_address", args, count=True)
     return bool(count)

@@ -29,9 +29,6 @@ from kirim.inbox import (
     FeedMessage,
     FeedPage,
 )
-
-if TYPE_CHECKING:
-    from kirim.store.feed_changes import FeedChanges
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -46,6 +43,10 @@ from kirim.model import (
     RecordFilter,
 )
 from kirim.preferences import Preferences, TypePolicy
+
+if TYPE_CHECKING:
+    from kirim.store.feed_changes import FeedChanges
+    from kirim.store.retention import PruneResult
 
 SCHEMA_VERSION = 11
 
@@ -458,12 +459,14 @@ Refuse = Callable[[Sequence[EnqueueResult]], None]
 
 # -- the store, by role ----------------------------------------------------------------
 #
-# Each caller names the role it needs (the worker a ``Queue``, the token commands
-# ``Tokens``…); ``Store`` is all of them, which each backend implements. The roles are
-# ``runtime_checkable`` so that a test can ask a backend which it plays; the optional
-# capabilities (``WaitsForJobs``, ``EnqueuesIn``) are asked for with ``isinstance``.
-# Such a check looks for the members' names only (``hasattr`` up to Python 3.11,
-# ``inspect.getattr_static`` from 3.12 on), never at their signatures.
+# Each caller names the role it needs (the worker a ``WorkerStore``, the token
+# commands ``Tokens``…); ``Store`` is all of them, which ``SQLStore`` implements on
+# either driver. The roles are ``runtime_checkable`` so that a test can ask a store
+# which it plays. The optional capabilities are declared, not guessed: a store says
+# ``listens`` (it has ``WaitsForJobs.wait_for_jobs``) and ``enqueues_in`` (it has
+# ``EnqueuesIn.enqueue_in``); a caller reads the flag, never ``isinstance``, which
+# looks for names only (``inspect.getattr_static`` from Python 3.12 on: a proxy's
+# ``__getattr__`` is not seen).
 
 
 @runtime_checkable
@@ -473,6 +476,10 @@ class Lifecycle(Protocol):
     url: str
     #: the folder of its SQL files under ``kirim.store``: ``sqlite`` or ``postgres``
     dialect: str
+    #: declared capabilities: ``wait_for_jobs`` (LISTEN/NOTIFY wake-ups) and
+    #: ``enqueue_in`` (enqueue in the caller's own transaction) are there to call
+    listens: bool
+    enqueues_in: bool
 
     async def open(self) -> None: ...
 
@@ -535,6 +542,11 @@ class Queue(Protocol):
         """The run_at of the earliest claimable job, if any."""
         ...
 
+    async def ping(self) -> None:
+        """One round trip that reads nothing: does the database answer? (StoreError
+        when it does not.)"""
+        ...
+
     async def waiting(self, *, now: float) -> Waiting:
         """The jobs running, waiting for a retry, and queued for after ``now`` (the
         caller's time; the store's time of record when it keeps one)."""
@@ -574,18 +586,11 @@ class Operator(Protocol):
         """The delivery's most recent job."""
         ...
 
-    async def get_attempts(self, delivery_id: int) -> list[Attempt]: ...
-
-    async def list_deliveries(
-        self,
-        *,
-        status: DeliveryStatus | None = None,
-        channel: str | None = None,
-        after_id: int = 0,
-        limit: int = 100,
-    ) -> list[Delivery]:
-        """Deliveries with ids above ``after_id``, oldest first (an operator's pages,
-        with jobs and attempts, are ``records``)."""
+    async def record(
+        self, key_or_id: str | int, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Record | None:
+        """The delivery (found as ``get_delivery`` finds it), its most recent job and
+        its attempts, read in one transaction."""
         ...
 
     async def records(
@@ -856,6 +861,31 @@ class FeedStore(Protocol):
 
 
 @runtime_checkable
+class Prunes(Protocol):
+    """A store that prunes its ledger (both drivers)."""
+
+    async def prune(
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
+    ) -> PruneResult:
+        """One batch (one transaction): see ``kirim.store.retention.prune`` (``archived``:
+        also the feed's messages archived that long ago)."""
+        ...
+
+
+class WorkerStore(Queue, Notifications, Prunes, Protocol):
+    """What a worker calls: the queue, digests and provider rates, and retention; and
+    whether it can ``wait_for_jobs`` (``WaitsForJobs``)."""
+
+    listens: bool
+
+
 class Store(
     Lifecycle,
     Queue,
@@ -866,9 +896,10 @@ class Store(
     Addresses,
     Notifications,
     FeedStore,
+    Prunes,
     Protocol,
 ):
-    """One backend: every role. Implementations: SQLiteStore, PostgresStore."""
+    """Every role: ``kirim.store.sql.SQLStore`` (``SQLiteStore``, ``PostgresStore``)."""
 
 
 # -- optional capabilities (PostgreSQL's) ----------------------------------------------

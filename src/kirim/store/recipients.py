@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
+from kirim.keys import text_problem
 from kirim.preferences import Preferences
 from kirim.store.rows import Row
 from kirim.store.sequence import TIME, Operation, Query
@@ -26,8 +27,8 @@ def preferences_from(row: Row) -> Preferences:
 
 def preferences_of(recipient_ids: Iterable[str]) -> Operation[dict[str, Preferences]]:
     """The preferences of those of ``recipient_ids`` that have any, by id."""
-    ids = sorted(set(recipient_ids))
-    if not ids:
+    ids = sorted(r for r in set(recipient_ids) if text_problem(r) is None)
+    if not ids:  # a text no column can hold (a NUL) is nobody's id
         return {}
     rows = yield Query("preferences_of", {"ids": ids})
     return {r["recipient_id"]: preferences_from(r) for r in rows}
@@ -47,5 +48,7 @@ def set_preferences(prefs: Preferences, given: float) -> Operation[Preferences]:
 
 def delete_preferences(recipient_id: str) -> Operation[bool]:
     """Forget the recipient's preferences; False when there were none."""
+    if text_problem(recipient_id) is not None:
+        return False
     count = yield Query("delete_preferences", {"recipient_id": recipient_id}, count=True)
     return bool(count)

@@ -68,10 +68,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from kirim.model import (
-    FINAL_DELIVERY,
+    AT_REST,
     Attempt,
     Delivery,
     DeliveryStatus,
@@ -79,6 +79,7 @@ from kirim.model import (
     Job,
     JobStatus,
 )
+from kirim.store.base import Prunes
 from kirim.store.rows import Row, attempt_from, delivery_from, job_from
 from kirim.store.sequence import TIME, Operation, Query
 
@@ -169,24 +170,6 @@ class PruneResult:
         }
 
 
-@runtime_checkable
-class Prunes(Protocol):
-    """A store that prunes its ledger (both backends)."""
-
-    async def prune(
-        self,
-        *,
-        now: float,
-        keep: float,
-        keys: float,
-        limit: int = BATCH,
-        dry_run: bool = False,
-        archived: float | None = None,
-    ) -> PruneResult:
-        """One batch (one transaction): see ``kirim.store.retention.prune``."""
-        ...
-
-
 # -- the rule ----------------------------------------------------------------------------
 
 
@@ -215,7 +198,7 @@ def prunable(
     ``newest``: the deliveries that hold the newest delivery, job and attempt ids;
     ``windows``: the ends of the windows of its digest (if it is a digest's delivery)."""
     return (
-        d.status in FINAL_DELIVERY
+        d.status in AT_REST
         and d.id not in newest
         and d.updated_at < before
         and all(j.status in _SETTLED_JOBS for j in jobs)

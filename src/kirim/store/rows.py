@@ -158,7 +158,7 @@ def records_from(rows: Sequence[Row], attempts: Sequence[Row]) -> list[Record]:
     """A page's records: each delivery row (joined with its latest job's ``job_``
     columns) with its attempts, from ``attempts_of_many``'s rows."""
     by_delivery = attempts_by_delivery([r["id"] for r in rows], attempts)
-    return [(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
+    return [Record(delivery_from(r), job_of(r), by_delivery[r["id"]]) for r in rows]
 
 
 def attempts_by_delivery(ids: Sequence[int], attempts: Sequence[Row]) -> dict[int, list[Attempt]]:
@@ -181,6 +181,6 @@ def record_args(where: RecordFilter, cursor: int | None, limit: int) -> tuple[st
         "since": where.since,
         "until": where.until,
         "dead": where.dead,
-        "limit": limit,
+        "limit": None if limit < 0 else limit,  # negative: no limit (NULL on both)
     }
     return ("records_newest" if newest else "records_oldest"), args

@@ -8,6 +8,8 @@ read under its locks (``transitions`` does the reading and writing).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -114,13 +116,6 @@ def plain(it: Finish) -> bool:
         and not it.refund_attempt
         and (it.attempt is None or it.attempt.status is AttemptStatus.SUCCEEDED)
     )
-
-
-def withdrawable(d: Delivery) -> bool:
-    """Whether a delivery rests on an assumption a late refusal can withdraw."""
-    assumed = d.status is DeliveryStatus.SENT and d.doubt is Doubt.ASSUMED_SENT
-    held = d.status is DeliveryStatus.IN_DOUBT and d.doubt is Doubt.HELD
-    return assumed or held
 
 
 def withdrawn(refusal: AttemptOutcome, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
@@ -263,18 +258,55 @@ def sent_late(d: Delivery, message_id: str | None, now: float) -> Delivery:
     )
 
 
+def committed_columns(before: Mapping[str, Any], w: Written, now: float) -> dict[str, Any]:
+    """The delivery's columns as a claim's own finish writes them (the claim ends), from
+    the columns ``before`` it: the one rule of the commit, for model values
+    (``committed``) and for rows (the plain finish)."""
+    return {
+        "status": w.status,
+        "doubt": w.doubt,
+        "claim_token": None,
+        "claimed_by": None,
+        "claim_expires_at": None,
+        "provider_message_id": first_of(w.message_id, before["provider_message_id"]),
+        "last_error": w.error,
+        "sent_at": now if w.status is DeliveryStatus.SENT else before["sent_at"],
+        "reason": first_of(w.reason, before["reason"]),
+        "updated_at": now,
+    }
+
+
+def job_committed_columns(before: Mapping[str, Any], w: Written, now: float) -> dict[str, Any]:
+    """The job's columns as a claim's own finish writes them (its lease ends)."""
+    return {
+        "status": w.job_status,
+        "run_at": before["run_at"] if w.run_at is None else w.run_at,
+        "last_error": w.error,
+        "attempts": before["attempts"] - int(w.refund),
+        "lease_owner": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "updated_at": now,
+    }
+
+
+def as_columns(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values as a row holds them (statuses as their strings)."""
+    return {k: str(v) if isinstance(v, enum.Enum) else v for k, v in values.items()}
+
+
 def committed(d: Delivery, w: Written, now: float) -> Delivery:
-    """The delivery as a claim's own finish writes it (the claim ends)."""
-    return unclaimed(
-        d,
-        status=w.status,
-        doubt=w.doubt,
-        provider_message_id=first_of(w.message_id, d.provider_message_id),
-        last_error=w.error,
-        sent_at=now if w.status is DeliveryStatus.SENT else d.sent_at,
-        reason=first_of(w.reason, d.reason),
-        updated_at=now,
-    )
+    """The delivery as a claim's own finish writes it (``committed_columns``)."""
+    return evolve(d, **committed_columns(_columns(d), w, now))
+
+
+def job_committed(j: Job, w: Written, now: float) -> Job:
+    """The job as a claim's own finish writes it (``job_committed_columns``)."""
+    return evolve(j, **job_committed_columns(_columns(j), w, now))
+
+
+def _columns(value: Delivery | Job) -> dict[str, Any]:
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
 
 def parked(d: Delivery, maybe_sent: bool, now: float) -> Delivery:
@@ -287,20 +319,6 @@ def parked(d: Delivery, maybe_sent: bool, now: float) -> Delivery:
         last_error="lease expired on the final attempt",
         updated_at=now,
     )
-
-
-def revivable(d: Delivery, jobs: Iterable[Job]) -> bool:
-    """Whether an operator may send the delivery again (a dead letter)."""
-    final = d.status in (DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT, DeliveryStatus.CANCELED)
-    return final and any(j.status is JobStatus.DEAD for j in jobs)
-
-
-def cancelable(d: Delivery) -> bool:
-    """Neither in flight nor sent (a processing delivery whose claim was revoked by the
-    reaper or at shutdown is not in flight)."""
-    if d.status in (DeliveryStatus.PENDING, DeliveryStatus.FAILED, DeliveryStatus.IN_DOUBT):
-        return True
-    return d.status is DeliveryStatus.PROCESSING and d.claim_token is None
 
 
 # -- delivery callbacks (the provider's word on its messages) -------------------------

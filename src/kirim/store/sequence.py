@@ -21,6 +21,9 @@ answers each step from its own ``sql/`` files:
 - ``TIME``: the result is ``at``, a function of a caller's ``now`` that gives the
   store's time of record (``StoreTime``): the caller's own time, the database's
   clock read once for the transaction, or a given clock's.
+- ``Now(given)``: the value to pass as a statement's ``now``: the time of record as
+  a number, or None where the dialect's statements read the database's clock
+  themselves (PostgreSQL's ``kirim_now(NULL)``), which costs no round trip of its own.
 
 So a rule cannot live in one backend only: the SQL only reads and writes rows (and
 fences a write by a token where one statement does both), and every decision about
@@ -72,8 +75,16 @@ class _Time:
 
 TIME: Final = _Time()
 
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """Ask the driver for a statement's ``now`` argument (see the module's text)."""
+
+    given: float
+
+
 #: Statements sent together (see the module's text).
 Group = tuple[Query, ...]
 
 #: An operation: yields steps, receives their results, returns its answer.
-Operation = Generator[Query | Group | _Time, Any, T]
+Operation = Generator[Query | Group | _Time | Now, Any, T]

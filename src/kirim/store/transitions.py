@@ -6,8 +6,8 @@ in id order, as everywhere), decides with the rules of ``rules``, and writes bac
 whole batches: one statement per table per batch, whatever the batch's size.
 
 Rows read under the transaction's locks cannot change before it commits (SQLite
-holds the database's write lock; PostgreSQL the rows' locks), so the fences of
-DESIGN's protocol are checked here, on the rows read: a claim token that no longer
+holds the database's write lock; PostgreSQL the rows' locks), so the protocol's
+fences (docs/design.md) are checked here, on the rows read: a claim token that no longer
 holds rejects a finish, a lease token a heartbeat. The two hot single-statement
 steps (intents, heartbeats) fence in their SQL, where one statement both checks and
 writes.
@@ -19,6 +19,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from kirim import machine
 from kirim.errors import NotSettled
 from kirim.inbox import FeedMessage
 from kirim.keys import new_token
@@ -97,6 +98,8 @@ class Ledger:
         self._changed_deliveries: dict[int, dict[str, Any]] = {}
         self._changed_jobs: dict[int, dict[str, Any]] = {}
         self._changed_attempts: dict[str, dict[str, Any]] = {}
+        #: the statuses as read: every change written is checked against the edge table
+        self._was: dict[int, str] = {i: str(row["status"]) for i, row in self.rows.items()}
 
     # -- reading, as model values ----------------------------------------------------
 
@@ -175,6 +178,8 @@ class Ledger:
         """The statements that write back every changed row (one per table), and
         ``more`` after them, sent together."""
         steps = []
+        for i, values in self._changed_deliveries.items():
+            machine.check(i, self._was[i], str(values["status"]), "store.transitions")
         if self._changed_attempts:
             items = list(self._changed_attempts.values())
             steps.append(Query("write_attempts", {"items": items}, count=True))
@@ -261,7 +266,7 @@ def _read(ids: Sequence[int], job_ids: Sequence[int] = ()) -> Operation[Ledger]:
     return Ledger(deliveries, jobs, attempts)
 
 
-# -- claim (DESIGN steps 1–3) --------------------------------------------------------
+# -- claim (docs/design.md, steps 1–3) ----------------------------------------------
 
 
 def claim(
@@ -420,7 +425,7 @@ def _claim(
     return Claim(kind=kind, job=job, delivery=delivery, token=token, reason=reason, now=now)
 
 
-# -- intents and heartbeats (DESIGN steps 4 and 5): fenced in one statement ----------
+# -- intents and heartbeats (docs/design.md, step 5): fenced in one statement --
 
 
 def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
@@ -468,7 +473,7 @@ def heartbeat(leases: Sequence[Lease], given: float, lease: float) -> Operation[
     return [(it.job_id, it.token) in kept for it in leases]
 
 
-# -- finish (DESIGN step 6) ------------------------------------------------------------
+# -- finish (docs/design.md, step 6) --------------------------------------------------
 
 
 def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
@@ -539,31 +544,11 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
     w = rules.Written.of(it, now)
     if it.attempt is not None:
         ledger.complete(it.delivery_id, it.attempt)
-    delivery = {
-        **dict(row),
-        "status": str(w.status),
-        "doubt": None,
-        "claim_token": None,
-        "claimed_by": None,
-        "claim_expires_at": None,
-        "provider_message_id": rules.first_of(w.message_id, row["provider_message_id"]),
-        "last_error": w.error,
-        "sent_at": now,
-        "updated_at": now,
-    }
+    delivery = {**dict(row), **rules.as_columns(rules.committed_columns(row, w, now))}
     job_row = ledger.job_rows.get(it.job_id)
     job = None
     if job_row is not None and job_row["lease_token"] == it.token:
-        job = {
-            **dict(job_row),
-            "status": str(w.job_status),
-            "run_at": job_row["run_at"] if w.run_at is None else w.run_at,
-            "last_error": w.error,
-            "lease_owner": None,
-            "lease_token": None,
-            "lease_expires_at": None,
-            "updated_at": now,
-        }
+        job = {**dict(job_row), **rules.as_columns(rules.job_committed_columns(job_row, w, now))}
     ledger.set_rows(delivery, job)
     return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
 
@@ -585,16 +570,7 @@ def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
         ledger.set_delivery(rules.committed(d, w, now))
         job = ledger.job(it.job_id)
         if job is not None and job.lease_token == it.token:
-            ledger.set_job(
-                rules.unleased(
-                    job,
-                    status=w.job_status,
-                    run_at=job.run_at if w.run_at is None else w.run_at,
-                    last_error=w.error,
-                    attempts=job.attempts - int(w.refund),
-                    updated_at=now,
-                )
-            )
+            ledger.set_job(rules.job_committed(job, w, now))
         return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
@@ -626,7 +602,7 @@ def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult
     (``rules.withdrawn``): a permanent refusal moves it on to a fallback, or fails it
     when every channel of its chain refused it for good.
     """
-    if not rules.withdrawable(d) or ledger.doubtful(d.id) or ledger.success(d.id):
+    if not machine.reopens(d) or ledger.doubtful(d.id) or ledger.success(d.id):
         return None
     assert it.attempt is not None
     jobs = ledger.jobs_of(d.id)
@@ -788,7 +764,7 @@ def retry_dead(delivery_id: int, given: float, release: bool = True) -> Operatio
     _settled(ledger, delivery_id, now, "retry")
     d = ledger.delivery(delivery_id)
     jobs = ledger.jobs_of(delivery_id)
-    if d is None or not rules.revivable(d, jobs):
+    if d is None or not machine.can_retry(d, jobs):
         return False
     if release or not ledger.doubtful(delivery_id):
         ledger.released_at[delivery_id] = now  # the doubt of the requests before is released
@@ -827,7 +803,7 @@ def cancel(delivery_id: int, given: float) -> Operation[bool]:
     now = at(given)
     _settled(ledger, delivery_id, now, "cancel")
     d = ledger.delivery(delivery_id)
-    if d is None or not rules.cancelable(d):
+    if d is None or not machine.can_cancel(d):
         return False
     doubt = rules.first_of(d.doubt, Doubt.HELD) if ledger.doubtful(delivery_id) else d.doubt
     ledger.set_delivery(evolve(d, status=DeliveryStatus.CANCELED, doubt=doubt, updated_at=now))
@@ -1034,7 +1010,7 @@ def _confirm_one(delivery_id: int, cb: Callback) -> Operation[CallbackResult]:
     )
 
 
-def apply_kept(given: float, limit: int = 100) -> Operation[list[CallbackResult]]:
+def apply_kept(given: float, limit: int | None = 100) -> Operation[list[CallbackResult]]:
     """Apply the kept callbacks whose delivery is recorded now (each in this one
     transaction, oldest first), forget those kept longer than ``KEEP_CALLBACKS``; the
     results of those applied."""

@@ -1,6 +1,8 @@
 """The worker: it claims jobs, runs each delivery's protocol and keeps its leases.
 
 - ``loop``: the ``Worker`` (its run loop, claims, concurrency, drain and shutdown);
+- ``context``: what its roles share (``WorkerContext``), the work in flight among it
+  (``InFlight``, its one owner);
 - ``delivery``: one delivery's protocol (``Deliverer``: intent, send, classify, commit);
 - ``leases``: the heartbeat and the reaper's rounds (expired leases, gauges, retention);
 - ``decisions``: the pure decisions (retry, dead letter, in doubt);

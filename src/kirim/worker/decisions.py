@@ -1,4 +1,4 @@
-"""What an outcome means for a delivery and its job (DESIGN.md, worker steps 4 and 7).
+"""What an outcome means for a delivery and its job (docs/design.md, steps 4 and 7).
 
 Pure decisions: each returns the ``Finish`` a worker commits, fenced by its token.
 Statuses never claim more certainty than kirim has: attempts that run out while an
@@ -194,7 +194,7 @@ class Decisions:
         error: Exception | None,
         chain: Sequence[str] = (),
     ) -> Finish:
-        """DESIGN step 7: what the outcome means for the delivery and the job.
+        """docs/design.md, step 7: what the outcome means for the delivery and the job.
 
         ``channel``: the one the request went to; ``chain``: the delivery's channel and
         its fallbacks. A definite non-acceptance with a next channel in the chain, and
@@ -253,8 +253,8 @@ class Decisions:
         )
 
     def in_doubt(self, claim: Claim, channel: Channel, lookup: Lookup | None) -> InDoubt:
-        """DESIGN step 4: an earlier request may have reached the provider. ``lookup``:
-        the provider's answer when it was asked (``asks_provider``), else None.
+        """docs/design.md, step 4: an earlier request may have reached the provider.
+        ``lookup``: the provider's answer when it was asked (``asks_provider``), else None.
 
         A claim the recipient's preferences withhold (``Claim.withheld``) sends
         nothing more whatever the policy: the provider's answer settles it (found:

@@ -1,6 +1,6 @@
 """One claimed delivery's protocol: decide, write ahead, send, classify, commit.
 
-``Deliverer.process`` runs DESIGN.md's worker steps 2 to 7 for one claim (the worker
+``Deliverer.process`` runs docs/design.md's steps 2 to 7 for one claim (the worker
 runs many at once):
 
 - ``_deliver``: a no-op or busy claim ends here; a channel that is not configured
@@ -49,7 +49,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
-from kirim.clock import Clock
 from kirim.errors import (
     AmbiguousFailure,
     DeadAddress,
@@ -60,7 +59,6 @@ from kirim.errors import (
 from kirim.keys import new_request_id
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.observe import RESULT
-from kirim.observe.tracing import Spans
 from kirim.providers.base import Message, Reconcilable, Sent
 from kirim.store.base import (
     AttemptOutcome,
@@ -71,14 +69,13 @@ from kirim.store.base import (
     FinishResult,
     Intent,
     Lease,
-    Queue,
 )
 from kirim.text import stored_message_id, stored_text
 from kirim.worker.batching import Batcher
 from kirim.worker.checkpoint import Checkpoint
+from kirim.worker.context import WorkerContext
 from kirim.worker.cutoff import Cutoffs
 from kirim.worker.decisions import (
-    Decisions,
     Lookup,
     Route,
     asks_provider,
@@ -86,8 +83,6 @@ from kirim.worker.decisions import (
     route,
 )
 from kirim.worker.prepare import Prepare
-from kirim.worker.settings import WorkerSettings
-from kirim.worker.stats import WorkerStats
 
 #: told of each feed change a commit made: (recipient id, kind, feed item id)
 FeedListener = Callable[[str, str, int], None]
@@ -114,62 +109,39 @@ class Deliverer:
 
     def __init__(
         self,
-        store: Queue,
-        channels: Mapping[str, Channel],
+        context: WorkerContext,
         *,
-        settings: WorkerSettings,
-        worker_id: str,
-        clock: Clock,
-        monotonic: Callable[[], float],
-        decide: Decisions,
-        stats: WorkerStats,
-        log: Any,
-        metrics: Metrics | None,
-        spans: Spans,
-        checkpoints: Checkpoint | None,
-        claimed_at: dict[int, float],
-        finishing: set[int],
-        lost: set[int],
+        checkpoints: Checkpoint | None = None,
         digests: Mapping[str, Compose] | None = None,
         types: frozenset[str] | None = None,
         on_feed: FeedListener | None = None,
     ) -> None:
-        """``claimed_at``, ``finishing``, ``lost``: the worker's bookkeeping of its work
-        in flight (shared, not copied): when each claim was asked for (this host's
-        monotonic time), the jobs being committed, the jobs whose lease was lost.
-        ``digests``: the compose function of each digest type (``prepare``);
-        ``types``: the notification types this worker knows (None: those of
-        ``digests``). A delivery of another type is not sent by this worker: it cannot
-        tell whether it is a digest to seal, nor check its recipient's preferences.
-        ``on_feed``: called with (recipient id, "new", item id) after a commit that
-        wrote an inbox message into a feed."""
-        self.channels = channels
+        """``context``: what the worker's roles share (its work in flight among them,
+        changed through ``InFlight``'s verbs). ``checkpoints``: where a test pauses
+        the worker; ``digests``: the compose function of each digest type
+        (``prepare``); ``types``: the notification types this worker knows (None:
+        those of ``digests``). A delivery of another type is not sent by this worker:
+        it cannot tell whether it is a digest to seal, nor check its recipient's
+        preferences. ``on_feed``: called with (recipient id, "new", item id) after a
+        commit that wrote an inbox message into a feed."""
+        self.channels = context.channels
         self._on_feed = on_feed
-        self.settings = settings
-        self.worker_id = worker_id
-        self.clock = clock
-        self._monotonic = monotonic
-        self.decide = decide
-        self.stats = stats
-        self.log = log
-        self.metrics = metrics
-        self.spans = spans
+        self.settings = context.settings
+        self.worker_id = context.worker_id
+        self.clock = context.clock
+        self._monotonic = context.monotonic
+        self.decide = context.decide
+        self.stats = context.stats
+        self.log = context.log
+        self.metrics = context.metrics
+        self.spans = context.spans
         self.checkpoints = checkpoints
-        self._claimed_at = claimed_at
-        self._finishing = finishing
-        self._lost = lost
+        self._in_flight = context.in_flight
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
-        self._store = store
+        self._store = store = context.store
         self.types = frozenset(digests or {}) if types is None else types
-        self.prepare = Prepare(
-            store,
-            digests=digests or {},
-            decide=decide,
-            clock=clock,
-            monotonic=monotonic,
-            metrics=metrics,
-        )
+        self.prepare = Prepare(context, digests=digests or {})
         self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
         self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
 
@@ -273,7 +245,7 @@ class Deliverer:
                 self.metrics.failover(home, way.to)
 
     async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
-        """DESIGN step 4: an earlier request may have reached the provider. Ask the
+        """docs/design.md, step 4: an earlier request may have reached the provider. Ask the
         provider when it can be asked; ``Decisions.in_doubt`` decides. None: send."""
         self.stats.in_doubt_seen += 1
         lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
@@ -294,7 +266,7 @@ class Deliverer:
     # -- steps 5 to 7 ------------------------------------------------------------------
 
     async def _send(self, log: Any, claim: Claim, channel: Channel, chain: tuple[str, ...]) -> None:
-        """DESIGN step 5: commit the intent, then send within its bound (``_request``),
+        """docs/design.md, step 5: commit the intent, then send within its bound (``_request``),
         or record that nothing was sent (``_not_sent``). ``channel``: the one routed to;
         ``chain``: the delivery's channel and its fallbacks."""
         job = claim.job
@@ -303,7 +275,7 @@ class Deliverer:
         timeout = request_timeout(channel, self.settings)
         # The same bound on this host's monotonic clock, from before the claim was asked
         # for: earlier than the stored deadline, whatever this host's wall clock says.
-        deadline = self._claimed_at.get(job.id, self._monotonic()) + self.settings.send_within
+        deadline = self._in_flight.claimed_at(job.id, self._monotonic()) + self.settings.send_within
         later = await self.prepare.pace(claim, channel, deadline)
         if later is not None:  # the channel's rate: its next slot is too far for this claim
             log.info("rate_wait", error=later.error)
@@ -371,13 +343,13 @@ class Deliverer:
                 if not tries_left:
                     return f"the claim could not be confirmed after a pause: {exc}"
         if not held:
-            self._lost.add(claim.job.id)
+            self._in_flight.lose(claim.job.id)
             return "the claim was revoked before the request left"
         return None
 
     def _too_late(self, job_id: int, deadline: float) -> str | None:
         """Why a committed intent must not be sent any more, if it must not."""
-        if job_id in self._lost:
+        if self._in_flight.is_lost(job_id):
             return "the lease was taken over before the request left"
         if self._monotonic() > deadline:
             return "the intent's send deadline passed before the request left"
@@ -514,12 +486,12 @@ class Deliverer:
     async def _commit(
         self, log: Any, claim: Claim, finish: Finish, *, answered: float | None = None
     ) -> None:
-        """DESIGN step 6: one transaction, fenced by the token; retried on store errors.
+        """docs/design.md, step 6: one transaction, fenced by the token; retried on store errors.
 
         ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
         """
         await self._checkpoint("before_commit", claim)
-        self._finishing.add(claim.job.id)
+        self._in_flight.finishing(claim.job.id)
         for attempt in range(5):
             try:
                 result = await self._finishes.submit(finish)

@@ -1,33 +1,26 @@
 """The worker's rounds beside its deliveries: the heartbeat and the reaper.
 
 - ``Heartbeat``: renews the job lease and the delivery claim of all work in flight
-  (DESIGN step 5), so a slow provider never looks like a dead worker; a lease found
+  (docs/design.md, step 5), so a slow provider never looks like a dead worker; a lease found
   taken over marks its job lost (a request that has not left then never will), and
   while renewals fail the worker claims nothing new (``renewal_ok``).
 - ``Reaper``: returns jobs whose lease expired to the queue (step 8), refreshes the
   store-wide metrics gauges every few seconds, and prunes the ledger (``[retention]``)
   once in a while.
 
-Both use the store's time; the worker owns one of each and shares with the heartbeat
-the bookkeeping of its work in flight (leases, jobs being finished, jobs lost).
+Both use the store's time; the worker owns one of each, and each takes the worker's
+context (``kirim.worker.context``): the heartbeat renews the leases of its work in
+flight and marks the jobs taken over through ``InFlight``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-from kirim.clock import Clock
 from kirim.errors import StoreError
-from kirim.store.base import Lease, Queue, QueueStats
-from kirim.store.retention import PruneResult, Prunes
-from kirim.worker.settings import WorkerSettings
-from kirim.worker.stats import WorkerStats
-
-if TYPE_CHECKING:
-    from kirim.observe.metrics import Metrics
+from kirim.store.base import QueueStats
+from kirim.store.retention import PruneResult
+from kirim.worker.context import WorkerContext
 
 #: the reaper prunes (``[retention] keep``) this often, at most this many batches a round
 PRUNE_EVERY = 60.0
@@ -37,43 +30,29 @@ PRUNE_BATCHES = 4
 class Heartbeat:
     """Renews the leases of the work in flight, every ``heartbeat_every`` seconds."""
 
-    def __init__(
-        self,
-        store: Queue,
-        *,
-        clock: Clock,
-        settings: WorkerSettings,
-        log: Any,
-        leases: dict[int, Lease],
-        finishing: set[int],
-        lost: set[int],
-    ) -> None:
-        """``leases``, ``finishing``, ``lost``: the worker's own (shared, not copied)."""
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.log = log
-        self._leases = leases
-        self._finishing = finishing
-        self._lost = lost
+    def __init__(self, context: WorkerContext) -> None:
+        self.store = context.store
+        self.clock = context.clock
+        self.settings = context.settings
+        self.log = context.log
+        self._in_flight = context.in_flight
         #: False while renewals fail: the worker then claims no new work
         self.renewal_ok = True
 
     async def beat(self) -> list[int]:
         """Renew every lease in flight; return the job ids whose lease was lost."""
-        leases = list(self._leases.values())
+        leases = self._in_flight.leases()
         if not leases:
             return []
         held = await self.store.heartbeat(leases, now=self.clock.now(), lease=self.settings.lease)
         lost = []
         for lease, ok in zip(leases, held, strict=True):
-            job_id = lease.job_id
-            if ok or self._leases.get(job_id) is not lease or job_id in self._finishing:
-                continue  # renewed, or gone because its job completed: not a takeover
-            self._leases.pop(job_id, None)
-            self._lost.add(job_id)  # a request that has not left now never will
-            lost.append(job_id)
-            self.log.warning("claim_lost", job_id=job_id, reason="lease taken over")
+            # renewed, or gone because its job completed: not a takeover; a job taken
+            # over is lost: a request of it that has not left now never will
+            if ok or not self._in_flight.taken_over(lease):
+                continue
+            lost.append(lease.job_id)
+            self.log.warning("claim_lost", job_id=lease.job_id, reason="lease taken over")
         return lost
 
     async def run(self) -> None:
@@ -85,10 +64,10 @@ class Heartbeat:
                 # A store that does not answer within a heartbeat period (the pool
                 # waiting for a server that is down) fails the renewal like an error.
                 async with asyncio.timeout(self.settings.heartbeat_every):
-                    if self._leases or self.renewal_ok:
+                    if self._in_flight.leases() or self.renewal_ok:
                         await self.beat()
                     else:  # nothing left to renew: does the store answer again?
-                        await self.store.next_run_at()
+                        await self.store.ping()
                 last_ok = self.clock.now()
                 if not self.renewal_ok:
                     self.log.info("lease_renewal_restored")
@@ -106,30 +85,19 @@ class Heartbeat:
 class Reaper:
     """Expired leases back to the queue, the gauges, and the ledger's retention."""
 
-    def __init__(
-        self,
-        store: Queue,
-        *,
-        clock: Clock,
-        settings: WorkerSettings,
-        log: Any,
-        stats: WorkerStats,
-        metrics: Metrics | None,
-        monotonic: Callable[[], float] = time.monotonic,
-        in_commit: frozenset[str] = frozenset(),
-    ) -> None:
-        """``monotonic``: the worker's monotonic clock (its clock's, when it has one:
-        the explorer's virtual time), which paces the gauges and the prunes.
-        ``in_commit``: the channels whose effect is written in the finish's own commit
-        (the inbox): the store does not count their uncommitted attempts as doubt."""
-        self.in_commit = in_commit
-        self.store = store
-        self.clock = clock
-        self.settings = settings
-        self.log = log
-        self.stats = stats
-        self.metrics = metrics
-        self._monotonic = monotonic
+    def __init__(self, context: WorkerContext) -> None:
+        """The context's monotonic clock (its clock's, when it has one: the explorer's
+        virtual time) paces the gauges and the prunes. The channels whose effect is
+        written in the finish's own commit (the inbox, ``Decisions.in_commit``): the
+        store does not count their uncommitted attempts as doubt."""
+        self.in_commit = context.decide.in_commit
+        self.store = context.store
+        self.clock = context.clock
+        self.settings = context.settings
+        self.log = context.log
+        self.stats = context.stats
+        self.metrics = context.metrics
+        self._monotonic = context.monotonic
         #: monotonic time of the last gauge refresh
         self._stats_at = float("-inf")
         #: when the reaper prunes next (monotonic time), with ``retention_keep`` set
@@ -213,7 +181,7 @@ class Reaper:
         is no ``retention_keep``."""
         keep = self.settings.retention_keep
         store = self.store
-        if keep is None or self._monotonic() < self._prune_at or not isinstance(store, Prunes):
+        if keep is None or self._monotonic() < self._prune_at:
             return None
         self._prune_at = self._monotonic() + PRUNE_EVERY
         total = PruneResult()

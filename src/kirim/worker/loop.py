@@ -1,4 +1,4 @@
-"""The worker: claims, concurrency, drain and shutdown (DESIGN.md, worker protocol).
+"""The worker: claims, concurrency, drain and shutdown (docs/design.md, "The worker protocol").
 
 One asyncio process runs up to ``concurrency`` deliveries at once. The ``Worker``
 claims due jobs (a batch, with a lease and a fresh fencing token, step 1) while it
@@ -12,8 +12,9 @@ what is left (step 9). It owns one of each role:
   to the queue with the gauges and the ledger's retention (step 8);
 - ``Decisions`` (``decisions``): what each outcome means, pure.
 
-The worker keeps the bookkeeping of its work in flight (``_leases``, ``_claimed_at``,
-``_finishing``, ``_lost``) and shares it with the roles that read or write it.
+The worker makes one ``WorkerContext`` (``context``: its store, channels, settings,
+clocks, decisions, counters, observers and its work in flight, ``InFlight``) and
+hands it to each role.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib
 import random
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kirim.channels import Channel
 from kirim.clock import Clock, SystemClock
@@ -31,10 +32,11 @@ from kirim.errors import StoreError
 from kirim.observe import tracing
 from kirim.observe.logging import get_logger
 from kirim.providers.base import Message, Sent
-from kirim.store.base import Claim, ClaimKind, Lease, Queue, QueueStats, WaitsForJobs
+from kirim.store.base import Claim, QueueStats, WaitsForJobs, WorkerStore
 from kirim.store.retention import PruneResult
 from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
+from kirim.worker.context import InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer, FeedListener
 from kirim.worker.leases import Heartbeat, Reaper
@@ -56,7 +58,7 @@ class Worker:
 
     def __init__(
         self,
-        store: Queue,
+        store: WorkerStore,
         channels: Mapping[str, Channel],
         *,
         settings: WorkerSettings | None = None,
@@ -97,14 +99,7 @@ class Worker:
         self.decide = Decisions(
             settings=self.settings, clock=self.clock, rng=self.rng, in_commit=self.in_commit
         )
-        self._leases: dict[int, Lease] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        #: jobs whose outcome is being committed (a lease gone now is not a takeover)
-        self._finishing: set[int] = set()
-        #: jobs whose lease the heartbeat found taken over: they must send nothing more
-        self._lost: set[int] = set()
-        #: this host's monotonic time just before each job's claim was asked for
-        self._claimed_at: dict[int, float] = {}
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
         self._burst = BurstProgress(self.log, self._monotonic)
@@ -112,16 +107,10 @@ class Worker:
         self._stopping = asyncio.Event()
         #: set while the worker waits for work (tests use it to know it is idle)
         self.waiting = asyncio.Event()
-        self._deliverer, self._heartbeat, self._reaper = self._roles(store, checkpoints)
-
-    def _roles(
-        self, store: Queue, checkpoints: Checkpoint | None
-    ) -> tuple[Deliverer, Heartbeat, Reaper]:
-        """The worker's roles, sharing its settings, clock, log, counters and its
-        bookkeeping of the work in flight."""
-        deliverer = Deliverer(
-            store,
-            self.channels,
+        #: what the roles share; the work in flight is ``context.in_flight``'s
+        self.context = WorkerContext(
+            store=store,
+            channels=self.channels,
             settings=self.settings,
             worker_id=self.worker_id,
             clock=self.clock,
@@ -131,34 +120,17 @@ class Worker:
             log=self.log,
             metrics=self.metrics,
             spans=tracing.spans_for(self._tracer),
+            in_flight=InFlight(),
+        )
+        self._deliverer = Deliverer(
+            self.context,
             checkpoints=checkpoints,
-            claimed_at=self._claimed_at,
-            finishing=self._finishing,
-            lost=self._lost,
             digests=self.digests,
             types=frozenset(self.policies) | frozenset(self.digests),
             on_feed=self._on_feed,
         )
-        heartbeat = Heartbeat(
-            store,
-            clock=self.clock,
-            settings=self.settings,
-            log=self.log,
-            leases=self._leases,
-            finishing=self._finishing,
-            lost=self._lost,
-        )
-        reaper = Reaper(
-            store,
-            in_commit=self.in_commit,
-            clock=self.clock,
-            settings=self.settings,
-            log=self.log,
-            stats=self.stats,
-            metrics=self.metrics,
-            monotonic=self._monotonic,
-        )
-        return deliverer, heartbeat, reaper
+        self._heartbeat = Heartbeat(self.context)
+        self._reaper = Reaper(self.context)
 
     @property
     def checkpoints(self) -> Checkpoint | None:
@@ -202,8 +174,10 @@ class Worker:
         if not burst:
             background.append(asyncio.create_task(self._reaper.run()))
         store = self.store
-        if isinstance(store, WaitsForJobs) and not burst:
-            await store.wait_for_jobs(0)  # LISTEN before the first claim, so no wake-up is missed
+        if _listens(store) and not burst:
+            await cast(WaitsForJobs, store).wait_for_jobs(
+                0
+            )  # LISTEN before the first claim, so no wake-up is missed
         try:
             while not self._stopping.is_set():
                 if burst:
@@ -252,14 +226,14 @@ class Worker:
         if self._tasks and len(self._tasks) < self.settings.concurrency:
             timeout = min(timeout, 0.05)
         store = self.store
-        if not isinstance(store, WaitsForJobs) or self._tasks:
+        if not _listens(store) or self._tasks:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
             return
         # PostgreSQL: LISTEN/NOTIFY wakes an idle worker as soon as work is enqueued;
         # the poll interval stays the upper bound.
         waiters = {
-            asyncio.create_task(store.wait_for_jobs(timeout)),
+            asyncio.create_task(cast(WaitsForJobs, store).wait_for_jobs(timeout)),
             asyncio.create_task(self._wake.wait()),
         }
         try:
@@ -338,8 +312,7 @@ class Worker:
         for claim in claims:
             if claim.suppressed is not None:
                 self._suppressed(claim)
-            self._claimed_at[claim.job.id] = asked
-            self._start(claim)
+            self._start(claim, asked)
         return len(claims)
 
     def _suppressed(self, claim: Claim) -> None:
@@ -361,22 +334,16 @@ class Worker:
             at="claim",
         )
 
-    def _start(self, claim: Claim) -> None:
+    def _start(self, claim: Claim, asked: float) -> None:
         job_id = claim.job.id
-        if claim.kind is ClaimKind.CLAIMED:
-            self._leases[job_id] = Lease(
-                job_id=job_id, delivery_id=claim.delivery.id, token=claim.token
-            )
+        self.context.in_flight.start(claim, asked)
         task = asyncio.create_task(self._deliverer.process(claim))
         self._tasks[job_id] = task
         task.add_done_callback(lambda _t: self._done(job_id))
 
     def _done(self, job_id: int) -> None:
         self._tasks.pop(job_id, None)
-        self._leases.pop(job_id, None)
-        self._finishing.discard(job_id)
-        self._lost.discard(job_id)
-        self._claimed_at.pop(job_id, None)
+        self.context.in_flight.done(job_id)
         self._wake.set()
 
     async def _shutdown(self) -> None:
@@ -390,7 +357,7 @@ class Worker:
         _, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace)
         if not pending:
             return
-        leases = list(self._leases.values())
+        leases = self.context.in_flight.leases()
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -428,3 +395,8 @@ class Worker:
     ) -> tuple[AttemptStatus, Sent | None, Exception | None]:
         """One provider request, cut off and classified (``Deliverer.call``)."""
         return await self._deliverer.call(channel, message, limit)
+
+
+def _listens(store: WorkerStore) -> bool:
+    """Whether the store declares LISTEN/NOTIFY wake-ups (a test's double need not say)."""
+    return bool(getattr(store, "listens", False))

@@ -17,18 +17,15 @@ the digest a delivery carries is sealed, and its channel's request rate is kept.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
-from kirim.clock import Clock
-from kirim.errors import StoreError
 from kirim.model import Delivery, DeliveryStatus, JobStatus
-from kirim.store.base import Claim, Compose, Finish, Notifications, Queue
-from kirim.worker.decisions import Decisions
+from kirim.store.base import Claim, Compose, Finish, Notifications
 
 if TYPE_CHECKING:
-    from kirim.observe.metrics import Metrics
+    from kirim.worker.context import WorkerContext
 
 __all__ = ["LATE_TRIES", "Prepare"]
 
@@ -42,30 +39,18 @@ ROUND_TRIP = 0.05
 class Prepare:
     """The digest seal and the rate slot of one worker's claims."""
 
-    def __init__(
-        self,
-        store: Queue,
-        *,
-        digests: Mapping[str, Compose],
-        decide: Decisions,
-        clock: Clock,
-        monotonic: Callable[[], float],
-        metrics: Metrics | None = None,
-    ) -> None:
-        """``digests``: the compose function of each digest type, by type name;
-        ``metrics``: where the rate waits are observed (``kirim_rate_wait_seconds``)."""
-        self.metrics = metrics
-        self.store = store
+    def __init__(self, context: WorkerContext, *, digests: Mapping[str, Compose]) -> None:
+        """``digests``: the compose function of each digest type, by type name; the
+        context's metrics observe the rate waits (``kirim_rate_wait_seconds``)."""
+        self.metrics = context.metrics
+        self.store = context.store
         self.digests = dict(digests)
-        self.decide = decide
-        self.clock = clock
-        self._monotonic = monotonic
+        self.decide = context.decide
+        self.clock = context.clock
+        self._monotonic = context.monotonic
 
     def _notifications(self) -> Notifications:
-        store = self.store
-        if not isinstance(store, Notifications):
-            raise StoreError(f"{type(store).__name__} cannot seal digests or keep rates")
-        return store
+        return self.store
 
     def carries_digest(self, claim: Claim) -> bool:
         return claim.delivery.type is not None and claim.delivery.type in self.digests

@@ -1,17 +1,32 @@
-"""Runs a store ``Operation`` (``kirim.store.sequence``) on one psycopg cursor, inside
-the transaction its caller opened."""
+"""The PostgreSQL driver: psycopg 3 async on a connection pool, for many worker hosts.
+
+It runs store operations (``kirim.store.sequence``) on a pool connection: statements
+a step sends together go in one pipeline (one round trip); a read of one statement
+runs in autocommit (a transaction of its own, one round trip). Batch claims lease due
+jobs with ``FOR NO KEY UPDATE SKIP LOCKED``; intents, heartbeats and the common
+outcomes are one statement per batch (``sql/transitions.sql``).
+
+Its capabilities beyond the common driver: LISTEN/NOTIFY wake-ups (``listens``) and
+operations inside the application's own transaction (``enqueues_in``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg import AsyncCursor
-from psycopg.rows import DictRow
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
 
-from kirim.clock import Clock
-from kirim.store.sequence import At, Group, Operation, Query, callers_time, fixed_time
-from kirim.store.sqlfiles import load_queries
+from kirim.errors import ConfigError, SchemaError, StoreError
+from kirim.store.base import SCHEMA_VERSION, Intent, StoreTime
+from kirim.store.pooler import Wakeups
+from kirim.store.schema import check_version, parse_version, too_new
+from kirim.store.sequence import At, Group, Now, Operation, Query, callers_time, fixed_time
+from kirim.store.sqlfiles import load_queries, migrations
 
 T = TypeVar("T")
 Q = load_queries("postgres")
@@ -20,7 +35,7 @@ Cursor = AsyncCursor[DictRow]
 
 def bind(args: Mapping[str, Any]) -> dict[str, Any]:
     """A list of records (``items``) is one array per column, ``i_<column>`` (unnest);
-    arrays are sent binary (see ``_configure`` of the store), cheaper than JSON."""
+    arrays are sent binary (see ``connect.configure``), cheaper than JSON."""
     out = {}
     for key, value in args.items():
         if isinstance(value, list) and value and isinstance(value[0], dict):
@@ -31,27 +46,10 @@ def bind(args: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- one named query on a cursor (the stores' reads and the intake) ---------------
-
-
-async def rows(
-    cur: Cursor, name: str, args: Mapping[str, Any] | None = None, *, prepare: bool | None = None
-) -> list[DictRow]:
-    await cur.execute(Q[name], args, prepare=prepare)
+async def rows(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) -> list[DictRow]:
+    """One named query's rows (the ledger's check and the migrations)."""
+    await cur.execute(Q[name], args)
     return await cur.fetchall() if cur.description is not None else []
-
-
-async def one(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) -> DictRow | None:
-    await cur.execute(Q[name], args)
-    return await cur.fetchone()
-
-
-async def run(cur: Cursor, name: str, args: Mapping[str, Any]) -> int:
-    await cur.execute(Q[name], args)
-    return cur.rowcount
-
-
-# -- operations -------------------------------------------------------------------
 
 
 async def execute(cur: Cursor, step: Query) -> Any:
@@ -60,7 +58,10 @@ async def execute(cur: Cursor, step: Query) -> Any:
         if step.optional:
             return 0 if step.count else []
         raise KeyError(f"PostgreSQL has no query named {step.name!r}")
-    await cur.execute(sql, bind(step.args))
+    # never prepared: a generic plan would not know how many items an array holds (the
+    # pool's connections prepare nothing anyway, ``connect.SESSIONLESS``; a caller's own,
+    # in ``run_in``, might)
+    await cur.execute(sql, bind(step.args), prepare=False)
     if step.count:
         return cur.rowcount
     return await cur.fetchall() if cur.description is not None else []
@@ -81,7 +82,7 @@ async def together(cur: Cursor, steps: Group) -> list[Any]:
                 cursors.append(None)
                 continue
             c = conn.cursor(row_factory=cur.row_factory)
-            await c.execute(Q[q.name], bind(q.args))
+            await c.execute(Q[q.name], bind(q.args), prepare=False)
             cursors.append(c)
         await pipeline.sync()
         out: list[Any] = []
@@ -95,29 +96,14 @@ async def together(cur: Cursor, steps: Group) -> list[Any]:
     return out
 
 
-async def time_of_record(cur: Cursor, time: Clock | str | None) -> At:
-    """``at`` for one transaction: the callers' own times, the given clock read once, or
-    the database's clock (``kirim_now()``, with the simulated offset) read once."""
-    if time is None:
-        return callers_time
-    if time == "database":
-        await cur.execute(Q["store_now"], {"now": None})
-        row = await cur.fetchone()
-        assert row is not None
-        t = float(row["now"])
-    else:
-        assert not isinstance(time, str)
-        t = float(time.now())
-    return fixed_time(t)
-
-
 _NOW = Query("store_now", {"now": None})
 
 
-async def drive(op: Operation[T], cur: Cursor, time: Clock | str | None) -> T:
-    """Answer each step of ``op`` until it returns. On the database's clock, the first
-    group of statements also reads the time (after them: after their locks), so that a
-    later ``TIME`` costs no round trip of its own."""
+async def drive(op: Operation[T], cur: Cursor, time: StoreTime) -> T:
+    """Answer each step of ``op`` until it returns. The time of record is read once per
+    transaction: on the database's clock, the first group of statements also reads it
+    (after them: after their locks), so that a later ``TIME`` costs no round trip of
+    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it)."""
     answer: Any = None
     read: float | None = None
     try:
@@ -127,14 +113,194 @@ async def drive(op: Operation[T], cur: Cursor, time: Clock | str | None) -> T:
                 answer = await execute(cur, step)
             elif isinstance(step, tuple):
                 if time == "database" and read is None:
-                    *answer, rows = await together(cur, (*step, _NOW))
-                    read = float(rows[0]["now"])
+                    *answer, found = await together(cur, (*step, _NOW))
+                    read = float(found[0]["now"])
                 else:
                     answer = await together(cur, step)
-            elif read is not None:
+            elif isinstance(step, Now):
+                answer = None if time == "database" else _at(time)(step.given)
+            elif time == "database":
+                if read is None:
+                    [found] = await execute(cur, _NOW)
+                    read = float(found["now"])
                 answer = fixed_time(read)
             else:
-                answer = await time_of_record(cur, time)
-                read = answer(0.0) if time == "database" else None
+                answer = _at(time)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def _at(time: StoreTime) -> At:
+    """``at`` of the callers' own times, or of the given clock read now."""
+    if time is None:
+        return callers_time
+    assert not isinstance(time, str)
+    return fixed_time(float(time.now()))
+
+
+class PostgresDriver:
+    """Runs operations on a PostgreSQL database (``postgresql://user@host/db``)."""
+
+    dialect = "postgres"
+    listens = True
+    enqueues_in = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        time: StoreTime = None,
+        listen_url: str | None = None,
+    ) -> None:
+        from kirim.store.postgres.connect import postgres_conninfo
+        from kirim.store.postgres.ledger import LedgerWatch
+        from kirim.store.postgres.listen import Listener
+
+        self.url = url
+        self.time = time
+        self.conninfo, sizes = postgres_conninfo(url)
+        self.min_size, self.max_size = sizes["pool_min_size"], sizes["pool_max_size"]
+        self.timeout = timeout
+        self.listen_url = listen_url
+        self._listen_conninfo = self.conninfo
+        if listen_url is not None:
+            self._listen_conninfo = postgres_conninfo(listen_url)[0]
+        #: where LISTEN goes, and the routes the connections took (found by ``open``)
+        self.wakeups = Wakeups(via="database" if listen_url is None else "listen_url")
+        self._pool: AsyncConnectionPool[Any] | None = None
+        self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
+        #: the intents committed lately, checked after a lost connection (``ledger``)
+        self.ledger = LedgerWatch()
+
+    @property
+    def listen_conninfo(self) -> str:
+        """Where a LISTEN goes (``listen_url``, else ``url``)."""
+        return self._listen_conninfo
+
+    async def open(self) -> None:
+        """Connect (one attempt first, so that a missing server or database is one
+        ``ConfigError`` within the URL's ``connect_timeout``, else ``timeout``), then
+        open the pool."""
+        from kirim.store.postgres.connect import SESSIONLESS, configure, probe
+        from kirim.text import redact_url, scrub
+
+        if self._pool is not None:
+            return
+        found = await probe(self.conninfo, self.url, wait=self.timeout, listen=False)
+        listen = found
+        if self.listen_url is not None:
+            # Only the workers LISTEN: a listen_url that does not answer (from an app
+            # host, say) fails no command; a worker polls until it does.
+            try:
+                listen = await probe(
+                    self._listen_conninfo, self.listen_url, wait=self.timeout, listen=True
+                )
+            except ConfigError:
+                listen = None
+        self.wakeups = Wakeups(via=self.wakeups.via, database=found, listen=listen)
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            self.conninfo,
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            open=False,
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs=SESSIONLESS | {"autocommit": True, "row_factory": dict_row},
+            configure=configure,
+            name="kirim",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.timeout)
+        except psycopg.Error as exc:
+            await pool.close()
+            why = scrub(str(exc), self.url)
+            raise StoreError(
+                f"PostgreSQL: cannot connect to {redact_url(self.url)}: {why}"
+            ) from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        await self._listener.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _failed(self, exc: psycopg.Error) -> StoreError:
+        """A StoreError for ``exc``; after a lost connection, purge the dead ones."""
+        if isinstance(exc, psycopg.OperationalError) and self._pool is not None:
+            self.ledger.connection_lost()
+            with contextlib.suppress(Exception):
+                await self._pool.check()
+        return StoreError(f"PostgreSQL: {exc}".strip())
+
+    @contextlib.asynccontextmanager
+    async def cursor(self, *, transaction: bool) -> AsyncIterator[Cursor]:
+        """A cursor on a pool connection, in one transaction or in autocommit."""
+        if self._pool is None:
+            raise StoreError("store is not open")
+        try:
+            async with self._pool.connection() as conn:
+                if self.ledger.pending:  # back after a lost connection: is the ledger whole?
+                    async with conn.cursor() as cur:
+                        await self.ledger.check(cur)
+                if transaction:
+                    async with conn.transaction(), conn.cursor() as cur:
+                        yield cur
+                else:
+                    async with conn.cursor() as cur:
+                        yield cur
+        except psycopg.Error as exc:
+            raise await self._failed(exc) from exc
+
+    async def run(self, op: Operation[T], *, write: bool = True, snapshot: bool = True) -> T:
+        """Run ``op`` in one transaction, or, a read of one statement (``snapshot``
+        False), in autocommit: one round trip."""
+        async with self.cursor(transaction=write or snapshot) as cur:
+            return await drive(op, cur, self.time)
+
+    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
+        self.ledger.committed(intents, done)
+
+    async def run_in(self, conn: psycopg.AsyncConnection[Any], op: Operation[T]) -> T:
+        """Run ``op`` on the caller's connection, in the transaction it has open."""
+        try:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                return await drive(op, cur, self.time)
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL: {exc}") from exc
+
+    async def wait_for_jobs(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait on the dedicated LISTEN connection (``listen.Listener``)."""
+        if self._pool is None:
+            raise StoreError("store is not open")
+        return await self._listener.wait(timeout)
+
+    async def migrate(self) -> int:
+        async with self.cursor(transaction=True) as cur:
+            await rows(cur, "migrate_lock")
+            await rows(cur, "create_meta")
+            current = await _version(cur)
+            if current > SCHEMA_VERSION:
+                raise SchemaError(too_new(current))
+            for version, sql in migrations("postgres"):
+                if version > current:
+                    await cur.execute(sql)
+                    await rows(cur, "set_schema_version", {"version": str(version)})
+                    current = version
+            return current
+
+    async def schema_version(self) -> int:
+        async with self.cursor(transaction=False) as cur:
+            found = await rows(cur, "meta_exists")
+            return await _version(cur) if found and found[0]["present"] else 0
+
+    async def check_schema(self) -> None:
+        from kirim.text import redact_url
+
+        check_version(redact_url(self.url), await self.schema_version())
+
+
+async def _version(cur: Cursor) -> int:
+    found = await rows(cur, "schema_version")
+    return parse_version(found[0]["value"]) if found else 0

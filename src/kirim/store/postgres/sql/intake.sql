@@ -1,17 +1,17 @@
--- What comes in (kirim.store.postgres.intake): deliveries and their jobs, and the HTTP
+-- What comes in (kirim.store.intake): deliveries and their jobs, and the HTTP
 -- service's idempotent requests (psycopg placeholders: %(name)s; batches as arrays).
 
--- name: enqueue
--- Insert deliveries and their jobs; a key that exists is left alone (returned later),
--- and so is a key whose delivery was pruned while its tombstone is kept (%(key_hashes)s:
--- each key's sha256). An item with a reason in %(suppressed)s is recorded suppressed
--- with it, its job completed.
+-- name: insert_deliveries
+-- Insert deliveries (items, as i_<column> arrays) and their jobs, in one statement; a
+-- key that exists is left alone (returned later), and so is a key whose delivery was
+-- pruned while its tombstone is kept (i_key_hash: each key's sha256). An item with a
+-- reason in i_suppressed is recorded suppressed with it, its job completed.
 WITH u AS (
     SELECT * FROM unnest(
-        %(keys)s::text[], %(event_ids)s::text[], %(recipients)s::text[], %(channels)s::text[],
-        %(payloads)s::text[], %(hashes)s::text[], %(run_ats)s::float8[],
-        %(max_attempts)s::int[], %(key_hashes)s::text[], %(types)s::text[],
-        %(recipient_ids)s::text[], %(suppressed)s::text[]
+        %(i_key)s::text[], %(i_event_id)s::text[], %(i_recipient)s::text[],
+        %(i_channel)s::text[], %(i_payload)s::text[], %(i_payload_hash)s::text[],
+        %(i_run_at)s::float8[], %(i_max_attempts)s::int[], %(i_key_hash)s::text[],
+        %(i_type)s::text[], %(i_recipient_id)s::text[], %(i_suppressed)s::text[]
     ) WITH ORDINALITY AS u (idempotency_key, event_id, recipient, channel, payload,
                             payload_hash, run_at, max_attempts, key_hash, type,
                             recipient_id, suppressed, idx)
@@ -52,13 +52,10 @@ jobs AS (
 woke AS (
     SELECT pg_notify('kirim_jobs', '') FROM (SELECT 1 FROM jobs LIMIT 1) AS any_job
 )
--- The new deliveries in id order; their jobs' ids in the same order (one each), on the
--- first row only.
-SELECT ins.*,
-       CASE WHEN ins.id = (SELECT min(id) FROM ins)
-            THEN (SELECT array_agg(id ORDER BY delivery_id) FROM jobs) END AS job_ids,
+-- The new deliveries in id order, each with its job's id.
+SELECT ins.id, ins.idempotency_key, ins.created_at, jobs.id AS job_id,
        (SELECT count(*) FROM woke) AS woke
-FROM ins
+FROM ins JOIN jobs ON jobs.delivery_id = ins.id
 ORDER BY ins.id;
 
 -- name: deliveries_by_keys
@@ -102,15 +99,16 @@ RETURNING idempotency_key;
 SELECT * FROM kirim_requests WHERE idempotency_key = %(key)s;
 
 -- name: complete_requests
--- Keep the responses to replay, where each request still holds its key, or where the
--- key is in progress for the same body (u.fingerprint, given by a request that created
--- the delivery: another that took the key over meanwhile must not lose its answer).
+-- Keep the responses to replay (items, as i_<column> arrays), where each request still
+-- holds its key, or where the key is in progress for the same body (u.fingerprint,
+-- given by a request that created the delivery: another that took the key over
+-- meanwhile must not lose its answer).
 UPDATE kirim_requests r
 SET state = 'completed', status_code = u.status_code, response = u.response,
     delivery_id = u.delivery_id, lock_token = NULL, locked_until = NULL,
     updated_at = kirim_now(%(now)s::float8)
-FROM unnest(%(keys)s::text[], %(tokens)s::text[], %(codes)s::int[], %(responses)s::text[],
-            %(delivery_ids)s::bigint[], %(fingerprints)s::text[])
+FROM unnest(%(i_key)s::text[], %(i_token)s::text[], %(i_status_code)s::int[],
+            %(i_response)s::text[], %(i_delivery_id)s::bigint[], %(i_fingerprint)s::text[])
      AS u (idempotency_key, lock_token, status_code, response, delivery_id, fingerprint)
 WHERE r.idempotency_key = u.idempotency_key AND r.state = 'in_progress'
   AND (r.lock_token = u.lock_token OR r.fingerprint = u.fingerprint);
@@ -118,6 +116,6 @@ WHERE r.idempotency_key = u.idempotency_key AND r.state = 'in_progress'
 -- name: release_requests
 -- Give the keys back (the requests failed; an error is not replayed).
 DELETE FROM kirim_requests r
-USING unnest(%(keys)s::text[], %(tokens)s::text[]) AS u (idempotency_key, lock_token)
+USING unnest(%(i_key)s::text[], %(i_token)s::text[]) AS u (idempotency_key, lock_token)
 WHERE r.idempotency_key = u.idempotency_key AND r.lock_token = u.lock_token
   AND r.state = 'in_progress';

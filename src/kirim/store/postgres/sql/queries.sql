@@ -25,14 +25,6 @@ SELECT value FROM kirim_meta WHERE key = 'schema_version';
 INSERT INTO kirim_meta (key, value) VALUES ('schema_version', %(version)s)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
--- name: deliveries_after
--- A page of deliveries above an id, oldest first (filters: NULL for any).
-SELECT * FROM kirim_deliveries
-WHERE id > %(after_id)s::bigint
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s::text)
-ORDER BY id LIMIT %(limit)s;
-
 -- name: tokens
 -- API tokens, oldest first; the revoked ones only when %(all)s.
 SELECT * FROM kirim_tokens WHERE %(all)s::boolean OR revoked_at IS NULL ORDER BY id;
@@ -40,6 +32,10 @@ SELECT * FROM kirim_tokens WHERE %(all)s::boolean OR revoked_at IS NULL ORDER BY
 -- name: store_now
 -- The time of record.
 SELECT kirim_now(%(now)s::float8) AS now;
+
+-- name: ping
+-- Does the database answer? (The worker's heartbeat, with no lease to renew.)
+SELECT 1 AS one;
 
 -- name: next_run_at
 -- When the earliest claimable job is due.

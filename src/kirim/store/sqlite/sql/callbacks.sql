@@ -58,7 +58,7 @@ ON CONFLICT (channel, message_id, status) DO NOTHING;
 
 -- name: kept_callbacks
 -- The oldest kept callbacks.
-SELECT * FROM kirim_callback_inbox ORDER BY received_at, id LIMIT :limit;
+SELECT * FROM kirim_callback_inbox ORDER BY received_at, id LIMIT coalesce(:limit, -1);
 
 -- name: forget_kept_callbacks
 -- Kept callbacks applied, or kept too long.

@@ -19,9 +19,18 @@ SELECT value FROM kirim_meta WHERE key = 'schema_version';
 INSERT INTO kirim_meta (key, value) VALUES ('schema_version', :version)
 ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 
+-- name: ping
+-- Does the database answer? (The worker's heartbeat, with no lease to renew.)
+SELECT 1 AS one;
+
 -- name: next_run_at
 -- When the earliest claimable job is due.
 SELECT MIN(run_at) AS run_at FROM kirim_jobs WHERE status IN ('queued', 'retry_scheduled');
+
+-- name: next_due_in
+-- Seconds until the earliest claimable job is due, in the time of record.
+SELECT MIN(run_at) - :now AS due_in FROM kirim_jobs
+WHERE status IN ('queued', 'retry_scheduled');
 
 -- name: count_running
 -- Unfinished work of earlier claims: jobs running or waiting for a retry.
@@ -60,13 +69,6 @@ SELECT * FROM kirim_jobs WHERE delivery_id = :delivery_id ORDER BY id DESC LIMIT
 -- Every attempt of a delivery.
 SELECT * FROM kirim_attempts WHERE delivery_id = :delivery_id ORDER BY id;
 
--- name: deliveries_after
--- A page of deliveries above an id, oldest first (filters: NULL for any).
-SELECT * FROM kirim_deliveries
-WHERE id > :after_id AND (:status IS NULL OR status = :status)
-  AND (:channel IS NULL OR channel = :channel)
-ORDER BY id LIMIT :limit;
-
 -- name: dead_letters
 -- Dead jobs, oldest first, each with its delivery.
 SELECT d.*,
@@ -75,7 +77,7 @@ SELECT d.*,
        j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
        j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
        j.created_at AS job_created_at, j.updated_at AS job_updated_at
-FROM (SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT :limit) AS j
+FROM (SELECT * FROM kirim_jobs WHERE status = 'dead' ORDER BY id LIMIT coalesce(:limit, -1)) AS j
 JOIN kirim_deliveries d ON d.id = j.delivery_id
 ORDER BY j.id;
 
@@ -84,7 +86,7 @@ ORDER BY j.id;
 SELECT * FROM kirim_deliveries
 WHERE id = :id OR idempotency_key = :text OR event_id = :text
 ORDER BY id DESC
-LIMIT :limit;
+LIMIT coalesce(:limit, -1);
 
 -- name: insert_token
 -- A new API token (its hash); nothing when an active token has the name.

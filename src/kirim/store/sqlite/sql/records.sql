@@ -21,7 +21,7 @@ WHERE d.id < :cursor
   AND (:since IS NULL OR d.created_at >= :since)
   AND (:until IS NULL OR d.created_at < :until)
   AND (:dead = 0 OR j.status = 'dead')
-ORDER BY d.id DESC LIMIT :limit;
+ORDER BY d.id DESC LIMIT coalesce(:limit, -1);
 
 -- name: records_oldest
 -- A page of deliveries above an id, oldest first,
@@ -43,7 +43,7 @@ WHERE d.id > :cursor
   AND (:since IS NULL OR d.created_at >= :since)
   AND (:until IS NULL OR d.created_at < :until)
   AND (:dead = 0 OR j.status = 'dead')
-ORDER BY d.id LIMIT :limit;
+ORDER BY d.id LIMIT coalesce(:limit, -1);
 
 -- name: attempts_of_many
 -- Every attempt of the deliveries of a page, by delivery, oldest first.

@@ -20,7 +20,7 @@ SELECT d.*,
 FROM (SELECT * FROM kirim_jobs
       WHERE status IN ('queued', 'retry_scheduled') AND run_at <= :now
       ORDER BY run_at, id
-      LIMIT :limit) AS j
+      LIMIT coalesce(:limit, -1)) AS j
 JOIN kirim_deliveries d ON d.id = j.delivery_id
 ORDER BY j.run_at, j.id;
 

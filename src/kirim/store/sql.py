@@ -1,0 +1,452 @@
+"""One store over a driver: every operation written once, run by either database.
+
+``SQLStore`` plays every role of ``kirim.store.base.Store``. Each of its methods is
+one ``Operation`` (``kirim.store.sequence``: the transitions, reads, intake,
+recipients, addresses, digests, rates, retention) handed to its ``Driver``, which
+runs it in one transaction and answers its steps from the dialect's ``sql/`` files.
+A dialect keeps only its driver, its SQL and its migrations; what a driver can do
+beyond the common part is declared as attributes (``listens``, ``enqueues_in``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar, cast
+
+from kirim.addresses import Address
+from kirim.errors import StoreError
+from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
+from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
+from kirim.preferences import Preferences, TypePolicy
+from kirim.store import (
+    addresses,
+    digests,
+    feed,
+    feed_changes,
+    imports,
+    intake,
+    rates,
+    reads,
+    recipients,
+    retention,
+    transitions,
+)
+from kirim.store.base import (
+    ActivityBucket,
+    ApiToken,
+    Callback,
+    CallbackResult,
+    Claim,
+    Compose,
+    DeadLetter,
+    Finish,
+    FinishResult,
+    Intent,
+    Lease,
+    NewDelivery,
+    QueueStats,
+    Reaped,
+    Refuse,
+    RequestBegin,
+    RequestedDelivery,
+    RequestSlot,
+    Respond,
+    StoredResponse,
+    StoreTime,
+    Waiting,
+)
+from kirim.store.feed_changes import FeedChanges
+from kirim.store.sequence import Operation
+
+T = TypeVar("T")
+
+
+class Driver(Protocol):
+    """What a database gives the store: open, close, the schema, and running one
+    operation in one transaction."""
+
+    dialect: str
+    url: str
+    time: StoreTime
+    #: optional capabilities: LISTEN/NOTIFY wake-ups, and operations inside the
+    #: application's own transaction (PostgreSQL's)
+    listens: bool
+    enqueues_in: bool
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def migrate(self) -> int: ...
+
+    async def schema_version(self) -> int: ...
+
+    async def check_schema(self) -> None: ...
+
+    async def run(self, op: Operation[T], *, write: bool = True, snapshot: bool = True) -> T:
+        """Run ``op`` in one transaction (a read: without the write lock; a read of one
+        statement, ``snapshot`` False: as the driver likes best)."""
+        ...
+
+    def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
+        """Told the intents just committed (PostgreSQL's driver watches its ledger
+        after a lost connection: ``postgres.ledger``)."""
+        ...
+
+
+class Listening(Protocol):
+    """A driver that ``listens``: LISTEN/NOTIFY wake-ups."""
+
+    async def wait_for_jobs(self, timeout: float) -> bool: ...  # noqa: ASYNC109
+
+
+class EnqueuingIn(Protocol):
+    """A driver that ``enqueues_in``: operations in a caller's open transaction."""
+
+    async def run_in(self, conn: Any, op: Operation[T]) -> T: ...
+
+
+class SQLStore:
+    """Every store operation, on the database of ``driver``."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.dialect = driver.dialect
+        self.url = driver.url
+        self.listens = driver.listens
+        self.enqueues_in = driver.enqueues_in
+        self.time: StoreTime = driver.time
+
+    async def _op(self, op: Operation[T]) -> T:
+        """A write: one transaction."""
+        return await self.driver.run(op)
+
+    async def _read(self, op: Operation[T], *, snapshot: bool = False) -> T:
+        """A read: one statement (``snapshot`` False), or several in one snapshot."""
+        return await self.driver.run(op, write=False, snapshot=snapshot)
+
+    # -- schema -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self.driver.open()
+
+    async def close(self) -> None:
+        await self.driver.close()
+
+    async def migrate(self) -> int:
+        return await self.driver.migrate()
+
+    async def schema_version(self) -> int:
+        return await self.driver.schema_version()
+
+    async def check_schema(self) -> None:
+        await self.driver.check_schema()
+
+    # -- write path ---------------------------------------------------------------
+
+    async def enqueue(
+        self, items: Sequence[NewDelivery], *, now: float, refuse: Refuse | None = None
+    ) -> list[EnqueueResult]:
+        if not items:
+            return []
+        return await self._op(_refused(intake.enqueue(items, now), refuse))
+
+    async def enqueue_in(
+        self, conn: Any, items: Sequence[NewDelivery], *, now: float
+    ) -> list[EnqueueResult]:
+        """Enqueue inside the caller's open transaction on ``conn``; nothing is committed:
+        the deliveries (and the workers' wake-up) exist when, and only if, the caller
+        commits. Only where the store ``enqueues_in`` (else StoreError)."""
+        if not self.enqueues_in:
+            raise StoreError(f"the {self.dialect} store cannot enqueue in your transaction")
+        return await cast(EnqueuingIn, self.driver).run_in(conn, intake.enqueue(items, now))
+
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        now: float,
+        lease: float,
+        limit: int,
+        policies: Mapping[str, TypePolicy] | None = None,
+    ) -> list[Claim]:
+        if limit == 0:
+            return []
+        op = transitions.claim(worker_id, now, lease, reads.limit(limit), policies)
+        return await self._op(op)
+
+    async def heartbeat(self, leases: Sequence[Lease], *, now: float, lease: float) -> list[bool]:
+        if not leases:
+            return []
+        return await self._op(transitions.heartbeat(leases, now, lease))
+
+    async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        if not intents:
+            return []
+        done = await self._op(transitions.record_intents(intents))
+        self.driver.committed(intents, done)
+        return done
+
+    async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
+        if not items:
+            return []
+        return await self._op(transitions.finish(items))
+
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        return await self._op(transitions.reap(now, in_commit))
+
+    async def release(self, leases: Sequence[Lease], *, now: float) -> None:
+        if leases:
+            await self._op(transitions.release(leases, now))
+
+    async def wait_for_jobs(self, timeout: float) -> bool:  # noqa: ASYNC109
+        """Wait until a job may have become claimable (an enqueue, a retry, a released
+        or reaped lease, here or on any host): True when notified, False on timeout.
+        Only where the store ``listens`` (else StoreError: poll instead)."""
+        if not self.listens:
+            raise StoreError(f"the {self.dialect} store cannot wait for jobs: poll instead")
+        return await cast(Listening, self.driver).wait_for_jobs(timeout)
+
+    async def next_run_at(self) -> float | None:
+        return await self._read(reads.next_run_at())
+
+    async def ping(self) -> None:
+        await self._read(reads.ping())
+
+    async def next_due_in(self, *, now: float) -> float | None:
+        return await self._read(reads.next_due_in(now))
+
+    async def in_flight(self) -> int:
+        return await self._read(reads.in_flight())
+
+    async def waiting(self, *, now: float) -> Waiting:
+        return await self._read(reads.waiting(now))
+
+    async def queue_stats(self, *, now: float) -> QueueStats:
+        return await self._read(reads.queue_stats(now), snapshot=True)
+
+    # -- read path and operator actions -------------------------------------------
+
+    async def get_delivery(
+        self, key_or_id: str, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Delivery | None:
+        return await self._read(reads.get_delivery(key_or_id, by))
+
+    async def get_job(self, delivery_id: int) -> Job | None:
+        return await self._read(reads.get_job(delivery_id))
+
+    async def record(
+        self, key_or_id: str | int, *, by: Literal["auto", "id", "key"] = "auto"
+    ) -> Record | None:
+        return await self._read(reads.record(str(key_or_id), by), snapshot=True)
+
+    async def records(
+        self, where: RecordFilter, *, cursor: int | None = None, limit: int = 50
+    ) -> list[Record]:
+        return await self._read(reads.records(where, cursor, limit), snapshot=True)
+
+    async def attempts_of_many(self, delivery_ids: Sequence[int]) -> dict[int, list[Attempt]]:
+        if not delivery_ids:
+            return {}
+        return await self._read(reads.attempts_of_many(delivery_ids))
+
+    async def dead_letters(self, *, limit: int = 100) -> list[DeadLetter]:
+        return await self._read(reads.dead_letters(limit))
+
+    async def retry_dead(self, delivery_id: int, *, now: float, release: bool = True) -> bool:
+        return await self._op(transitions.retry_dead(delivery_id, now, release))
+
+    async def reconcile(
+        self,
+        delivery_id: int,
+        *,
+        now: float,
+        found: bool,
+        message_id: str | None,
+        seen: int,
+    ) -> bool:
+        return await self._op(transitions.reconcile(delivery_id, now, found, message_id, seen))
+
+    async def cancel(self, delivery_id: int, *, now: float) -> bool:
+        return await self._op(transitions.cancel(delivery_id, now))
+
+    async def confirm(self, callback: Callback) -> CallbackResult:
+        return await self._op(transitions.confirm(callback))
+
+    async def apply_kept_callbacks(self, *, now: float, limit: int = 100) -> list[CallbackResult]:
+        return await self._op(transitions.apply_kept(now, reads.limit(limit)))
+
+    async def counts(self) -> dict[str, dict[str, int]]:
+        return await self._read(reads.counts(), snapshot=True)
+
+    async def search_deliveries(self, text: str, *, limit: int = 50) -> list[Delivery]:
+        return await self._read(reads.search_deliveries(text, limit))
+
+    async def figures(self) -> list[dict[str, Any]]:
+        return await self._read(reads.figures())
+
+    async def activity(self, *, since: float, until: float, bucket: float) -> list[ActivityBucket]:
+        return await self._read(reads.activity(since, until, bucket))
+
+    # -- the HTTP service: API tokens and idempotent requests ---------------------
+
+    async def create_token(
+        self, name: str, token_hash: str, *, prefix: str, now: float
+    ) -> ApiToken | None:
+        return await self._op(reads.create_token(name, token_hash, prefix, now))
+
+    async def verify_token(self, token_hash: str) -> ApiToken | None:
+        return await self._read(reads.verify_token(token_hash))
+
+    async def revoke_token(self, name_or_id: str, *, now: float) -> ApiToken | None:
+        return await self._op(reads.revoke_token(name_or_id, now))
+
+    async def list_tokens(self, *, include_revoked: bool = False) -> list[ApiToken]:
+        return await self._read(reads.list_tokens(include_revoked))
+
+    async def handle_requests(
+        self,
+        begin: Sequence[RequestBegin],
+        enqueue: Sequence[RequestedDelivery],
+        *,
+        now: float,
+        hold: float,
+        respond: Respond,
+    ) -> tuple[list[RequestSlot], list[tuple[EnqueueResult, StoredResponse | None]]]:
+        if not begin and not enqueue:
+            return [], []
+        return await self._op(intake.handle_requests(begin, enqueue, now, hold, respond))
+
+    async def enqueue_request(
+        self,
+        items: Sequence[NewDelivery],
+        *,
+        key: str,
+        token: str,
+        now: float,
+        respond: Callable[[Sequence[EnqueueResult]], StoredResponse | None],
+        fingerprint: str | None = None,
+    ) -> list[EnqueueResult]:
+        op = intake.enqueue_request(items, key, token, now, respond, fingerprint)
+        return await self._op(op)
+
+    # -- recipients' preferences and addresses ------------------------------------
+
+    async def get_preferences(self, recipient_id: str) -> Preferences | None:
+        return (await self.preferences_of([recipient_id])).get(recipient_id)
+
+    async def preferences_of(self, recipient_ids: Sequence[str]) -> dict[str, Preferences]:
+        if not recipient_ids:
+            return {}
+        return await self._read(recipients.preferences_of(recipient_ids))
+
+    async def set_preferences(self, prefs: Preferences, *, now: float) -> Preferences:
+        return await self._op(recipients.set_preferences(prefs, now))
+
+    async def delete_preferences(self, recipient_id: str) -> bool:
+        return await self._op(recipients.delete_preferences(recipient_id))
+
+    async def add_address(
+        self, recipient_id: str, channel: str, address: str, *, label: str | None, now: float
+    ) -> Address:
+        return await self._op(addresses.add_address(recipient_id, channel, address, label, now))
+
+    async def addresses_of(self, recipient_ids: Sequence[str]) -> dict[str, list[Address]]:
+        if not recipient_ids:
+            return {}
+        return await self._read(addresses.addresses_of(recipient_ids))
+
+    async def list_addresses(self, recipient_id: str) -> list[Address]:
+        return await self._read(addresses.list_addresses(recipient_id))
+
+    async def retire_address(self, channel: str, address: str, *, reason: str, now: float) -> int:
+        return await self._op(addresses.retire_address(channel, address, reason, now))
+
+    async def remove_address(self, recipient_id: str, channel: str, address: str) -> bool:
+        return await self._op(addresses.remove_address(recipient_id, channel, address))
+
+    async def retired_addresses(self) -> dict[str, int]:
+        return await self._read(addresses.retired_addresses())
+
+    # -- recipients' feeds, the in-app inbox (``kirim.store.feed``) -----------------
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        return await self._read(feed.page(recipient_id, which, limit, before), snapshot=True)
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        return await self._read(feed.counts(recipient_id))
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        return await self._op(feed.act(recipient_id, item_id, action, now))
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        return await self._op(feed.mark(recipient_id, ids, mark, now))
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
+        return await self._op(feed.delete(recipient_id, item_id, now))
+
+    # -- the order of the feeds' changes (``kirim.store.feed_changes``) -------------
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        return await self._read(
+            feed_changes.changes_after(recipient_id, after, limit), snapshot=True
+        )
+
+    async def feed_head(self, recipient_id: str) -> int:
+        return await self._read(feed_changes.head(recipient_id))
+
+    async def feed_last_number(self) -> int:
+        return await self._read(feed_changes.last_number())
+
+    # -- the notification layer: digests and provider request rates -----------------
+
+    async def seal_digest(
+        self, delivery_id: int, token: str, *, now: float, compose: Compose
+    ) -> Delivery | None:
+        return await self._op(digests.seal(delivery_id, token, now, compose))
+
+    async def take_rate_slot(
+        self, channel: str, rate: float, *, now: float, within: float | None = None
+    ) -> float:
+        return await self._op(rates.take_slot(channel, rate, now, within))
+
+    # -- retention ----------------------------------------------------------------
+
+    async def import_keys(
+        self, keys: Sequence[str], *, now: float, dry_run: bool = False
+    ) -> imports.ImportResult:
+        """One batch of ``kirim.store.imports.import_keys``: one transaction (a dry run
+        only reads)."""
+        return await self.driver.run(imports.import_keys(keys, now, dry_run), write=not dry_run)
+
+    async def prune(
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
+    ) -> retention.PruneResult:
+        """One batch of ``kirim.store.retention.prune``: one transaction (a dry run only
+        reads, without the write lock)."""
+        op = retention.prune(now, keep, keys, limit, dry_run, archived)
+        return await self.driver.run(op, write=not dry_run)
+
+
+def _refused(
+    op: Operation[list[EnqueueResult]], refuse: Refuse | None
+) -> Operation[list[EnqueueResult]]:
+    """``op``, then ``refuse`` on its results inside the transaction: raising rolls it
+    back."""
+    results = yield from op
+    if refuse is not None:
+        refuse(results)
+    return results
