@@ -40,6 +40,7 @@ T = TypeVar("T")
 NOT_OFFERED = {
     "handle_requests": "a step of the HTTP service's intake (kirim serve)",
     "give_back_request": "a step of the HTTP service's intake (kirim serve)",
+    "feed_changed": "the hook a commit calls to tell Kirim.on_feed_change's listeners",
 }
 
 
@@ -301,6 +302,10 @@ class SyncKirim:
     def feed_token(self, recipient_id: str, *, ttl: float = 3600.0) -> tuple[str, float]:
         """``Kirim.feed_token`` (no database: a signature)."""
         return self.app.feed_token(recipient_id, ttl=ttl)
+
+    def feed_token_recipient(self, token: str) -> str:
+        """``Kirim.feed_token_recipient`` (no database: a signature)."""
+        return self.app.feed_token_recipient(token)
 
     def add_address(
         self, recipient_id: str, channel: str, address: str, *, label: str | None = None

@@ -52,6 +52,7 @@ LAYER = {
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
     "chaos": 3,  # the vocabulary of explore, simulate and the demo
+    "live": 3,  # the feed streams' hub, for the HTTP service
     "cli": 4,
     "receiver": 4,  # ``python -m kirim.receiver``: an entry point
     "__main__": 4,
