@@ -513,13 +513,20 @@ def _opted_out(ledger: Ledger, truth: GroundTruth) -> list[Violation]:
     return out
 
 
-def verdicts(ledger: Ledger, truth: GroundTruth, waiting: Collection[int] = ()) -> Tally:
+def verdicts(
+    ledger: Ledger,
+    truth: GroundTruth,
+    waiting: Collection[int] = (),
+    in_commit: Collection[str] = (),
+) -> Tally:
     """The run's notifications judged in ``kirim.chaos``'s words: what the ledger
     reports of each, against what its providers made of its key (a bounced message
     too: the provider accepted it) and the most copies its user got in one epoch
     between the operator's retries; the doubt is that of the attempts since the
     operator's last retry. ``waiting``: deliveries whose jobs wait far ahead for a
-    send window, not judged."""
+    send window, not judged; ``in_commit``: channels whose effect is written in the
+    finish's own commit (the inbox), whose uncommitted attempts are no doubt (as in
+    ``check``)."""
     jobs = {j["delivery_id"]: j for j in ledger.jobs}
     attempts: dict[int, list[dict[str, Any]]] = {}
     for a in ledger.attempts:
@@ -532,17 +539,25 @@ def verdicts(ledger: Ledger, truth: GroundTruth, waiting: Collection[int] = ()) 
         epochs = truth.epochs(key, d["id"])
         made[key] = _made(truth, key, epochs)
         copies[key] = max(epochs)
-        reports.append(_report(d, jobs.get(d["id"]), attempts.get(d["id"], [])))
+        reports.append(_report(d, jobs.get(d["id"]), attempts.get(d["id"], []), in_commit))
     return tally(reports, made, copies)
 
 
 def _report(
-    d: dict[str, Any], job: dict[str, Any] | None, attempts: Sequence[dict[str, Any]]
+    d: dict[str, Any],
+    job: dict[str, Any] | None,
+    attempts: Sequence[dict[str, Any]],
+    in_commit: Collection[str] = (),
 ) -> Report:
     """A ledger row's report (``kirim.chaos.report_of`` on plain SQL rows)."""
     status, doubt = d["status"], d["doubt"]
     since = d["released_at"] or 0.0
-    doubtful = any(a["status"] in DOUBTFUL and a["requested_at"] >= since for a in attempts)
+    doubtful = any(
+        a["status"] in DOUBTFUL
+        and a["requested_at"] >= since
+        and (a.get("provider") or d["channel"]) not in in_commit
+        for a in attempts
+    )
     succeeded = any(a["status"] == "succeeded" for a in attempts)
     resolved = (status == "sent" and doubt == "resolved") or status in ("delivered", "bounced")
     return Report(

@@ -470,7 +470,7 @@ def run_schedule(
             at_least_once=lambda d: at_least_once(world, d, attempts.get(d["id"], [])),
             quiet=quiet,
             waiting=set(sim.waiting),
-            in_commit={c.name for c in world.channels if c.inbox},
+            in_commit=_inbox_channels(world),
         )
         violations += check_full(
             ledger,
@@ -501,8 +501,13 @@ def run_schedule(
         steps=loop.steps,
         end=loop.time(),
         deliveries=ledger.deliveries,
-        verdicts=verdicts(ledger, sim.truth, set(sim.waiting)),
+        verdicts=verdicts(ledger, sim.truth, set(sim.waiting), _inbox_channels(sim.world)),
     )
+
+
+def _inbox_channels(world: World | None) -> set[str]:
+    """The world's inbox channels: their effect is written in the finish's commit."""
+    return set() if world is None else {c.name for c in world.channels if c.inbox}
 
 
 class UnknownEdges(logging.Handler):
