@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -84,9 +84,6 @@ from kirim.worker.decisions import (
 )
 from kirim.worker.prepare import Prepare
 
-#: told of each feed change a commit made: (recipient id, kind, feed item id)
-FeedListener = Callable[[str, str, int], None]
-
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
@@ -114,7 +111,6 @@ class Deliverer:
         checkpoints: Checkpoint | None = None,
         digests: Mapping[str, Compose] | None = None,
         types: frozenset[str] | None = None,
-        on_feed: FeedListener | None = None,
     ) -> None:
         """``context``: what the worker's roles share (its work in flight among them,
         changed through ``InFlight``'s verbs). ``checkpoints``: where a test pauses
@@ -122,10 +118,9 @@ class Deliverer:
         (``prepare``); ``types``: the notification types this worker knows (None:
         those of ``digests``). A delivery of another type is not sent by this worker:
         it cannot tell whether it is a digest to seal, nor check its recipient's
-        preferences. ``on_feed``: called with (recipient id, "new", item id) after a
-        commit that wrote an inbox message into a feed."""
+        preferences."""
         self.channels = context.channels
-        self._on_feed = on_feed
+        self._on_feed = context.on_feed
         self.settings = context.settings
         self.worker_id = context.worker_id
         self.clock = context.clock

@@ -36,9 +36,9 @@ from kirim.store.base import Claim, QueueStats, WaitsForJobs, WorkerStore
 from kirim.store.retention import PruneResult
 from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
-from kirim.worker.context import InFlight, WorkerContext
+from kirim.worker.context import FeedListener, InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
-from kirim.worker.delivery import Deliverer, FeedListener
+from kirim.worker.delivery import Deliverer
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
@@ -121,13 +121,13 @@ class Worker:
             metrics=self.metrics,
             spans=tracing.spans_for(self._tracer),
             in_flight=InFlight(),
+            on_feed=self._on_feed,
         )
         self._deliverer = Deliverer(
             self.context,
             checkpoints=checkpoints,
             digests=self.digests,
             types=frozenset(self.policies) | frozenset(self.digests),
-            on_feed=self._on_feed,
         )
         self._heartbeat = Heartbeat(self.context)
         self._reaper = Reaper(self.context)
