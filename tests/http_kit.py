@@ -67,9 +67,10 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(app: FastAPI, *, timeout: float = 15.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 from a thread; yields its base URL."""
-    port = free_port()
+def served(app: FastAPI, *, timeout: float = 15.0, port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 from a thread (on ``port``, else a free
+    one); yields its base URL. On the way out its feed streams are ended first."""
+    port = port or free_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, log_level="warning", lifespan="on"
     )
@@ -84,5 +85,8 @@ def served(app: FastAPI, *, timeout: float = 15.0) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        hub = getattr(app.state, "feed_hub", None)
+        if hub is not None:
+            hub.stop()
         server.should_exit = True
         thread.join(timeout=timeout)

@@ -18,6 +18,7 @@ from kirim.errors import (
     TransientFailure,
     UnknownChannel,
 )
+from kirim.inbox import FeedCounts, FeedItem, FeedPage
 from kirim.keys import default_key
 from kirim.model import (
     Attempt,
@@ -32,6 +33,7 @@ from kirim.model import (
 from kirim.notify import EventResult, NotificationType, Recipient, RenderError
 from kirim.preferences import Preferences, Window
 from kirim.providers import Message, Provider, Reconcilable, Sent
+from kirim.providers.inbox import InboxProvider
 from kirim.providers.webhook import WebhookProvider
 from kirim.sync import SyncKirim
 from kirim.version import __version__
@@ -48,7 +50,11 @@ __all__ = [
     "DeliveryStatus",
     "Doubt",
     "EventResult",
+    "FeedCounts",
+    "FeedItem",
+    "FeedPage",
     "IdempotencyKeyReused",
+    "InboxProvider",
     "InvalidNotification",
     "Job",
     "JobStatus",

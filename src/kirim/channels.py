@@ -49,6 +49,13 @@ class Channel:
         return bool(self.provider.idempotent)
 
     @property
+    def in_commit(self) -> bool:
+        """Its provider's effect is written in the finish's own commit (the inbox:
+        ``writes_in_commit``): a request whose outcome was never committed had no
+        effect, so nothing of it is ever in doubt."""
+        return bool(getattr(self.provider, "writes_in_commit", False))
+
+    @property
     def chain(self) -> tuple[str, ...]:
         """The channels a delivery of this one may go to, in order: itself, then its
         fallbacks."""

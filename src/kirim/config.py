@@ -59,6 +59,18 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InboxSettings:
+    """The ``[inbox]`` table: how a browser reads its recipient's feed (``kirim.inbox``)."""
+
+    #: the server secret that signs feed tokens (``KIRIM_INBOX_SECRET`` overrides it);
+    #: None: no feed token can be issued or accepted. Never shown
+    secret: str | None = field(default=None, repr=False)
+    #: the web origins (``https://app.example``) whose pages may call the feed API
+    #: (CORS); none by default
+    allowed_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ServeSettings:
     """The ``[serve]`` table: ``kirim serve``'s defaults (its flags override them)."""
 
@@ -89,6 +101,8 @@ class Config:
     serve: ServeSettings = field(default_factory=ServeSettings)
     #: notification types (``[types.NAME]``, ``kirim.notify.types``): notify_event's
     types: Mapping[str, NotificationType] = field(default_factory=dict)
+    #: the in-app inbox (``[inbox]``): the feed tokens' secret, the browsers' origins
+    inbox: InboxSettings = field(default_factory=InboxSettings)
 
     def __post_init__(self) -> None:
         check_rules(
@@ -98,7 +112,11 @@ class Config:
 
 #: the ``[retention]`` table's keys (durations such as "30d", or seconds) and the
 #: WorkerSettings fields they set
-_RETENTION_KEYS = {"keep": "retention_keep", "keys": "retention_keys"}
+_RETENTION_KEYS = {
+    "keep": "retention_keep",
+    "keys": "retention_keys",
+    "archived": "retention_archived",
+}
 #: the ``[worker]`` table's keys (the retention settings are written in [retention])
 _WORKER_KEYS = {f.name for f in fields(WorkerSettings)} - set(_RETENTION_KEYS.values())
 _WORKER_KEYS.add("max_attempts")
@@ -135,6 +153,7 @@ def parse_config(
         "serve",
         "retention",
         "types",
+        "inbox",
     }
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -176,6 +195,7 @@ def parse_config(
         source=source,
         serve=_serve(_table(data, "serve", where), where),
         types=types,
+        inbox=_inbox(_table(data, "inbox", where), where),
     )
 
 
@@ -221,6 +241,41 @@ def _retention(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
             except BadValue as exc:
                 raise ConfigError(f"{where}: {exc}") from None
     return found
+
+
+#: the shortest feed-token secret kirim accepts (characters)
+MIN_INBOX_SECRET = 16
+
+
+def _inbox(spec: Mapping[str, Any], where: str) -> InboxSettings:
+    """``[inbox] secret`` (or ``KIRIM_INBOX_SECRET``) and ``allowed_origins``, checked
+    without ever showing the secret."""
+    bad = set(spec) - {"secret", "allowed_origins"}
+    if bad:
+        raise ConfigError(f"{where}: unknown [inbox] key(s) {', '.join(sorted(bad))}")
+    secret = os.environ.get("KIRIM_INBOX_SECRET") or spec.get("secret")
+    if secret is not None and (
+        not isinstance(secret, str) or len(secret) < MIN_INBOX_SECRET or not secret.isprintable()
+    ):
+        raise ConfigError(
+            f"{where}: inbox.secret (or KIRIM_INBOX_SECRET) must be printable text of at "
+            f"least {MIN_INBOX_SECRET} characters (such as 32 random bytes in hex)"
+        )
+    origins = spec.get("allowed_origins", [])
+    if not isinstance(origins, list) or not all(_origin(o) for o in origins):
+        raise ConfigError(
+            f"{where}: inbox.allowed_origins must be a list of web origins "
+            '(such as ["https://app.example"]: a scheme, a host, an optional port)'
+        )
+    return InboxSettings(secret=secret or None, allowed_origins=tuple(origins))
+
+
+def _origin(value: Any) -> bool:
+    """A web origin as CORS compares it: ``scheme://host[:port]``, nothing after."""
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        return False
+    rest = value.split("://", 1)[1]
+    return bool(rest) and _host_name(rest.replace(":", "", 1)) and value.isascii()
 
 
 def _serve(spec: Mapping[str, Any], where: str) -> ServeSettings:

@@ -27,6 +27,7 @@ from kirim.errors import (
     PayloadTooLarge,
     UnknownChannel,
 )
+from kirim.feeds import FeedChangeListener, Feeds
 from kirim.keys import canonical_json, default_key, payload_hash
 from kirim.model import (
     CallbackStatus,
@@ -96,7 +97,7 @@ class NotifyRequest:
     send_after: SendAfter = None
 
 
-class Kirim(AddressBook):
+class Kirim(AddressBook, Feeds):
     """Notifications on one store, with the channels of one configuration."""
 
     def __init__(
@@ -128,6 +129,11 @@ class Kirim(AddressBook):
             _check_fallback_kinds(self._channels)
         self._callback_auth: dict[str, CallbackAuth | None] = {}
         self.log = get_logger()
+        #: told of each change to a recipient's feed made in this process, after its
+        #: commit: (recipient id, "new" | "state" | "delete", feed item id; 0 for a bulk
+        #: mark). The workers of ``worker()`` and the feed verbs call it; on PostgreSQL
+        #: every feed write also says pg_notify('kirim_feed', recipient id) for the others
+        self.on_feed_change: list[FeedChangeListener] = []
 
     @property
     def channel_names(self) -> set[str]:
@@ -606,6 +612,7 @@ class Kirim(AddressBook):
             metrics=metrics if metrics is not None else self.metrics,
             policies={name: t.policy for name, t in self.types.items()},
             digests=messages.composers(self.types),
+            on_feed=self.feed_changed,
         )
 
 

@@ -20,6 +20,7 @@ from kirim.callbacks import CallbackAuth
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim, Notification, NotifyRequest, SendAfter
+from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.model import CallbackStatus, Record, RecordFilter
 from kirim.notify import fanout
 from kirim.notify.fanout import EventResult
@@ -39,6 +40,7 @@ T = TypeVar("T")
 NOT_OFFERED = {
     "handle_requests": "a step of the HTTP service's intake (kirim serve)",
     "give_back_request": "a step of the HTTP service's intake (kirim serve)",
+    "feed_changed": "the hook a commit calls to tell Kirim.on_feed_change's listeners",
 }
 
 
@@ -265,6 +267,45 @@ class SyncKirim:
     def addresses(self, recipient_id: str) -> list[Address]:
         """``Kirim.addresses``."""
         return self._run(self.app.addresses(recipient_id))
+
+    # -- the in-app inbox (``kirim.feeds``) ------------------------------------------
+
+    def feed(
+        self,
+        recipient_id: str,
+        *,
+        filter: FeedFilter | str = FeedFilter.INBOX,
+        limit: int = 50,
+        before: int | None = None,
+    ) -> FeedPage:
+        """``Kirim.feed``."""
+        return self._run(self.app.feed(recipient_id, filter=filter, limit=limit, before=before))
+
+    def feed_counts(self, recipient_id: str) -> FeedCounts:
+        """``Kirim.feed_counts``."""
+        return self._run(self.app.feed_counts(recipient_id))
+
+    def feed_action(self, recipient_id: str, item_id: int, action: FeedAction | str) -> FeedItem:
+        """``Kirim.feed_action``."""
+        return self._run(self.app.feed_action(recipient_id, item_id, action))
+
+    def mark_feed(
+        self, recipient_id: str, state: FeedMark | str, ids: Sequence[int] | None = None
+    ) -> int:
+        """``Kirim.mark_feed``."""
+        return self._run(self.app.mark_feed(recipient_id, state, ids))
+
+    def delete_feed_item(self, recipient_id: str, item_id: int) -> None:
+        """``Kirim.delete_feed_item``."""
+        self._run(self.app.delete_feed_item(recipient_id, item_id))
+
+    def feed_token(self, recipient_id: str, *, ttl: float = 3600.0) -> tuple[str, float]:
+        """``Kirim.feed_token`` (no database: a signature)."""
+        return self.app.feed_token(recipient_id, ttl=ttl)
+
+    def feed_token_recipient(self, token: str) -> str:
+        """``Kirim.feed_token_recipient`` (no database: a signature)."""
+        return self.app.feed_token_recipient(token)
 
     def add_address(
         self, recipient_id: str, channel: str, address: str, *, label: str | None = None

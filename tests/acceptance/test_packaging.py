@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 #: what the package needs at run time besides its modules
 DATA = ("kirim/py.typed", "kirim/http/templates/overview.html", "kirim/http/static/dashboard.css",
+        "kirim/http/static/kirim-inbox.js",
         "kirim/http/openapi.json", "kirim/store/sqlite/sql/0001_initial.sql",
         "kirim/store/postgres/sql/queries.sql")  # fmt: skip
 

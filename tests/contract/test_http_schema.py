@@ -90,7 +90,9 @@ def test_schemathesis_finds_no_server_error_and_no_violation(
         body["channel"]["enum"] = ["push"]
         event = doc["components"]["schemas"]["NewEvent"]["properties"]
         event["type"]["enum"] = ["order_shipped"]
-        schema = schemathesis.openapi.from_dict(doc)
+        # a stream never ends, so a request-and-response fuzzer waits out its timeout on
+        # each; its own tests are tests/contract/test_feed_stream.py
+        schema = schemathesis.openapi.from_dict(doc).exclude(operation_id="feed_stream")
         headers = {"Authorization": f"Bearer {token}"}
         strategy = schema.as_strategy(mode, headers=headers)
 

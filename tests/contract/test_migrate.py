@@ -129,6 +129,8 @@ def test_check_as_json(database_url: str) -> None:
         "0007_notification_layer",
         "0008_truthful_records",
         "0009_recipient_addresses",
+        "0010_inbox",
+        "0011_feed_changes",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

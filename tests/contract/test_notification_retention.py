@@ -355,7 +355,10 @@ def test_the_result_keeps_its_keys_and_adds_the_layers() -> None:
         "tombstones_written",
         "tombstones_expired",
     ]
-    assert keys[7:] == ["digests", "digest_events", "digest_events_expired", "throttle_expired"]
+    assert keys[7:] == [
+        *("digests", "digest_events", "digest_events_expired", "throttle_expired"),
+        "feed_items",
+    ]
     for name in keys[7:]:
         one = PruneResult(**{name: 1})
         assert one.removed_anything, name

@@ -9,11 +9,13 @@ cases (``test_drift_*``) are the behaviours the two stores once disagreed on.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 
 from kirim.engine import NotifyRequest
 from kirim.errors import StoreError
+from kirim.inbox import FeedAction, FeedFilter, FeedMark, FeedMessage
 from kirim.model import AttemptStatus, CallbackStatus, DeliveryStatus, JobStatus
 from kirim.preferences import Preferences
 from kirim.store import base, intake, open_store
@@ -618,6 +620,133 @@ async def test_op_import_keys(make_app, clock) -> None:
     assert result.imported == 1
     again = await app.store.import_keys(["k1"], now=clock.now())
     assert again.imported == 0
+
+
+# -- recipients' feeds, the in-app inbox ------------------------------------------------
+
+
+async def _fed(app, event: str = "e", recipient: str = "u") -> int:
+    """A delivery sent with a feed message in its finish: the feed item's id."""
+    delivery_id = await _one(app, event, recipient)
+    (c,) = await _claim(app)
+    assert await app.store.record_intents([_intent(c)]) == [True]
+    message = FeedMessage(
+        recipient_id=recipient,
+        idempotency_key=c.delivery.idempotency_key,
+        delivery_id=delivery_id,
+        type=None,
+        title=f"t-{event}",
+        body="b",
+        action_url=None,
+        data={"n": 1},
+    )
+    finish = replace(_finish(c, app.clock.now()), feed=message)
+    (done,) = await app.store.finish([finish])
+    assert done.committed
+    assert done.feed_item is not None
+    return done.feed_item
+
+
+async def test_op_feed_page(make_app) -> None:
+    """A feed pages newest first with a cursor, and only the recipient's messages."""
+    app = await make_app()
+    first = await _fed(app, "a")
+    second = await _fed(app, "b")
+    await _fed(app, "c", recipient="other")
+    page = await app.store.feed_page("u", FeedFilter.INBOX, 1, None)
+    assert [i.id for i in page.items] == [second]
+    assert page.next_before == second
+    assert (page.counts.unseen, page.counts.unread) == (2, 2)
+    rest = await app.store.feed_page("u", FeedFilter.INBOX, 1, page.next_before)
+    assert [i.id for i in rest.items] == [first]
+    assert rest.items[0].data == {"n": 1}
+
+
+async def test_op_feed_counts(make_app, clock) -> None:
+    """The counts are the recipient's messages not seen and not read."""
+    app = await make_app()
+    item = await _fed(app)
+    await _fed(app, "b")
+    await app.store.feed_action("u", item, FeedAction.READ, now=clock.now())
+    counts = await app.store.feed_counts("u")
+    assert (counts.unseen, counts.unread) == (1, 1)
+    assert (await app.store.feed_counts("nobody")).unread == 0
+
+
+async def test_op_feed_action(make_app, clock) -> None:
+    """An action sets its mark once (again: unchanged); another recipient's is none."""
+    app = await make_app()
+    item = await _fed(app)
+    done = await app.store.feed_action("u", item, FeedAction.SEEN, now=clock.now())
+    assert done is not None
+    assert done[0].seen_at == clock.now()
+    assert done[1] is True
+    clock.advance(5)
+    again = await app.store.feed_action("u", item, FeedAction.SEEN, now=clock.now())
+    assert again is not None
+    assert again[1] is False
+    assert again[0].seen_at == clock.now() - 5
+    assert await app.store.feed_action("other", item, FeedAction.SEEN, now=clock.now()) is None
+
+
+async def test_op_mark_feed(make_app, clock) -> None:
+    """A bulk mark sets the mark on the messages named (None: all), counting changes."""
+    app = await make_app()
+    first = await _fed(app, "a")
+    await _fed(app, "b")
+    assert await app.store.mark_feed("u", [first], FeedMark.READ, now=clock.now()) == 1
+    assert await app.store.mark_feed("u", None, FeedMark.READ, now=clock.now()) == 1
+    assert await app.store.mark_feed("u", None, FeedMark.READ, now=clock.now()) == 0
+    assert (await app.store.feed_counts("u")).unread == 0
+
+
+async def test_op_delete_feed_item(make_app, clock) -> None:
+    """A deleted message leaves the feed; deleting it again, or another's, is False."""
+    app = await make_app()
+    item = await _fed(app)
+    assert await app.store.delete_feed_item("other", item, now=clock.now()) is False
+    assert await app.store.delete_feed_item("u", item, now=clock.now()) is True
+    assert await app.store.delete_feed_item("u", item, now=clock.now()) is False
+    assert (await app.store.feed_page("u", FeedFilter.ALL, 10, None)).items == []
+
+
+async def test_op_feed_changes(make_app, clock) -> None:
+    """The changes after a number come oldest first, each with the item as it is now."""
+    app = await make_app()
+    item = await _fed(app)
+    start = await app.store.feed_head("u")
+    await app.store.feed_action("u", item, FeedAction.READ, now=clock.now())
+    changes = await app.store.feed_changes("u", start, 10)
+    assert [(c.kind, c.item_id) for c in changes.changes] == [("state", item)]
+    assert changes.changes[0].item is not None
+    assert changes.changes[0].item.read_at == clock.now()
+    assert changes.last > start
+    assert changes.more is False
+    everything = await app.store.feed_changes("u", 0, 10)
+    assert [(c.kind, c.item_id) for c in everything.changes] == [("message", item)]
+
+
+async def test_op_feed_head(make_app, clock) -> None:
+    """A feed's head is 0 before any write and grows with each of its writes only."""
+    app = await make_app()
+    assert await app.store.feed_head("u") == 0
+    item = await _fed(app)
+    head = await app.store.feed_head("u")
+    assert head > 0
+    await _fed(app, "b", recipient="other")
+    assert await app.store.feed_head("u") == head
+    await app.store.feed_action("u", item, FeedAction.ARCHIVE, now=clock.now())
+    assert await app.store.feed_head("u") > head
+
+
+async def test_op_feed_last_number(make_app) -> None:
+    """The last number given to any feed write is every feed's newest head."""
+    app = await make_app()
+    assert await app.store.feed_last_number() == 0
+    await _fed(app)
+    await _fed(app, "b", recipient="other")
+    assert await app.store.feed_last_number() == await app.store.feed_head("other")
+    assert await app.store.feed_last_number() > await app.store.feed_head("u")
 
 
 # -- drift the two stores once had --------------------------------------------------

@@ -255,6 +255,126 @@ def test_a_replay_says_whether_it_was_exact_and_whether_the_promise_held(tmp_pat
     assert "replayed exactly: no: saved by other code" in text
 
 
+def test_mutation_feed_key_not_unique_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the feed's write no longer keyed by the delivery's idempotency key (each
+    commit that marks a delivery sent writes a message under a key of its own),
+    feed_exactly_once fires: a delivery whose inbox request succeeded has no message
+    of its key."""
+    import itertools
+
+    import kirim.store.feed
+    from kirim.inbox import FeedMessage
+
+    real = kirim.store.feed.insert_rows
+    fresh = itertools.count()
+
+    def unkeyed(messages: Any, now: float) -> Any:
+        return real(
+            [
+                replace(m, idempotency_key=f"{m.idempotency_key}#{next(fresh)}")
+                for m in messages
+                if isinstance(m, FeedMessage)
+            ],
+            now,
+        )
+
+    monkeypatch.setattr(kirim.store.feed, "insert_rows", unkeyed)
+    seeds = [s for s in range(200) if any(c.inbox for c in World.draw(s).channels)]
+    assert first_violation("feed_exactly_once", seeds[:40]) is not None
+
+
+def test_feed_exactly_once_judges_the_feed_audit() -> None:
+    """Two writes of one key, a succeeded inbox request with no write, a write with no
+    succeeded request, and an inbox delivery in doubt are each a violation; one write
+    per succeeded request is none."""
+    from kirim.explore.inbox import check_feed
+    from kirim.explore.invariants import Ledger
+
+    seed = next(s for s in range(200) if any(c.inbox for c in World.draw(s).channels))
+    world = World.draw(seed)
+    box = next(c.name for c in world.channels if c.inbox)
+
+    def delivery(i: int, status: str) -> dict[str, Any]:
+        return {
+            "id": i,
+            "idempotency_key": f"k{i}",
+            "channel": box,
+            "status": status,
+            "doubt": None,
+        }
+
+    def attempt(i: int, status: str) -> dict[str, Any]:
+        return {"id": i, "delivery_id": i, "status": status, "provider": box}
+
+    def write(i: int, n: int) -> dict[str, Any]:
+        return {"id": n, "recipient_id": "u1", "idempotency_key": f"k{i}", "created_at": 0.0}
+
+    good = Ledger(
+        deliveries=[delivery(1, "sent")],
+        attempts=[attempt(1, "succeeded")],
+        jobs=[],
+        audit=None,
+        feed_writes=[write(1, 1)],
+    )
+    assert check_feed(good, world) == []
+    bad = Ledger(
+        deliveries=[
+            delivery(1, "sent"),
+            delivery(2, "sent"),
+            delivery(3, "failed"),
+            delivery(4, "in_doubt"),
+        ],
+        attempts=[
+            attempt(1, "succeeded"),
+            attempt(2, "succeeded"),
+            attempt(3, "failed_permanent"),
+            attempt(4, "requested"),
+        ],
+        jobs=[],
+        audit=None,
+        feed_writes=[write(1, 1), write(1, 2), write(3, 3)],
+    )
+    found = {(v.delivery, v.name) for v in check_feed(bad, world)}
+    assert {(None, "feed_exactly_once"), (1, "feed_exactly_once")} <= found
+    assert {(2, "feed_exactly_once"), (3, "feed_exactly_once"), (4, "feed_exactly_once")} <= found
+
+
+def test_the_inbox_holds_over_its_own_budget() -> None:
+    """Over 30 schedules whose worlds have an inbox channel, feed_exactly_once and every
+    other invariant hold; the schedules write feed messages, lose commits' answers and
+    retry them, and crash workers."""
+    seeds = [s for s in range(1000) if any(c.inbox for c in World.draw(s).channels)][:30]
+    seen: Counter[str] = Counter()
+
+    def step(outcome: Outcome) -> None:
+        for line in outcome.lines:
+            for what in ("feed_written", "committed, then the answer was lost", "crash"):
+                seen[what] += what in line
+
+    summary = run_seeds(seeds, workload="full", on_step=step)
+    failing = {o.settings.seed: [str(v) for v in o.violations][:2] for o in summary.failing}
+    assert failing == {}
+    assert seen["feed_written"] > 30
+    assert seen["committed, then the answer was lost"] > 0
+
+
+def test_mutation_claim_time_check_off_is_caught_in_the_feed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the claim-time preference check removed, preferences_honoured fires on a
+    feed message written when the recipient's preferences or the type's window did not
+    allow it (a message deferred by quiet hours in the feed before the window)."""
+    monkeypatch.setattr(kirim.store.rules, "preference_check", lambda *a, **k: None)
+    seeds = [s for s in range(400) if any(c.inbox for c in World.draw(s).channels)][:40]
+    found = None
+    for seed in seeds:
+        violations = run_schedule(full(seed)).violations
+        if any(v.name == "preferences_honoured" and "feed message" in v.detail for v in violations):
+            found = seed
+            break
+    assert found is not None
+
+
 def test_mutation_an_edge_missing_from_the_table_is_caught(
     monkeypatch: pytest.MonkeyPatch, edges_known: Any
 ) -> None:

@@ -23,6 +23,8 @@ CORE = {
     "channels",
     "clock",
     "errors",
+    "feed_tokens",
+    "inbox",
     "keys",
     "model",
     "notify",
@@ -44,11 +46,13 @@ LAYER = {
     "channel_config": 2,  # a [channels.NAME] table of the configuration
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
+    "feeds": 2,  # the engine's verbs on recipients' feeds (the inbox)
     "sync": 2,
     "sync_connection": 2,  # a caller's sync psycopg connection, for SyncKirim
     "operations": 2,
     **{name: 3 for name in ("http", "doctor", "devtools", "analyze", "simulate", "explore")},
     "chaos": 3,  # the vocabulary of explore, simulate and the demo
+    "live": 3,  # the feed streams' hub, for the HTTP service
     "cli": 4,
     "receiver": 4,  # ``python -m kirim.receiver``: an entry point
     "__main__": 4,

@@ -326,3 +326,19 @@ async def test_burst_ignores_later_schedules_but_waits_for_retries(make_app, clo
     assert stats.retries == 1
     assert provider.received(now.idempotency_key) == 2
     assert (await app.store.get_delivery(str(later.delivery_id))).status is DeliveryStatus.PENDING
+
+
+def test_an_uncommitted_attempt_on_an_in_commit_channel_is_no_doubt_when_exhausted() -> None:
+    """Attempts exhausted after an earlier one that never committed: held in doubt on
+    a channel whose provider may have acted, failed on one whose effect is written in
+    the finish's own commit (the inbox: ``in_commit``)."""
+    from dataclasses import replace
+
+    claim = _doubtful_claim()
+    last = replace(claim, job=replace(claim.job, attempts=5))
+    plain = Decisions(settings=SETTINGS, clock=ManualClock(), rng=random.Random(1))
+    assert plain.retry(last, None, "not sent").delivery_status is DeliveryStatus.IN_DOUBT
+    inbox = Decisions(
+        settings=SETTINGS, clock=ManualClock(), rng=random.Random(1), in_commit=frozenset({"push"})
+    )
+    assert inbox.retry(last, None, "not sent").delivery_status is DeliveryStatus.FAILED

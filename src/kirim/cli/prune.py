@@ -35,19 +35,21 @@ def summary(result: PruneResult) -> str:
 
 
 def _notify_line(result: PruneResult) -> str:
-    """The notification layer's rows (digests, their events, throttle counters), when
-    there were any."""
+    """The notification layer's rows (digests, their events, throttle counters, feed
+    messages), when there were any."""
     if not (
         result.digests
         or result.digest_events
         or result.digest_events_expired
         or result.throttle_expired
+        or result.feed_items
     ):
         return ""
     return (
         f"; {plural(result.digests, 'digest')} ({plural(result.digest_events, 'event')} "
         f"emptied, {result.digest_events_expired:,} expired), "
-        f"{plural(result.throttle_expired, 'throttle counter')}"
+        f"{plural(result.throttle_expired, 'throttle counter')}, "
+        f"{plural(result.feed_items, 'feed message')}"
     )
 
 
@@ -68,6 +70,13 @@ def _notify_line(result: PruneResult) -> str:
     "[default: the config's [retention] keys, else 365d]",
 )
 @click.option(
+    "--archived",
+    metavar="DURATION",
+    type=params.DurationParam(WORKER_RULES["retention_archived"]),
+    help="Prune archived (and deleted) feed messages archived longer ago than this, "
+    "if sooner than --keep.  [default: the config's [retention] archived, else --keep]",
+)
+@click.option(
     "--batch",
     type=click.IntRange(1, 100_000),
     default=BATCH,
@@ -81,6 +90,7 @@ def prune(
     dry_run: bool,
     keep: float | None,
     keys: float | None,
+    archived: float | None,
     batch: int,
     as_json: bool,
 ) -> None:
@@ -90,7 +100,9 @@ def prune(
     sent, failed or canceled (never in_doubt), has no active job, no attempt that
     may still land, and was last changed more than --keep ago. Its idempotency
     key stays (as its sha256, a tombstone) for --keys more: a notification with
-    that key still creates nothing. Deletes in batches of --batch, one
+    that key still creates nothing. The in-app inbox's feed messages go --keep
+    after they came, archived ones --archived after they were archived (never
+    while their delivery has an attempt that may still land). Deletes in batches of --batch, one
     transaction each, with a line per batch on stderr. Without --keep and
     without [retention] keep in the config, exits 2. The worker prunes by itself
     every minute when [retention] keep is set.
@@ -106,6 +118,7 @@ def prune(
         worker = state.config().worker
     keep = worker.retention_keep if keep is None else keep
     keys = worker.retention_keys if keys is None else keys
+    archived = worker.retention_archived if archived is None else archived
     if keep is None:
         runner.fail(
             "no retention to prune by: give --keep (such as --keep 30d) or set keep in "
@@ -117,10 +130,14 @@ def prune(
         async with state.app(read_only=dry_run) as app:
             store = app.store
             if dry_run:
-                return await store.prune(now=app.clock.now(), keep=keep, keys=keys, dry_run=True)
+                return await store.prune(
+                    now=app.clock.now(), keep=keep, keys=keys, dry_run=True, archived=archived
+                )
             total, n = PruneResult(), 0
             while True:
-                done = await store.prune(now=app.clock.now(), keep=keep, keys=keys, limit=batch)
+                done = await store.prune(
+                    now=app.clock.now(), keep=keep, keys=keys, limit=batch, archived=archived
+                )
                 total, n = total + done, n + 1
                 click.echo(f"prune: batch {n}: {_line(done)}", err=True)
                 if not done.more or not done.removed_anything:
@@ -128,6 +145,8 @@ def prune(
 
     result = runner.run(go)
     if as_json:
-        render.emit_json({**result.as_dict(), "keep_s": keep, "keys_s": keys})
+        render.emit_json(
+            {**result.as_dict(), "keep_s": keep, "keys_s": keys, "archived_s": archived}
+        )
     else:
         click.echo(summary(result))

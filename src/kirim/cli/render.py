@@ -87,7 +87,9 @@ def worker_facts(
         spec = app.config.channels.get(name)
         provider = spec.provider if spec is not None else type(channel.provider).__name__
         url = None if spec is None else spec.options.get("url")
-        if channel.idempotent:
+        if channel.in_commit:
+            in_doubt = "never: written in the commit that marks it sent"
+        elif channel.idempotent:
             in_doubt = "resend with the same key (idempotent)"
         else:
             in_doubt = str(channel.on_unknown)

@@ -79,11 +79,15 @@ def serve(
     /v1/notifications          POST (Idempotency-Key), GET list, GET /{id},
                                GET /{id}/timeline, POST /{id}/cancel
     /v1/dead-letters           GET, POST /{id}/retry
+    /v1/recipients/{id}/feed   the in-app inbox: GET, /counts, POST /{item}/read
+                               (seen, unread, archive, unarchive), /mark, DELETE;
+                               POST /v1/recipients/{id}/feed-token
     /healthz /readyz /metrics  liveness, database reachable, Prometheus text
     /openapi.json              the OpenAPI document
     /                          the dashboard
 
-    Every /v1 route needs `Authorization: Bearer TOKEN` (`kirim token create`).
+    Every /v1 route needs `Authorization: Bearer TOKEN` (`kirim token create`);
+    a recipient's feed also takes its own feed token ([inbox] secret).
     Options not given come from the [serve] table of the config file. Binds
     127.0.0.1 unless told otherwise. SIGTERM or SIGINT stops it gracefully.
     Without --protect-dashboard the dashboard answers only the Host names of
@@ -170,6 +174,8 @@ def _say_serving(log: Any, sock: socket.socket, config: Config) -> None:
         database=redact_url(config.database),
         protect_metrics=config.serve.protect_metrics,
         protect_dashboard=config.serve.protect_dashboard,
+        inbox_secret="set" if config.inbox.secret is not None else "none",
+        feed_origins=",".join(config.inbox.allowed_origins) or "none",
     )
 
 

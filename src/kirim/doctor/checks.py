@@ -66,6 +66,7 @@ def diagnose(db: Database, config: Config, *, now: float) -> list[Check]:
     checks.append(_clock_skew(db, config.worker.lease))
     checks += _dedup_windows(config)
     checks.append(_retention(config))
+    checks.append(_inbox(config))
     return checks
 
 
@@ -246,6 +247,27 @@ def _dedup_windows(config: Config) -> list[Check]:
                 )
             )
     return checks
+
+
+def _inbox(config: Config) -> Check:
+    """An inbox channel's feed tokens: whether ``[inbox] secret`` is set (never shown)."""
+    inboxes = sorted(n for n, c in config.channels.items() if c.provider == "inbox")
+    if not inboxes:
+        return Check("inbox", SKIPPED, "no channel of provider inbox (the in-app feed)")
+    what = f"channel {', '.join(inboxes)} writes recipients' feeds"
+    if config.inbox.secret is None:
+        return Check(
+            "inbox",
+            WARNING,
+            f"{what}, but no [inbox] secret is set: no feed token can be made, so a "
+            "browser can read a feed only with an operator token",
+            "set [inbox] secret (or KIRIM_INBOX_SECRET) to 32 random bytes in hex, and "
+            "have your backend hand out feed tokens (docs/inbox.md)",
+        )
+    origins = ", ".join(config.inbox.allowed_origins) or "none (no browser page may call it)"
+    return Check(
+        "inbox", OK, f"{what}; feed tokens are signed (secret set); CORS origins: {origins}"
+    )
 
 
 def _span(seconds: float) -> str:

@@ -27,6 +27,8 @@ Besides those of ``invariants`` (which every workload checks):
   user, the retry's answer said a second copy was possible;
 - ``retired_unused``: no event that began after an address was retired (the
   provider called it dead) made a delivery to it (``kirim.addresses``);
+- ``feed_exactly_once`` (``kirim.explore.inbox``): an inbox message is in its
+  recipient's feed exactly once per key, under every schedule;
 - ``liveness``: a delivery still waiting at the end waits for a reason: its job is
   due no later than the opening the recipient's preferences and the type's window
   allow (``localtime.opening``), give or take a minute.
@@ -58,6 +60,7 @@ NAMES = (
     "retry_warned",
     "liveness",
     "retired_unused",
+    "feed_exactly_once",  # kirim.explore.inbox
 )
 
 

@@ -83,6 +83,8 @@ KNOBS: dict[str, Read] = {
     "model.collapse": _plans("collapse"),
     "model.collapse_window": lambda w, f: [c.collapse_window for c in w.channels if c.collapse],
     "model.devices": _plans("devices"),
+    # the in-app inbox: a channel whose message is a row of kirim's own
+    "model.inbox": _plans("inbox"),
     "addresses.dead": lambda w, f: [a.dead for a in w.addresses],
     "addresses.per_recipient": lambda w, f: [
         sum(1 for a in w.addresses if a.recipient == p and a.channel == c.name)
@@ -134,6 +136,7 @@ KNOBS: dict[str, Read] = {
             "stats_interval",
             "retention_keep",
             "retention_keys",
+            "retention_archived",
         )
     },
     "worker.types": lambda w, f: [p.types for p in w.workers],
@@ -173,6 +176,8 @@ IRRELEVANT: dict[str, str] = {
     "Config.listen_url": "where a worker LISTENs for wake-ups (past a pooler): wake-ups "
     "shorten the wait for a due job, never change what is sent; the wake-up tests hold it",
     "Config.source": "where the configuration was read from",
+    "Config.inbox": "the feed tokens' secret and the browsers' origins (CORS): who may "
+    "read a feed over HTTP, not what is written into it (tests/contract/test_feed_http.py)",
     "Config.serve": "kirim serve's HTTP settings; the explorer calls the engine's verbs "
     "that the HTTP routes call",
     "ChannelConfig.name": "as Channel.name",

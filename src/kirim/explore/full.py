@@ -33,6 +33,7 @@ from kirim.explore.trace import Trace
 from kirim.explore.world import ChannelPlan, World
 from kirim.model import OnUnknown
 from kirim.preferences import Preferences
+from kirim.providers.inbox import InboxProvider
 
 
 @dataclass(slots=True)
@@ -144,6 +145,14 @@ class Full:
     def _channel(self, plan: ChannelPlan) -> Channel:
         from kirim.callbacks import CallbackAuth
 
+        if plan.inbox:  # the real provider: the feed write is kirim's own (checks.feed)
+            return Channel(
+                name=plan.name,
+                provider=InboxProvider(),
+                on_unknown=OnUnknown(plan.on_unknown),
+                fallback=plan.fallback,
+                rate=plan.rate,
+            )
         return Channel(
             name=plan.name,
             provider=self.models[plan.name],

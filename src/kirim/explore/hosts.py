@@ -30,8 +30,10 @@ from kirim.store.sqlite import SQLiteDriver, SQLiteStore
 from kirim.worker import Worker, WorkerSettings
 
 #: records, inside the inserting transaction, who held the claim when an intent was
-#: written; and every claim of a job (its new lease, in the claim's transaction, at the
-#: claim's store time), which the ledger itself keeps only as a count
+#: written; every claim of a job (its new lease, in the claim's transaction, at the
+#: claim's store time), which the ledger itself keeps only as a count; and every feed
+#: message ever written (the inbox: retention and the recipient's deletes remove rows,
+#: the audit keeps each write)
 AUDIT_SQL = """
 CREATE TABLE explore_intent_audit (
     provider_request_id TEXT, worker_id TEXT, claim_token TEXT, claimed_by TEXT,
@@ -48,6 +50,12 @@ WHEN NEW.status = 'running' AND NEW.lease_token IS NOT NULL
      AND NEW.lease_token IS NOT OLD.lease_token BEGIN
     INSERT INTO explore_claim_audit
     VALUES (NEW.id, NEW.delivery_id, NEW.lease_owner, NEW.updated_at);
+END;
+CREATE TABLE explore_feed_audit (
+    id INTEGER, recipient_id TEXT, idempotency_key TEXT, delivery_id INTEGER, created_at REAL);
+CREATE TRIGGER explore_feed_audit AFTER INSERT ON kirim_feed BEGIN
+    INSERT INTO explore_feed_audit
+    VALUES (NEW.id, NEW.recipient_id, NEW.idempotency_key, NEW.delivery_id, NEW.created_at);
 END;
 """
 

@@ -104,6 +104,8 @@ class Ledger:
     digest_events: list[dict[str, Any]] = field(default_factory=list)
     #: every new lease of a job (``explore_claim_audit``); None: no such trigger
     claims: list[dict[str, Any]] | None = None
+    #: every feed message ever written, the in-app inbox (``explore_feed_audit``)
+    feed_writes: list[dict[str, Any]] = field(default_factory=list)
 
     @staticmethod
     def read_sqlite(path: str) -> Ledger:
@@ -138,6 +140,7 @@ class Ledger:
                 digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
                 digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
                 claims=rows("SELECT * FROM explore_claim_audit ORDER BY rowid"),
+                feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
             )
         finally:
             conn.close()
@@ -150,11 +153,15 @@ def check(
     at_least_once: bool | Callable[[dict[str, Any]], bool],
     quiet: bool,
     waiting: Collection[int] = (),
+    in_commit: Collection[str] = (),
 ) -> list[Violation]:
     """Every violated invariant (``quiet``: the run reached quiescence in its bounds).
     ``at_least_once``: whether the channel chose it (or, per delivery, a function
     that says); ``waiting``: deliveries whose jobs wait far ahead for a reason the
-    caller checks (a send window), not counted as unfinished."""
+    caller checks (a send window), not counted as unfinished; ``in_commit``: channels
+    whose effect is written in the finish's own commit (the inbox), whose attempts
+    never committed had none (``kirim.explore.inbox`` checks that premise on the feed
+    audit: no message without a succeeded attempt)."""
     out: list[Violation] = []
     by_key = {d["idempotency_key"]: d for d in ledger.deliveries}
     attempts: dict[int, list[dict[str, Any]]] = {}
@@ -162,7 +169,7 @@ def check(
         attempts.setdefault(a["delivery_id"], []).append(a)
     for d in ledger.deliveries:
         once = at_least_once(d) if callable(at_least_once) else at_least_once
-        out.extend(_delivery(d, attempts.get(d["id"], []), truth, once))
+        out.extend(_delivery(d, attempts.get(d["id"], []), truth, once, in_commit))
     out.extend(_requests(ledger, truth, by_key))
     out.extend(_suppressed(ledger, truth, attempts))
     out.extend(_digests(ledger, truth, attempts))
@@ -191,7 +198,11 @@ def check(
 
 
 def _delivery(
-    d: dict[str, Any], attempts: Sequence[dict[str, Any]], truth: GroundTruth, at_least_once: bool
+    d: dict[str, Any],
+    attempts: Sequence[dict[str, Any]],
+    truth: GroundTruth,
+    at_least_once: bool,
+    in_commit: Collection[str] = (),
 ) -> list[Violation]:
     out = []
     status, doubt, did = d["status"], d["doubt"], d["id"]
@@ -220,7 +231,13 @@ def _delivery(
             )
         )
     out.extend(_one_provider(did, [a for a in attempts if a["requested_at"] >= since]))
-    open_doubt = [a for a in attempts if a["status"] in DOUBTFUL and a["requested_at"] >= since]
+    open_doubt = [
+        a
+        for a in attempts
+        if a["status"] in DOUBTFUL
+        and a["requested_at"] >= since
+        and (a.get("provider") or d["channel"]) not in in_commit
+    ]
     succeeded = any(a["status"] == "succeeded" for a in attempts)
     certain = status == "failed" or (status == "sent" and doubt is None and not succeeded)
     if open_doubt and certain:
@@ -496,13 +513,20 @@ def _opted_out(ledger: Ledger, truth: GroundTruth) -> list[Violation]:
     return out
 
 
-def verdicts(ledger: Ledger, truth: GroundTruth, waiting: Collection[int] = ()) -> Tally:
+def verdicts(
+    ledger: Ledger,
+    truth: GroundTruth,
+    waiting: Collection[int] = (),
+    in_commit: Collection[str] = (),
+) -> Tally:
     """The run's notifications judged in ``kirim.chaos``'s words: what the ledger
     reports of each, against what its providers made of its key (a bounced message
     too: the provider accepted it) and the most copies its user got in one epoch
     between the operator's retries; the doubt is that of the attempts since the
     operator's last retry. ``waiting``: deliveries whose jobs wait far ahead for a
-    send window, not judged."""
+    send window, not judged; ``in_commit``: channels whose effect is written in the
+    finish's own commit (the inbox), whose uncommitted attempts are no doubt (as in
+    ``check``)."""
     jobs = {j["delivery_id"]: j for j in ledger.jobs}
     attempts: dict[int, list[dict[str, Any]]] = {}
     for a in ledger.attempts:
@@ -515,17 +539,25 @@ def verdicts(ledger: Ledger, truth: GroundTruth, waiting: Collection[int] = ()) 
         epochs = truth.epochs(key, d["id"])
         made[key] = _made(truth, key, epochs)
         copies[key] = max(epochs)
-        reports.append(_report(d, jobs.get(d["id"]), attempts.get(d["id"], [])))
+        reports.append(_report(d, jobs.get(d["id"]), attempts.get(d["id"], []), in_commit))
     return tally(reports, made, copies)
 
 
 def _report(
-    d: dict[str, Any], job: dict[str, Any] | None, attempts: Sequence[dict[str, Any]]
+    d: dict[str, Any],
+    job: dict[str, Any] | None,
+    attempts: Sequence[dict[str, Any]],
+    in_commit: Collection[str] = (),
 ) -> Report:
     """A ledger row's report (``kirim.chaos.report_of`` on plain SQL rows)."""
     status, doubt = d["status"], d["doubt"]
     since = d["released_at"] or 0.0
-    doubtful = any(a["status"] in DOUBTFUL and a["requested_at"] >= since for a in attempts)
+    doubtful = any(
+        a["status"] in DOUBTFUL
+        and a["requested_at"] >= since
+        and (a.get("provider") or d["channel"]) not in in_commit
+        for a in attempts
+    )
     succeeded = any(a["status"] == "succeeded" for a in attempts)
     resolved = (status == "sent" and doubt == "resolved") or status in ("delivered", "bounced")
     return Report(

@@ -61,6 +61,22 @@ FOR EACH ROW EXECUTE FUNCTION explore_pruned();
 """
 
 
+#: every feed message ever written (``hosts.AUDIT_SQL``'s feed audit)
+FEED_AUDIT_SQL = """
+CREATE TABLE explore_feed_audit (
+    id bigint, recipient_id text, idempotency_key text, delivery_id bigint,
+    created_at double precision);
+CREATE FUNCTION explore_feed_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_feed_audit
+    VALUES (NEW.id, NEW.recipient_id, NEW.idempotency_key, NEW.delivery_id, NEW.created_at);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_feed_audit AFTER INSERT ON kirim_feed
+FOR EACH ROW EXECUTE FUNCTION explore_feed_audit();
+"""
+
+
 class Runner:
     """A real event loop in a daemon thread; ``run`` blocks until a coroutine is done."""
 
@@ -156,6 +172,7 @@ class PostgresDatabase:
         with self.psycopg.connect(_with_db(self.admin_url, name), autocommit=True) as conn:
             conn.execute(CLAIM_AUDIT_SQL)
             conn.execute(PRUNED_AUDIT_SQL)
+            conn.execute(FEED_AUDIT_SQL)
         self._templates[self.admin_url] = name
         atexit.register(_drop, self.admin_url, name)
         return name
@@ -196,6 +213,7 @@ class PostgresDatabase:
                 digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
                 digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
                 claims=rows("SELECT * FROM explore_claim_audit"),
+                feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
             )
 
     def active_jobs(self, *, before: float | None = None) -> int:

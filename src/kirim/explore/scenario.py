@@ -37,6 +37,7 @@ from kirim.explore.faults import (
 )
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
+from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
 from kirim.explore.invariants import Ledger, Violation, check, verdicts
 from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
 from kirim.explore.pglane import PostgresDatabase
@@ -459,6 +460,7 @@ def run_schedule(
         sim.db.dispose()
     if sim.world is not None and sim.full is not None:
         world = sim.world
+        feed_truth(sim.truth, ledger, world)  # the inbox's messages: what its users got
         attempts: dict[int, list[dict[str, Any]]] = {}
         for a in ledger.attempts:
             attempts.setdefault(a["delivery_id"], []).append(a)
@@ -468,6 +470,7 @@ def run_schedule(
             at_least_once=lambda d: at_least_once(world, d, attempts.get(d["id"], [])),
             quiet=quiet,
             waiting=set(sim.waiting),
+            in_commit=_inbox_channels(world),
         )
         violations += check_full(
             ledger,
@@ -478,6 +481,8 @@ def run_schedule(
             waiting=sim.waiting,
             patience=sim.patience(),
         )
+        violations += check_feed(ledger, world)
+        violations += check_feed_preferences(ledger, sim.full.full, world)
     else:
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet
@@ -496,8 +501,13 @@ def run_schedule(
         steps=loop.steps,
         end=loop.time(),
         deliveries=ledger.deliveries,
-        verdicts=verdicts(ledger, sim.truth, set(sim.waiting)),
+        verdicts=verdicts(ledger, sim.truth, set(sim.waiting), _inbox_channels(sim.world)),
     )
+
+
+def _inbox_channels(world: World | None) -> set[str]:
+    """The world's inbox channels: their effect is written in the finish's commit."""
+    return set() if world is None else {c.name for c in world.channels if c.inbox}
 
 
 class UnknownEdges(logging.Handler):

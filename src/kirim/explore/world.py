@@ -25,7 +25,10 @@ by no seed):
   reaper, backoff, grace, request timeout, margins, retention), and per worker
   whether it knows the types (a rolling upgrade, or a worker without ``[types]``)
   and all the channels;
-- the operator: retries of dead letters, cancels, reconciles, prunes, at seeded times.
+- the operator: retries of dead letters, cancels, reconciles, prunes, at seeded times;
+- which channels are the in-app inbox (no provider: the message is a row of kirim's
+  own, written in the commit that marks it sent), and how long archived feed messages
+  are kept.
 
 The world is plain data derived from the seed (nothing of it is saved apart from the
 seed); ``channels``, ``types`` and ``worker_settings`` build the real kirim objects.
@@ -97,6 +100,9 @@ class ChannelPlan:
     #: the channel's recipients have device addresses (``kirim.addresses``): an event
     #: fans out to each, and the provider calls some of them dead
     devices: bool = False
+    #: the in-app inbox (``provider = "inbox"``): no provider model, no request; the
+    #: message is written into the recipient's feed in the commit that marks it sent
+    inbox: bool = False
 
     def classes(self) -> dict[str, list[int]]:
         """``retry_on`` / ``ambiguous_on`` / ``permanent_on`` as a careful user writes
@@ -227,6 +233,9 @@ class World:
                 has = tuple(names[:-1])  # a worker without the last channel
             plans.append(WorkerPlan(settings=own, types=knows, channels=has))
         channels, addresses = _devices(seed, channels, people)
+        channels, plans = _inbox(seed, channels, plans)
+        boxes = {c.name for c in channels if c.inbox}
+        addresses = [a for a in addresses if a.channel not in boxes]
         return World(
             seed=seed,
             base=base,
@@ -317,6 +326,38 @@ def _devices(
                     )
                 )
     return out, addresses
+
+
+def _inbox(
+    seed: int, channels: list[ChannelPlan], workers: list[WorkerPlan]
+) -> tuple[list[ChannelPlan], list[WorkerPlan]]:
+    """Which channels are the in-app inbox, and how long the workers keep archived
+    feed messages, drawn from a generator of their own (the rest of a seed's world
+    stays as it was). An inbox channel has no provider to ask, remember keys or post
+    callbacks, and no devices: its message is a row of kirim's own."""
+    rng = random.Random(f"world:{seed}:inbox")
+    out = []
+    for plan in channels:
+        # only a plain channel becomes the inbox: the seeds that draw callbacks, dedup
+        # windows, lookups, collapse or devices keep them
+        plain = not (plan.callbacks or plan.dedup_window or plan.lookup or plan.collapse)
+        if rng.random() < 0.9 and plain and not plan.devices:
+            plan = replace(
+                plan,
+                inbox=True,
+                idempotent=True,
+                lookup=False,
+                dedup_window=None,
+                callbacks=False,
+                collapse=False,
+                collapse_window=None,
+                devices=False,
+                bounce=0.0,
+            )
+        out.append(plan)
+    archived = rng.choice((None, None, 5.0, 30.0))
+    kept = [replace(w, settings=replace(w.settings, retention_archived=archived)) for w in workers]
+    return out, kept
 
 
 def _clock(value: datetime) -> str:

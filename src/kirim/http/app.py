@@ -20,14 +20,19 @@ from kirim.http import (
     routes_addresses,
     routes_callbacks,
     routes_events,
+    routes_feed,
+    routes_feed_stream,
     routes_notifications,
     routes_ops,
     routes_recipients,
 )
 from kirim.http.errors import ErrorBody, Unexpected
+from kirim.http.feed_cors import FeedCors
+from kirim.http.feed_models import FeedMarkIn, FeedTokenIn
 from kirim.http.guard import FrameGuard
 from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
 from kirim.http.service import AccessLog, Service, make_service
+from kirim.live import FeedHub
 from kirim.observe.metrics import Metrics
 
 #: the API's version (of this document), not kirim's
@@ -44,13 +49,15 @@ gets 409, and the same key with another body gets 422. `POST /v1/callbacks/{chan
 takes providers' delivery callbacks instead, verified by the channel's own secret or
 token. `/v1/recipients/{id}/preferences` reads, replaces (`PUT`, the whole
 document) and forgets a recipient's preferences, which workers read again when they
-claim a delivery. Errors share one format:
+claim a delivery. `/v1/recipients/{id}/feed` is the in-app inbox's feed: it takes an
+operator token or the recipient's own feed token (`POST /v1/recipients/{id}/feed-token`),
+in the header or as `?token=`. Errors share one format:
 `{"error": {"code", "message", "details": [{"field", "message", "type"}]}}`.
 """
 
 
-def _css() -> bytes:
-    return resources.files("kirim.http").joinpath("static", "dashboard.css").read_bytes()
+def _static(name: str) -> bytes:
+    return resources.files("kirim.http").joinpath("static", name).read_bytes()
 
 
 def create_app(
@@ -73,12 +80,15 @@ def create_app(
         kirim, settings or kirim.config.serve, metrics=metrics, token_cache=token_cache
     )
 
+    hub = FeedHub(svc.kirim)
+
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await svc.kirim.open()
         try:
             yield
         finally:
+            await hub.close()
             await svc.kirim.close()
 
     app = FastAPI(
@@ -93,18 +103,23 @@ def create_app(
     )
     app.state.service = svc
     app.state.verifier = svc.verifier
+    #: the feed's live updates (``kirim.live``)
+    app.state.feed_hub = hub
     errors.install(app)
     app.include_router(routes_notifications.intake_router)
     app.include_router(routes_notifications.router)
     app.include_router(routes_ops.dead_router)
     app.include_router(routes_ops.ops_router)
     app.include_router(routes_callbacks.router)
+    app.include_router(routes_feed_stream.router)
+    app.include_router(routes_feed.router)
     app.include_router(routes_addresses.router)
     app.include_router(routes_recipients.router)
     app.include_router(routes_events.router)
     app.include_router(bulk.router)
     app.include_router(dashboard.router)
-    css = _css()
+    css = _static("dashboard.css")
+    inbox_js = _static("kirim-inbox.js")
 
     @app.get("/static/dashboard.css", include_in_schema=False)
     async def stylesheet() -> Response:
@@ -112,11 +127,23 @@ def create_app(
             css, media_type="text/css", headers={"Cache-Control": "public, max-age=3600"}
         )
 
+    @app.get("/static/kirim-inbox.js", include_in_schema=False)
+    async def inbox_element() -> Response:
+        # any page may load the element (a module script needs CORS); it holds no secret
+        return Response(
+            inbox_js,
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=3600", "Access-Control-Allow-Origin": "*"},
+        )
+
     app.openapi = lambda: openapi_document(app)  # type: ignore[method-assign]
     # innermost first: a 500 from Unexpected gets the guard's headers and is logged
     app.add_middleware(Unexpected)
     app.add_middleware(FrameGuard)
     app.add_middleware(AccessLog, svc=svc)
+    origins = kirim.config.inbox.allowed_origins
+    if origins:  # outermost: a preflight is answered before anything else
+        app.add_middleware(FeedCors, origins=origins)
     return app
 
 
@@ -144,6 +171,10 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas.update(event.pop("$defs", {}))
     schemas["NewEvent"] = event
     schemas["AddressIn"] = AddressIn.model_json_schema(ref_template="#/components/schemas/{model}")
+    for model in (FeedMarkIn, FeedTokenIn):
+        schemas[model.__name__] = model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
     schemes = doc["components"].setdefault("securitySchemes", {})
     schemes.setdefault(
         "callbackToken",

@@ -1,5 +1,8 @@
 """Bearer tokens: ``Authorization: Bearer kirim_…`` on every /v1 route.
 
+A feed token (``kfeed_…``, ``kirim.feed_tokens``) is not one of them: it reaches only
+its recipient's feed (``routes_feed``), and any other route answers it 403.
+
 Tokens are verified against the store (their sha256); a verified token is
 remembered for ``ttl`` seconds (1 by default), so a revoked token stops working on
 every server within that time, without a database read per request. The token
@@ -14,6 +17,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from kirim.feed_tokens import is_feed_token
 from kirim.http.errors import ApiError
 from kirim.store.base import ApiToken, Tokens
 from kirim.tokens import hash_token
@@ -74,11 +78,24 @@ def unauthorized(given: bool) -> ApiError:
     )
 
 
+def feed_only() -> ApiError:
+    """A feed token where an operator token is needed."""
+    return ApiError(
+        403,
+        "forbidden",
+        "a feed token reaches only its recipient's feed (/v1/recipients/{id}/feed…); "
+        "this route needs an operator token",
+    )
+
+
 async def authenticate(request: Request, secret: str | None) -> ApiToken:
-    """The token for ``secret``, recorded on the request for the access log; else 401."""
+    """The token for ``secret``, recorded on the request for the access log; else 401
+    (403 for a feed token: it reaches only its recipient's feed, ``routes_feed``)."""
     verifier: TokenVerifier = request.app.state.verifier
     if secret is None:
         raise unauthorized(False)
+    if is_feed_token(secret):
+        raise feed_only()
     token = await verifier.verify(secret)
     if token is None:
         raise unauthorized(True)

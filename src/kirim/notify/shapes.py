@@ -1,5 +1,6 @@
 """The service parts of a type's templates: ``apns``, ``fcm``, ``webpush``, ``slack``
-(JSON) and ``sms`` (text), and the counting of an SMS's segments.
+and the inbox's ``data`` (JSON) and ``sms`` (text), and the counting of an SMS's
+segments.
 
 A JSON part is a JSON document whose strings are templates::
 
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: the parts whose source is a JSON document of templates
-JSON_PARTS = ("apns", "fcm", "webpush", "slack")
+JSON_PARTS = ("apns", "fcm", "webpush", "slack", "data")
 #: the parts whose source is a text template, as subject/title/body are
 TEXT_PARTS = ("sms",)
 #: more segments than this and ``kirim render`` warns (each segment is billed)

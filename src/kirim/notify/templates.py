@@ -46,8 +46,11 @@ from kirim.validation import shown
 
 #: the parts a channel's template may have, in the order a payload lists them: text
 #: parts, and the services' own (``kirim.notify.shapes``: ``sms`` is text, the others
-#: JSON documents of templates)
-PARTS = ("subject", "title", "body", "html", "sms", "apns", "fcm", "webpush", "slack")
+#: JSON documents of templates); ``action_url`` and ``data`` (JSON) are the inbox's
+PARTS = (
+    *("subject", "title", "body", "html", "action_url", "sms"),
+    *("apns", "fcm", "webpush", "slack", "data"),
+)
 #: the name under which kirim's own values (type, channel, locale, recipient) reach a
 #: template; the data may not use it
 RESERVED = "kirim"

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from kirim.inbox import FeedMessage
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
@@ -27,6 +29,10 @@ class Message:
     channel: str
     payload: Any
     attempt: int
+    #: the notification type (``notify_event``; None: ``notify``)
+    type: str | None = None
+    #: the recipient whose delivery it is (``recipient`` is the channel's address)
+    recipient_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +40,9 @@ class Sent:
     """The provider accepted the message."""
 
     provider_message_id: str | None = None
+    #: the in-app inbox's message (``kirim.providers.inbox``): the worker's finish
+    #: writes it into the recipient's feed in the commit that marks the delivery sent
+    feed: FeedMessage | None = None
 
 
 @runtime_checkable

@@ -85,6 +85,7 @@ BUILT_IN: Mapping[str, Entry] = {
     "webpush": Entry(module="kirim.providers.webpush", extra="webpush"),
     "twilio": Entry(module="kirim.providers.twilio"),
     "slack": Entry(module="kirim.providers.slack"),
+    "inbox": Entry(module="kirim.providers.inbox"),  # the in-app feed
 }
 
 

@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from kirim.addresses import Address
 from kirim.clock import Clock
+from kirim.inbox import (
+    FeedAction,
+    FeedCounts,
+    FeedFilter,
+    FeedItem,
+    FeedMark,
+    FeedMessage,
+    FeedPage,
+)
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -36,9 +45,10 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
+    from kirim.store.feed_changes import FeedChanges
     from kirim.store.retention import PruneResult
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 11
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -212,6 +222,9 @@ class Finish:
     refund_attempt: bool = False
     #: why a delivery ends ``suppressed`` (its ``reason`` column)
     reason: str | None = None
+    #: an inbox delivery's message (``kirim.inbox``): written into its recipient's feed
+    #: in this transaction when it leaves the delivery sent, once per key
+    feed: FeedMessage | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,6 +235,9 @@ class FinishResult:
     late_success: bool = False
     #: a late definite failure withdrew an assumption (``logic.reopen``)
     reopened: bool = False
+    #: the id of the feed message this finish wrote (``Finish.feed``; None: none written,
+    #: or it was there already)
+    feed_item: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -511,8 +527,10 @@ class Queue(Protocol):
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]: ...
 
-    async def reap(self, *, now: float) -> list[Reaped]:
-        """Return jobs whose lease expired to the queue (or to the dead letters)."""
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        """Return jobs whose lease expired to the queue (or to the dead letters);
+        ``in_commit``: channels whose effect is written in the finish's own commit, whose
+        uncommitted attempts are no doubt (``transitions.reap``)."""
         ...
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
@@ -797,14 +815,67 @@ class Notifications(Protocol):
 
 
 @runtime_checkable
+class FeedStore(Protocol):
+    """Recipients' feeds, the in-app inbox (``kirim.store.feed``, schema version 10).
+    A message enters a feed only in the finish that marks its delivery sent."""
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        """Up to ``limit`` messages older than ``before``, newest first, with counts."""
+        ...
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        """The recipient's messages not archived that are not seen, and not read."""
+        ...
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        """One message after ``action``, and whether it changed (None: no such one)."""
+        ...
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        """Set ``mark`` on the recipient's messages ``ids`` (None: all); how many changed."""
+        ...
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
+        """Delete one message of the recipient's (its key stays taken); False when
+        there is none such."""
+        ...
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        """Up to ``limit`` rows of the recipient's feed written after number ``after``
+        (schema version 11: ``kirim.store.feed_changes``), with the feed's counts."""
+        ...
+
+    async def feed_head(self, recipient_id: str) -> int:
+        """The number of the recipient's last feed write (0: none)."""
+        ...
+
+    async def feed_last_number(self) -> int:
+        """The last number given to any feed write."""
+        ...
+
+
 @runtime_checkable
 class Prunes(Protocol):
     """A store that prunes its ledger (both drivers)."""
 
     async def prune(
-        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
     ) -> PruneResult:
-        """One batch (one transaction): see ``kirim.store.retention.prune``."""
+        """One batch (one transaction): see ``kirim.store.retention.prune`` (``archived``:
+        also the feed's messages archived that long ago)."""
         ...
 
 
@@ -824,6 +895,7 @@ class Store(
     Recipients,
     Addresses,
     Notifications,
+    FeedStore,
     Prunes,
     Protocol,
 ):

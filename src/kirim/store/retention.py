@@ -51,6 +51,10 @@ The notification layer's tables are pruned in the same rounds, each step bounded
   own cutoff. The tombstone is the one clock: a row that outlives it (the batches are
   bounded apart) finds neither delivery nor tombstone, and the enqueue forgets it
   there: the event is new again, as the key is.
+- **Feed messages** (``kirim_feed``, the in-app inbox): a message goes ``keep`` after it
+  came; an archived or deleted one ``archived`` after that (when ``archived`` is
+  given), if sooner. Never while its delivery has an attempt that may still land (a
+  stalled worker's late commit would find its key free and write it again).
 - **Throttle counters** (``kirim_throttle``): a counter goes once its window ended more
   than ``WINDOW_GRACE`` ago. Nothing counts into a window after its end (the throttle
   takes the window of the enqueue's time or later), so the limit of every window that
@@ -113,6 +117,8 @@ class PruneResult:
     digest_events_expired: int = 0
     #: throttle counters of windows closed (``WINDOW_GRACE`` after their end)
     throttle_expired: int = 0
+    #: feed messages (the in-app inbox) past their keep time, or their archived one
+    feed_items: int = 0
     #: the batch was full: another call may find more (never with ``dry_run``)
     more: bool = False
     dry_run: bool = False
@@ -130,6 +136,7 @@ class PruneResult:
             digest_events=self.digest_events + other.digest_events,
             digest_events_expired=self.digest_events_expired + other.digest_events_expired,
             throttle_expired=self.throttle_expired + other.throttle_expired,
+            feed_items=self.feed_items + other.feed_items,
             more=other.more,
             dry_run=self.dry_run or other.dry_run,
         )
@@ -143,6 +150,7 @@ class PruneResult:
             or self.digest_events
             or self.digest_events_expired
             or self.throttle_expired
+            or self.feed_items
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -158,6 +166,7 @@ class PruneResult:
             "digest_events": self.digest_events,
             "digest_events_expired": self.digest_events_expired,
             "throttle_expired": self.throttle_expired,
+            "feed_items": self.feed_items,
         }
 
 
@@ -202,19 +211,30 @@ def prunable(
 
 
 def prune(
-    given: float, keep: float, keys: float, limit: int = BATCH, dry_run: bool = False
+    given: float,
+    keep: float,
+    keys: float,
+    limit: int = BATCH,
+    dry_run: bool = False,
+    archived: float | None = None,
 ) -> Operation[PruneResult]:
     """Prune up to ``limit`` deliveries finished before ``now - keep`` (with their
     digests), up to ``limit`` of each of: events of pruned digests to empty, pruned
     digests to delete, their events' rows written before ``now - keys``, tombstones
-    written before ``now - keys``, throttle counters of closed windows (``now``: the
-    store's time of record for ``given``). ``dry_run``: count everything that would go
-    now, delete nothing."""
+    written before ``now - keys``, throttle counters of closed windows, feed messages
+    that came before ``now - keep`` or were archived (deleted) before ``now -
+    archived`` (``now``: the store's time of record for ``given``). ``dry_run``: count
+    everything that would go now, delete nothing."""
     if limit < 1:
         raise ValueError(f"limit must be at least 1, not {limit}")
     at = yield TIME
     now = at(given)
     before, forgotten, shut = now - keep, now - keys, now - WINDOW_GRACE
+    feed = {
+        "before": before,
+        "archived_before": before if archived is None else max(before, now - archived),
+        "now": now,
+    }
     (top,) = yield Query("prune_newest")
     held = (top["delivery"], top["job"], top["attempt"])
     newest = sorted({int(v) for v in held if v is not None})
@@ -223,6 +243,7 @@ def prune(
         (found,) = yield Query("prune_count", args)
         (old,) = yield Query("prune_count_tombstones", {"before": forgotten})
         (rest,) = yield Query("prune_count_layer", {"before": forgotten, "closed": shut})
+        (messages,) = yield Query("prune_count_feed", feed)
         return PruneResult(
             deliveries=int(found["deliveries"]),
             jobs=int(found["jobs"] or 0),
@@ -234,6 +255,7 @@ def prune(
             digest_events=int(found["digest_events"] or 0) + int(rest["digest_events"]),
             digest_events_expired=int(rest["digest_events_expired"]),
             throttle_expired=int(rest["throttle_expired"]),
+            feed_items=int(messages["n"]),
             dry_run=True,
         )
     args = {"now": now, "before": before, "newest": newest, "closed": shut, "limit": limit}
@@ -244,14 +266,15 @@ def prune(
         named = sorted(str(r["idempotency_key"]) for r in candidates)
         result = yield from _prune_deliveries(ids, named, now, before, newest, result)
     bounded = {"limit": limit}
-    emptied, digests, events, tombstones, counters = yield (
+    emptied, digests, events, tombstones, counters, messages = yield (
         Query("prune_empty_digest_events", bounded, count=True),
         Query("prune_delete_digests", bounded, count=True),
         Query("prune_expire_digest_events", {"before": forgotten, **bounded}, count=True),
         Query("prune_expire_tombstones", {"before": forgotten, **bounded}, count=True),
         Query("prune_expire_throttle", {"closed": shut, **bounded}, count=True),
+        Query("prune_feed", {**feed, **bounded}, count=True),
     )
-    steps = (emptied, digests, events, tombstones, counters)
+    steps = (emptied, digests, events, tombstones, counters, messages)
     return replace(
         result,
         tombstones_expired=int(tombstones),
@@ -259,6 +282,7 @@ def prune(
         digest_events=int(emptied),
         digest_events_expired=int(events),
         throttle_expired=int(counters),
+        feed_items=int(messages),
         more=result.more or any(n >= limit for n in steps),
     )
 

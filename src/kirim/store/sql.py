@@ -10,16 +10,19 @@ beyond the common part is declared as attributes (``listens``, ``enqueues_in``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from kirim.addresses import Address
 from kirim.errors import StoreError
+from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
 from kirim.preferences import Preferences, TypePolicy
 from kirim.store import (
     addresses,
     digests,
+    feed,
+    feed_changes,
     imports,
     intake,
     rates,
@@ -52,6 +55,7 @@ from kirim.store.base import (
     StoreTime,
     Waiting,
 )
+from kirim.store.feed_changes import FeedChanges
 from kirim.store.sequence import Operation
 
 T = TypeVar("T")
@@ -188,8 +192,8 @@ class SQLStore:
             return []
         return await self._op(transitions.finish(items))
 
-    async def reap(self, *, now: float) -> list[Reaped]:
-        return await self._op(transitions.reap(now))
+    async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
+        return await self._op(transitions.reap(now, in_commit))
 
     async def release(self, leases: Sequence[Lease], *, now: float) -> None:
         if leases:
@@ -364,6 +368,42 @@ class SQLStore:
     async def retired_addresses(self) -> dict[str, int]:
         return await self._read(addresses.retired_addresses())
 
+    # -- recipients' feeds, the in-app inbox (``kirim.store.feed``) -----------------
+
+    async def feed_page(
+        self, recipient_id: str, which: FeedFilter, limit: int, before: int | None
+    ) -> FeedPage:
+        return await self._read(feed.page(recipient_id, which, limit, before), snapshot=True)
+
+    async def feed_counts(self, recipient_id: str) -> FeedCounts:
+        return await self._read(feed.counts(recipient_id))
+
+    async def feed_action(
+        self, recipient_id: str, item_id: int, action: FeedAction, *, now: float
+    ) -> tuple[FeedItem, bool] | None:
+        return await self._op(feed.act(recipient_id, item_id, action, now))
+
+    async def mark_feed(
+        self, recipient_id: str, ids: Sequence[int] | None, mark: FeedMark, *, now: float
+    ) -> int:
+        return await self._op(feed.mark(recipient_id, ids, mark, now))
+
+    async def delete_feed_item(self, recipient_id: str, item_id: int, *, now: float) -> bool:
+        return await self._op(feed.delete(recipient_id, item_id, now))
+
+    # -- the order of the feeds' changes (``kirim.store.feed_changes``) -------------
+
+    async def feed_changes(self, recipient_id: str, after: int, limit: int) -> FeedChanges:
+        return await self._read(
+            feed_changes.changes_after(recipient_id, after, limit), snapshot=True
+        )
+
+    async def feed_head(self, recipient_id: str) -> int:
+        return await self._read(feed_changes.head(recipient_id))
+
+    async def feed_last_number(self) -> int:
+        return await self._read(feed_changes.last_number())
+
     # -- the notification layer: digests and provider request rates -----------------
 
     async def seal_digest(
@@ -386,11 +426,18 @@ class SQLStore:
         return await self.driver.run(imports.import_keys(keys, now, dry_run), write=not dry_run)
 
     async def prune(
-        self, *, now: float, keep: float, keys: float, limit: int = 500, dry_run: bool = False
+        self,
+        *,
+        now: float,
+        keep: float,
+        keys: float,
+        limit: int = 500,
+        dry_run: bool = False,
+        archived: float | None = None,
     ) -> retention.PruneResult:
         """One batch of ``kirim.store.retention.prune``: one transaction (a dry run only
         reads, without the write lock)."""
-        op = retention.prune(now, keep, keys, limit, dry_run)
+        op = retention.prune(now, keep, keys, limit, dry_run, archived)
         return await self.driver.run(op, write=not dry_run)
 
 

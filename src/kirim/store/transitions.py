@@ -15,11 +15,13 @@ writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from kirim import machine
 from kirim.errors import NotSettled
+from kirim.inbox import FeedMessage
 from kirim.keys import new_token
 from kirim.model import (
     CONFIRMED_DELIVERY,
@@ -33,7 +35,7 @@ from kirim.model import (
     JobStatus,
 )
 from kirim.preferences import Preferences, TypePolicy, Verdict
-from kirim.store import rules
+from kirim.store import feed, rules
 from kirim.store.base import (
     AttemptOutcome,
     Callback,
@@ -533,8 +535,29 @@ def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
         plain = it.delivery_id in once and rules.plain(it)
         result = _finish_plain(ledger, it, now) if plain else None
         out.append(result or _finish_one(ledger, it, now))
-    yield ledger.writes()
+    messages = _feed_messages(items, out)
+    if not messages:
+        yield ledger.writes()
+        return out
+    # An inbox delivery's message is written in the commit that marks it sent (once per
+    # recipient and key): no request leaves, so it is never in doubt.
+    *_, written, _ = yield ledger.writes(*feed.insert_rows(messages, at(items[0].now)))
+    written_ids = {(r["recipient_id"], r["idempotency_key"]): int(r["id"]) for r in written}
+    for i, it in enumerate(items):
+        m = it.feed
+        item_id = None if m is None else written_ids.pop((m.recipient_id, m.idempotency_key), None)
+        if item_id is not None:
+            out[i] = replace(out[i], feed_item=item_id)
     return out
+
+
+def _feed_messages(items: Sequence[Finish], results: Sequence[FinishResult]) -> list[FeedMessage]:
+    """The feed messages of the finishes that left their delivery sent, one per key."""
+    found: dict[tuple[str, str], FeedMessage] = {}
+    for it, result in zip(items, results, strict=True):
+        if it.feed is not None and result.delivery_status is DeliveryStatus.SENT:
+            found.setdefault((it.feed.recipient_id, it.feed.idempotency_key), it.feed)
+    return list(found.values())
 
 
 def _once(items: Sequence[Finish]) -> set[int]:
@@ -650,10 +673,12 @@ def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult
 # -- reap and release ------------------------------------------------------------------
 
 
-def reap(given: float) -> Operation[list[Reaped]]:
+def reap(given: float, in_commit: Collection[str] = ()) -> Operation[list[Reaped]]:
     """Jobs whose lease expired go back to the queue (their claims revoked: the holder's
     token stops working), or die on their final attempt (their deliveries parked in
-    doubt if a request may have left, else failed)."""
+    doubt if a request may have left, else failed). ``in_commit``: channels whose
+    effect is written in the finish's own commit (the inbox): an attempt of theirs
+    whose outcome never committed had no effect, so it is no doubt."""
     at = yield TIME
     now = at(given)
     expired = yield Query("expired_jobs", {"now": now})
@@ -683,7 +708,10 @@ def reap(given: float) -> Operation[list[Reaped]]:
                 rules.unleased(job, status=JobStatus.DEAD, last_error=error, updated_at=now)
             )
             if d is not None and holds:
-                ledger.set_delivery(rules.parked(d, bool(ledger.doubtful(d.id)), now))
+                doubt = [
+                    a for a in ledger.doubtful(d.id) if (a.provider or d.channel) not in in_commit
+                ]
+                ledger.set_delivery(rules.parked(d, bool(doubt), now))
         else:
             requeued = True
             ledger.set_job(

@@ -3,8 +3,8 @@
 The ``Worker`` makes the context once and hands it to each of its roles (the
 ``Deliverer``, the ``Heartbeat``, the ``Reaper``, the ``Prepare`` step), as River's
 services share an archetype: the store, the channels, the settings, the worker's id,
-its clocks, its decisions, its counters and observers (log, metrics, spans), and its
-work in flight.
+its clocks, its decisions, its counters and observers (log, metrics, spans, the feed
+listener told of each inbox message written), and its work in flight.
 
 The work in flight has one owner, ``InFlight``: the roles change it only through its
 verbs, so who writes what can be read here.
@@ -36,7 +36,10 @@ from kirim.worker.stats import WorkerStats
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
 
-__all__ = ["InFlight", "WorkerContext"]
+__all__ = ["FeedListener", "InFlight", "WorkerContext"]
+
+#: told of each feed change a commit made: (recipient id, kind, feed item id)
+FeedListener = Callable[[str, str, int], None]
 
 
 class InFlight:
@@ -125,3 +128,6 @@ class WorkerContext:
     #: the tracing spans (``kirim.observe.tracing.NO_SPANS`` when tracing is off)
     spans: Spans
     in_flight: InFlight
+    #: called with (recipient id, "new", item id) after a commit that wrote an inbox
+    #: message into a feed (``Kirim.on_feed_change``); None: nobody is told
+    on_feed: FeedListener | None = None

@@ -182,6 +182,9 @@ class Decisions:
     settings: WorkerSettings
     clock: Clock
     rng: random.Random
+    #: the channels whose effect is written in the finish's own commit (``Channel.
+    #: in_commit``): an earlier attempt on one of them that never committed had none
+    in_commit: frozenset[str] = frozenset()
 
     def after_request(
         self,
@@ -404,7 +407,8 @@ class Decisions:
         (or ``exhausted`` says so), else failed."""
         job = claim.job
         if job.attempts >= job.max_attempts:
-            doubtful = bool(claim.doubtful) or (
+            home = claim.delivery.channel
+            doubtful = any((a.provider or home) not in self.in_commit for a in claim.doubtful) or (
                 outcome is not None and outcome.status is AttemptStatus.UNKNOWN
             )
             if exhausted is DeliveryStatus.IN_DOUBT or doubtful:

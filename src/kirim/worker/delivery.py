@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kirim.channels import Channel
@@ -119,6 +120,7 @@ class Deliverer:
         it cannot tell whether it is a digest to seal, nor check its recipient's
         preferences."""
         self.channels = context.channels
+        self._on_feed = context.on_feed
         self.settings = context.settings
         self.worker_id = context.worker_id
         self.clock = context.clock
@@ -381,6 +383,8 @@ class Deliverer:
             channel=d.channel,
             payload=d.payload,
             attempt=claim.job.attempts,
+            type=d.type,
+            recipient_id=d.recipient_id,
         )
 
     async def _request(
@@ -424,6 +428,8 @@ class Deliverer:
             completed_at=self.clock.now(),
         )
         finish = self.decide.after_request(claim, channel, outcome, error, chain)
+        if sent is not None and sent.feed is not None:  # the inbox: written in this commit
+            finish = replace(finish, feed=sent.feed)
         await self._commit(log, claim, finish, answered=answered)
         if isinstance(error, DeadAddress):  # the service says the token is gone
             await self._retire_dead_address(log, channel, error)
@@ -495,6 +501,10 @@ class Deliverer:
         if self.metrics is not None:
             _measure(self.metrics, claim, finish, result, answered)
         self.spans.committed(result)
+        if result.feed_item is not None and finish.feed is not None:
+            log.info("feed_written", feed_item=result.feed_item)
+            if self._on_feed is not None:
+                self._on_feed(finish.feed.recipient_id, "new", result.feed_item)
         if result.committed:
             self.stats.count(result.delivery_status, result.job_status, finish)
         elif result.late_success:

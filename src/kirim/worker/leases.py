@@ -87,7 +87,10 @@ class Reaper:
 
     def __init__(self, context: WorkerContext) -> None:
         """The context's monotonic clock (its clock's, when it has one: the explorer's
-        virtual time) paces the gauges and the prunes."""
+        virtual time) paces the gauges and the prunes. The channels whose effect is
+        written in the finish's own commit (the inbox, ``Decisions.in_commit``): the
+        store does not count their uncommitted attempts as doubt."""
+        self.in_commit = context.decide.in_commit
         self.store = context.store
         self.clock = context.clock
         self.settings = context.settings
@@ -133,7 +136,7 @@ class Reaper:
     async def reap(self) -> int:
         """Return the jobs whose lease expired to the queue (or the dead letters)."""
         try:
-            reaped = await self.store.reap(now=self.clock.now())
+            reaped = await self.store.reap(now=self.clock.now(), in_commit=self.in_commit)
         except StoreError as exc:
             self.log.error("reap_failed", error=str(exc))
             return 0
@@ -185,7 +188,10 @@ class Reaper:
         try:
             for _ in range(PRUNE_BATCHES):
                 done = await store.prune(
-                    now=self.clock.now(), keep=keep, keys=self.settings.retention_keys
+                    now=self.clock.now(),
+                    keep=keep,
+                    keys=self.settings.retention_keys,
+                    archived=self.settings.retention_archived,
                 )
                 total += done
                 if not done.more or not done.removed_anything:

@@ -36,7 +36,7 @@ from kirim.store.base import Claim, QueueStats, WaitsForJobs, WorkerStore
 from kirim.store.retention import PruneResult
 from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
-from kirim.worker.context import InFlight, WorkerContext
+from kirim.worker.context import FeedListener, InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer
 from kirim.worker.leases import Heartbeat, Reaper
@@ -70,6 +70,7 @@ class Worker:
         tracer: tracing.Tracer | None = None,
         policies: Mapping[str, TypePolicy] | None = None,
         digests: Mapping[str, Compose] | None = None,
+        on_feed: FeedListener | None = None,
     ) -> None:
         """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
         global OpenTelemetry SDK provider when one is set, else none (the worker's spans
@@ -77,7 +78,9 @@ class Worker:
         types (name -> ``TypePolicy``) whose deliveries the claim checks again against
         their recipients' preferences (a preference changed since the enqueue wins).
         ``digests``: the digest types (name -> compose function, ``kirim.store.base.
-        Compose``), whose deliveries are sealed before they are sent."""
+        Compose``), whose deliveries are sealed before they are sent. ``on_feed``: told
+        of each inbox message a commit wrote (``Kirim.on_feed_change``)."""
+        self._on_feed = on_feed
         self.store = store
         self.channels = dict(channels)
         self.policies = dict(policies or {})
@@ -91,7 +94,11 @@ class Worker:
         self.metrics = metrics
         #: the OpenTelemetry tracer; None: tracing is off
         self._tracer = tracer if tracer is not None else tracing.default_tracer()
-        self.decide = Decisions(settings=self.settings, clock=self.clock, rng=self.rng)
+        #: the channels whose effect is written in the finish's commit (the inbox)
+        self.in_commit = frozenset(n for n, c in self.channels.items() if c.in_commit)
+        self.decide = Decisions(
+            settings=self.settings, clock=self.clock, rng=self.rng, in_commit=self.in_commit
+        )
         self._tasks: dict[int, asyncio.Task[None]] = {}
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
@@ -114,6 +121,7 @@ class Worker:
             metrics=self.metrics,
             spans=tracing.spans_for(self._tracer),
             in_flight=InFlight(),
+            on_feed=self._on_feed,
         )
         self._deliverer = Deliverer(
             self.context,

@@ -32,6 +32,9 @@ RULES: Mapping[str, Number] = {
         minimum=0, above=True, maximum=100 * 365 * DAY, unit=_SECONDS, optional=True
     ),
     "retention_keys": Number(minimum=0, maximum=100 * 365 * DAY, unit=_SECONDS),
+    "retention_archived": Number(
+        minimum=0, above=True, maximum=100 * 365 * DAY, unit=_SECONDS, optional=True
+    ),
 }
 
 
@@ -63,6 +66,9 @@ class WorkerSettings:
     retention_keep: float | None = None
     #: ``[retention] keys``: how long a pruned delivery's key is still refused a new one
     retention_keys: float = 365 * DAY
+    #: ``[retention] archived``: an archived (or deleted) feed message goes this long
+    #: after it was archived (None: with the others, ``keep`` after it came)
+    retention_archived: float | None = None
 
     def __post_init__(self) -> None:
         """Raise ``BadValue`` (a ``ConfigError`` and a ``ValueError``) naming the setting."""

@@ -38,6 +38,11 @@ class PostgresStore(SQLStore):
         return self.driver.wakeups
 
     @property
+    def listen_conninfo(self) -> str:
+        """Where a LISTEN goes (``listen_url``, else ``url``)."""
+        return self.driver.listen_conninfo
+
+    @property
     def ledger(self) -> LedgerWatch:
         """The intents committed lately, checked after a lost connection."""
         return self.driver.ledger

@@ -173,6 +173,11 @@ class PostgresDriver:
         #: the intents committed lately, checked after a lost connection (``ledger``)
         self.ledger = LedgerWatch()
 
+    @property
+    def listen_conninfo(self) -> str:
+        """Where a LISTEN goes (``listen_url``, else ``url``)."""
+        return self._listen_conninfo
+
     async def open(self) -> None:
         """Connect (one attempt first, so that a missing server or database is one
         ``ConfigError`` within the URL's ``connect_timeout``, else ``timeout``), then

@@ -278,5 +278,17 @@ def _reload_schema(conn: sqlite3.Connection) -> None:
 
 
 def _statements(sql: str) -> list[str]:
+    """The statements of a migration, in order: split at each ``;`` that ends one (a
+    trigger's ``BEGIN … END;`` stays whole)."""
     lines = [line for line in sql.splitlines() if not line.strip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out: list[str] = []
+    pending = ""
+    for part in "\n".join(lines).split(";"):
+        pending += part + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip().removesuffix(";").strip())
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending.strip().removesuffix(";").strip())
+    return out

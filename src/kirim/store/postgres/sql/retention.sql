@@ -190,3 +190,29 @@ WHERE key_hash IN (SELECT key_hash FROM kirim_key_tombstones
                    ORDER BY pruned_at
                    LIMIT %(limit)s
                    FOR UPDATE SKIP LOCKED);
+
+-- name: prune_feed
+-- Up to %(limit)s feed messages (the in-app inbox) that came before %(before)s, or were
+-- archived or deleted before %(archived_before)s, oldest first (skipping those locked);
+-- never one whose delivery has an attempt that may still land (its late commit would
+-- write it again).
+DELETE FROM kirim_feed
+WHERE id IN (SELECT f.id FROM kirim_feed f
+             WHERE (f.created_at < %(before)s::float8
+                    OR coalesce(f.archived_at, f.deleted_at) < %(archived_before)s::float8)
+               AND NOT EXISTS (
+                   SELECT 1 FROM kirim_attempts a
+                   WHERE a.delivery_id = f.delivery_id AND a.status IN ('requested', 'unknown')
+                     AND (a.settles_at IS NULL OR a.settles_at > %(now)s::float8))
+             ORDER BY f.id LIMIT %(limit)s
+             FOR UPDATE SKIP LOCKED);
+
+-- name: prune_count_feed
+-- A dry run: the feed messages prune_feed would delete.
+SELECT COUNT(*) AS n FROM kirim_feed f
+WHERE (f.created_at < %(before)s::float8
+       OR coalesce(f.archived_at, f.deleted_at) < %(archived_before)s::float8)
+  AND NOT EXISTS (
+      SELECT 1 FROM kirim_attempts a
+      WHERE a.delivery_id = f.delivery_id AND a.status IN ('requested', 'unknown')
+        AND (a.settles_at IS NULL OR a.settles_at > %(now)s::float8));

@@ -1,0 +1,17 @@
+-- The order of the feeds' changes (kirim.store.feed_changes), SQLite: the numbers the
+-- triggers of 0011_feed_changes.sql give every feed write.
+
+-- name: feed_changes
+-- The rows of a recipient's feed written after a number, in the order of their last write.
+SELECT * FROM kirim_feed
+WHERE recipient_id = :recipient_id AND changed_seq > :after
+ORDER BY changed_seq
+LIMIT :limit;
+
+-- name: feed_head
+-- The number of a recipient's last feed write.
+SELECT max(changed_seq) AS head FROM kirim_feed WHERE recipient_id = :recipient_id;
+
+-- name: feed_last_number
+-- The last number given to any feed write.
+SELECT n AS head FROM kirim_feed_seq;

@@ -1,0 +1,100 @@
+"""Retention of the in-app inbox on both backends: a feed message goes ``keep`` after
+it came, an archived (or deleted) one ``archived`` after it was archived, never while
+its delivery has an attempt that may still land; the prune report (and its dry run)
+counts them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.providers.inbox import InboxProvider
+from kirim.testing import Checkpoints, ManualClock
+from kirim.worker import WorkerSettings
+
+DAY = 86_400.0
+KEEP, ARCHIVED, KEYS = 30 * DAY, 7 * DAY, 365 * DAY
+SETTINGS = WorkerSettings(lease=30.0)
+
+
+@pytest.fixture
+async def app(database_url: str, clock: ManualClock) -> AsyncIterator[Kirim]:
+    channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+    kirim = Kirim(Config(database=database_url), channels=channels, clock=clock)
+    await kirim.open(migrate=True)
+    yield kirim
+    await kirim.close()
+
+
+async def drain(app: Kirim) -> None:
+    worker = app.worker(settings=SETTINGS)
+    while await worker.run_once():
+        pass
+
+
+async def prune(app: Kirim, *, dry_run: bool = False, archived: float = ARCHIVED) -> int:
+    done = await app.store.prune(
+        now=app.clock.now(), keep=KEEP, keys=KEYS, archived=archived, dry_run=dry_run
+    )
+    assert done.as_dict()["feed_items"] == done.feed_items
+    return done.feed_items
+
+
+async def ids(app: Kirim) -> list[int]:
+    return [i.id for i in (await app.feed("u1", filter="all")).items]
+
+
+async def test_archived_go_after_their_keep_the_others_after_keep(
+    app: Kirim, clock: ManualClock
+) -> None:
+    """Of three messages, the archived one goes ARCHIVED after its archiving, the
+    deleted one likewise, the plain one only KEEP after it came; a dry run counts
+    first and deletes nothing."""
+    for i in range(3):
+        await app.notify(f"e-{i}", "u1", "inbox", {"title": f"t{i}"})
+    await drain(app)
+    plain, archived, deleted = sorted(await ids(app))
+    await app.feed_action("u1", archived, "archive")
+    await app.delete_feed_item("u1", deleted)
+    clock.advance(ARCHIVED - 1)
+    assert await prune(app) == 0
+    clock.advance(2)
+    assert await prune(app, dry_run=True) == 2
+    assert sorted(await ids(app)) == [plain, archived]
+    assert await prune(app) == 2
+    assert await ids(app) == [plain]
+    clock.advance(KEEP)
+    assert await prune(app) == 1
+    assert await ids(app) == []
+
+
+async def test_a_message_whose_delivery_may_still_land_stays(
+    app: Kirim, clock: ManualClock
+) -> None:
+    """While a stalled worker's attempt of the delivery may still land, its message
+    stays past its keep time (its late commit must find the key taken); once that
+    attempt is answered, it goes."""
+    await app.notify("e-9", "u1", "inbox", {"title": "late"})
+    cp = Checkpoints()
+    late = cp.pause("before_commit", worker_id="A")
+    task = asyncio.create_task(
+        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+    )
+    await late.reached()
+    clock.advance(31)
+    await drain(app)
+    [item] = await ids(app)
+    await app.delete_feed_item("u1", item)
+    clock.advance(11)  # past its keep (10 s), not past the stalled attempt's settling
+    _, _, attempts = await app.get(1)
+    assert any(a.status.in_doubt and a.settles_at > clock.now() for a in attempts)
+    assert await prune(app, archived=10) == 0
+    late.release()
+    await task
+    assert await prune(app, archived=10) == 1
+    assert await ids(app) == []
