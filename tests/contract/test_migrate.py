@@ -239,3 +239,15 @@ def test_the_upgrading_guide_lists_every_migration_as_its_file_says() -> None:
     rows = [line.split("|")[1:4] for line in doc.splitlines() if line.startswith("| ")]
     table = {cells[1].strip().strip("`"): cells[2].strip() for cells in rows[1:]}
     assert table == {m.name: str(m.older_workers) for m in all_of("sqlite")}
+
+
+def test_the_upgrading_guide_names_this_kirims_schema_version() -> None:
+    """docs/upgrading.md's "(N for this one)", its refusal example and its --check
+    example name the schema version this kirim knows (they said 7 for two releases)."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    assert f"({SCHEMA_VERSION} for this one)" in doc
+    assert f"knows only up to {SCHEMA_VERSION}:" in doc
+    assert re.findall(r"knows up to version (\d+)", doc) == [str(SCHEMA_VERSION)]
