@@ -136,6 +136,32 @@ def test_suppressed_unsent_catches_a_suppressed_delivery_that_was_received() -> 
     assert "suppressed_unsent" in names(ledger, doctored)
 
 
+def test_suppressed_unsent_judges_by_what_the_provider_acted_on() -> None:
+    """A request the provider acted on (even one that bounced) violates suppressed_unsent;
+    one it answered 503 without acting (effect none, its attempt a definite failure)
+    does not (seed 6011's false alarm)."""
+    _, ledger, truth = find(lambda lg, _t: any(d["status"] == "suppressed" for d in lg.deliveries))
+    d = next(d for d in ledger.deliveries if d["status"] == "suppressed")
+
+    def with_request(effect_at: float | None, outcome: str) -> Any:
+        doctored = copy.deepcopy(truth)
+        doctored.requests.append(
+            Request(
+                key=d["idempotency_key"],
+                request_id="req-doctored",
+                caller="A",
+                sent_at=1.0,
+                outcome=outcome,
+                effect_at=effect_at,
+                answer_at=1.2,
+            )
+        )
+        return doctored
+
+    assert "suppressed_unsent" in names(ledger, with_request(1.1, "accepted"))
+    assert "suppressed_unsent" not in names(ledger, with_request(None, "503"))
+
+
 def test_digest_once_catches_an_event_left_out_of_its_sealed_digest() -> None:
     """A sealed digest payload that lacks one of its events violates digest_once."""
     _, ledger, truth = find(lambda lg, _t: any(g["sealed_at"] is not None for g in lg.digests))

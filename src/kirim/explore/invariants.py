@@ -366,7 +366,13 @@ def _suppressed(
             continue
         did, key = d["id"], d["idempotency_key"]
         got = truth.epochs(key, did)[-1]
-        landed = [r for r in _requests_of(truth, key, did) if r.outcome not in REFUSED]
+        # what the provider acted on (at the end of the run every request's effect is
+        # known); kirim's own uncertainty is open_ below
+        landed = [
+            r
+            for r in _requests_of(truth, key, did)
+            if r.outcome not in REFUSED and r.effect_at is not None
+        ]
         since = d["released_at"] or 0.0
         open_ = [
             a["status"]
