@@ -27,7 +27,7 @@ from kirim.addresses import Address
 from kirim.channels import Channel
 from kirim.engine import Kirim
 from kirim.errors import KirimError, NotSettled
-from kirim.explore.loop import Host
+from kirim.explore.loop import WORKER_NAMES, Host
 from kirim.explore.provider import CallbackRecord, GroundTruth, ProviderModel
 from kirim.explore.trace import Trace
 from kirim.explore.world import ChannelPlan, World
@@ -127,6 +127,9 @@ class Full:
                 meaning_400=c.meaning_400,
                 classes=c.classes(),
                 horizon=horizon,
+                horizons={
+                    WORKER_NAMES[i]: p.settings.request_timeout for i, p in enumerate(world.workers)
+                },
                 post=self.post if c.callbacks else None,
                 callback_key=c.callback_key,
                 callback_host=self.http,

@@ -46,6 +46,8 @@ from kirim.explore.policy import Policy
 T = TypeVar("T")
 #: epoch seconds at virtual time 0 (the hosts' clocks and the store's time of record)
 BASE = 1_800_000_000.0
+#: the worker hosts' labels, in order (a world's workers by index)
+WORKER_NAMES = ("A", "B", "C")
 
 
 @dataclass(eq=False, slots=True)

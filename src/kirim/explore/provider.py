@@ -220,6 +220,7 @@ class ProviderModel:
         meaning_400: str = "permanent",
         classes: dict[str, list[int]] | None = None,
         horizon: float | None = None,
+        horizons: dict[str, float] | None = None,
         post: Any = None,
         callback_key: bool = False,
         callback_host: Host | None = None,
@@ -229,7 +230,9 @@ class ProviderModel:
         address_kind: str | None = None,
     ) -> None:
         """``timeout``: the client's own (None: the worker cuts the call off at its
-        ``request_timeout``; ``horizon`` is then how long answers may take).
+        ``request_timeout``; ``horizon`` is then how long answers may take, and
+        ``horizons`` the request timeout of each worker by its host's label: a request
+        acts within its own sender's timeout, which kirim's settled attempts assume).
         ``meaning_503`` None: the one-channel model (a 503 never acts, and is
         ambiguous). ``post``: ``async post(CallbackRecord)``, kirim's callback
         endpoint (None: no callbacks). ``collapse``: the device replaces a notification
@@ -254,6 +257,7 @@ class ProviderModel:
         self.meaning_400 = meaning_400
         self._classes = status_classes(**(classes or {}))
         self.horizon = float(timeout if timeout is not None else (horizon or 25.0))
+        self._horizons = {} if timeout is not None else dict(horizons or {})
         self.post = post
         self.callback_key = callback_key
         self._callback_context = host_context(callback_host) if callback_host else None
@@ -272,7 +276,10 @@ class ProviderModel:
         self._copies = 0
         self._serving: set[asyncio.Task[None]] = set()
 
-    def _draw(self, key: str, now: float, recipient: str = "") -> tuple[str, float | None, float]:
+    def _draw(
+        self, key: str, now: float, recipient: str = "", caller: str = ""
+    ) -> tuple[str, float | None, float]:
+        horizon = self._horizons.get(caller, self.horizon)
         n = self._sent[key]
         self._sent[key] += 1
         rng = random.Random(f"provider:{self.seed}:{self.name}{key}:{n}")
@@ -297,8 +304,8 @@ class ProviderModel:
                 outcome = Fate.IN_PROGRESS.value
         slow = outcome != Fate.REFUSED and rng.random() < 0.25
         if slow:
-            first = rng.uniform(0.3 * self.lease, 0.95 * self.horizon)
-            answer = first + rng.uniform(0.0, 0.6 * self.horizon)
+            first = rng.uniform(0.3 * self.lease, 0.95 * horizon)
+            answer = first + rng.uniform(0.0, 0.6 * horizon)
         else:
             first = rng.uniform(0.01, 0.5)
             answer = first + rng.uniform(0.01, 0.3)
@@ -318,12 +325,15 @@ class ProviderModel:
     async def send(self, message: Message) -> Sent:
         loop = asyncio.get_running_loop()
         now = loop.time()
-        outcome, effect_at, answer_at = self._draw(message.idempotency_key, now, message.recipient)
         current = HOST.get()
+        caller = "-" if current is None else current.label
+        outcome, effect_at, answer_at = self._draw(
+            message.idempotency_key, now, message.recipient, caller
+        )
         request = Request(
             key=message.idempotency_key,
             request_id=message.provider_request_id,
-            caller="-" if current is None else current.label,
+            caller=caller,
             sent_at=now,
             outcome=outcome,
             effect_at=effect_at,

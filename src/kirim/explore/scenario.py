@@ -39,7 +39,14 @@ from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
 from kirim.explore.invariants import Ledger, Violation, check, verdicts
-from kirim.explore.loop import BASE, DeterministicLoop, Host, StepLimit, host_context
+from kirim.explore.loop import (
+    BASE,
+    WORKER_NAMES,
+    DeterministicLoop,
+    Host,
+    StepLimit,
+    host_context,
+)
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
@@ -49,7 +56,6 @@ from kirim.model import OnUnknown
 from kirim.providers.base import Reconcilable
 from kirim.worker import WorkerSettings
 
-WORKER_NAMES = ("A", "B", "C")
 #: what the driver does: plain ``notify`` calls, or events of notification types
 WORKLOADS = ("notify", "events", "full")
 #: the full workload: a job due later than this after everything else settled waits
