@@ -146,12 +146,21 @@ def second_copy_possible(record: Record, channels: Mapping[str, Channel], *, now
     """Whether retrying this dead letter now may give its user a second copy: an earlier
     request may have reached a provider, the retry will not ask it first
     (``asks_first``), and no provider key will deduplicate the resend (an idempotent
-    provider dedupes it while its dedup window lasts)."""
+    provider dedupes it while its dedup window lasts; a fallback of the route, which
+    the retry starts over, has another provider, which dedupes nothing of the first's:
+    explorer seed 8130)."""
     found = doubtful(record)
     if not found or asks_first(record, channels):
         return False
+    home = channels.get(record.delivery.channel)
+    # the retry starts the delivery's route over: any channel of it but the one that
+    # may have the message would carry a second copy, whatever that one's key
+    route = set(home.chain) if home is not None else {record.delivery.channel}
     for a in found:
-        channel = channels.get(a.provider or record.delivery.channel)
+        provider = a.provider or record.delivery.channel
+        if route - {provider}:
+            return True
+        channel = channels.get(provider)
         if channel is None or not channel.idempotent:
             return True
         window = channel.dedup_window

@@ -90,6 +90,13 @@ def _copies(app: Kirim, record: Record, now: float) -> Effect:
                 text=f"may arrive twice: {why}, and {d.channel} is not configured here",
                 twice=True,
             )
+        others = [c for c in channels[d.channel].chain if c != d.channel]
+        if others:
+            return Effect(
+                text=f"may arrive twice: {why}, and the retry may go on to "
+                f"{', '.join(others)}, whose provider has no copy of it to deduplicate",
+                twice=True,
+            )
         return Effect(
             text=f"may arrive twice: {why}, and neither a lookup nor {d.channel}'s "
             "idempotency key keeps the resend from being a second message",
