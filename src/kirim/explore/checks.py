@@ -176,7 +176,31 @@ def verdict(world: World, d: dict[str, Any], prefs: Preferences | None, at: floa
     return None
 
 
-def _claims_of(ledger: Ledger) -> dict[int, list[float]]:
+def claim_verdict(
+    world: World,
+    full: FullTruth,
+    claims: dict[int, list[float]],
+    d: dict[str, Any],
+    a: dict[str, Any],
+) -> tuple[float, str] | None:
+    """The claim attempt ``a`` of delivery ``d`` was made under (the last before its
+    request) and why the recipient's preferences, known for certain then, said it must
+    not go; None when they let it go (or ``d`` has no type and recipient)."""
+    if d["type"] is None or d["recipient_id"] is None:
+        return None
+    before = [t for t in claims.get(a["job_id"], []) if t <= a["requested_at"] + EPS]
+    if not before:
+        return None
+    at = before[-1]
+    certain, prefs = prefs_at(full.prefs, d["recipient_id"], at - world.base)
+    if not certain:
+        return None
+    why = verdict(world, d, prefs, at)
+    return None if why is None else (at, why)
+
+
+def claims_of(ledger: Ledger) -> dict[int, list[float]]:
+    """The times each job was leased (the claim audit), in order."""
     out: dict[int, list[float]] = {}
     for c in ledger.claims or ():
         out.setdefault(c["job_id"], []).append(float(c["at"]))
@@ -188,24 +212,18 @@ def _preferences(
 ) -> list[Violation]:
     if ledger.claims is None:
         return []
-    claims = _claims_of(ledger)
+    claims = claims_of(ledger)
     rows = {a["provider_request_id"]: a for a in ledger.attempts}
     by_key = {d["idempotency_key"]: d for d in ledger.deliveries}
     out = []
     for r in truth.requests:
         d = by_key.get(r.key)
         a = rows.get(r.request_id)
-        if d is None or a is None or d["type"] is None or d["recipient_id"] is None:
+        if d is None or a is None:
             continue
-        before = [t for t in claims.get(a["job_id"], []) if t <= a["requested_at"] + EPS]
-        if not before:
-            continue
-        at = before[-1]
-        certain, prefs = prefs_at(full.prefs, d["recipient_id"], at - world.base)
-        if not certain:
-            continue
-        why = verdict(world, d, prefs, at)
-        if why is not None:
+        found = claim_verdict(world, full, claims, d, a)
+        if found is not None:
+            at, why = found
             out.append(
                 Violation(
                     name="preferences_honoured",

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from kirim.explore.checks import prefs_at, verdict
+from kirim.explore.checks import claim_verdict, claims_of
 from kirim.explore.full import FullTruth
 from kirim.explore.invariants import Ledger, Violation
 from kirim.explore.provider import Copy, GroundTruth
@@ -116,9 +116,7 @@ def check_feed_preferences(ledger: Ledger, full: FullTruth, world: World) -> lis
     boxes = _boxes(world)
     if ledger.claims is None or not boxes or not ledger.feed_writes:
         return []
-    claims: dict[int, list[float]] = {}
-    for c in ledger.claims:
-        claims.setdefault(c["job_id"], []).append(float(c["at"]))
+    claims = claims_of(ledger)
     by_id = {d["id"]: d for d in ledger.deliveries}
     written = {w["delivery_id"] for w in ledger.feed_writes}
     out = []
@@ -128,17 +126,9 @@ def check_feed_preferences(ledger: Ledger, full: FullTruth, world: World) -> lis
             continue
         if (a.get("provider") or d["channel"]) not in boxes:
             continue
-        if d["type"] is None or d["recipient_id"] is None:
-            continue
-        before = sorted(t for t in claims.get(a["job_id"], []) if t <= a["requested_at"] + 1e-6)
-        if not before:
-            continue
-        at = before[-1]
-        certain, prefs = prefs_at(full.prefs, d["recipient_id"], at - world.base)
-        if not certain:
-            continue
-        why = verdict(world, d, prefs, at)
-        if why is not None:
+        found = claim_verdict(world, full, claims, d, a)
+        if found is not None:
+            at, why = found
             out.append(
                 Violation(
                     name="preferences_honoured",
