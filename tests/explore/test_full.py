@@ -389,3 +389,21 @@ def test_mutation_an_edge_missing_from_the_table_is_caught(
     assert first_violation("known_edges", range(20)) is not None
     assert edges_known.unknown
     edges_known.unknown.clear()
+
+
+def test_prefs_in_force_tell_two_writes_of_one_instant_apart() -> None:
+    """Virtual time can stand still over two preference writes (seed 9384: an opt-out,
+    then its deletion, both at t=49.000): the one that returned last is in force; two
+    that were under way together leave the check uncertain."""
+    from kirim.explore.checks import prefs_at
+    from kirim.explore.full import PrefsRecord
+    from kirim.preferences import Preferences
+
+    off = Preferences(recipient_id="u1", opt_out=True)
+    first = PrefsRecord("u1", off, started=49.0, committed=49.0, begun=1, ended=2)
+    then = PrefsRecord("u1", None, started=49.0, committed=49.0, begun=3, ended=4)
+    assert prefs_at([first, then], "u1", 49.3) == (True, None)
+    assert prefs_at([then, first], "u1", 49.3) == (True, None)
+    together = PrefsRecord("u1", None, started=49.0, committed=49.0, begun=1, ended=4)
+    first.begun, first.ended = 2, 3
+    assert prefs_at([first, together], "u1", 49.3) == (False, None)

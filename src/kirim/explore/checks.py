@@ -140,7 +140,8 @@ def prefs_at(
     records: Sequence[PrefsRecord], recipient: str, at: float
 ) -> tuple[bool, Preferences | None]:
     """(certain, the preferences in force at virtual time ``at``): the last change that
-    had committed before ``at``; not certain while another one was under way."""
+    had committed before ``at``; not certain while another one was under way, nor when
+    the last two were under way together."""
     mine = [r for r in records if r.recipient == recipient]
     if any(
         r.started <= at + EPS and (r.committed is None or r.committed >= at - EPS) for r in mine
@@ -149,7 +150,17 @@ def prefs_at(
     done = [r for r in mine if r.committed is not None and r.committed < at - EPS]
     if not done:
         return True, None
-    return True, max(done, key=lambda r: r.committed or 0.0).prefs
+    # the last to return in the driver's own order: virtual time can stand still over
+    # several writes (seed 9384: an opt-out, then its deletion, both at t=49.000)
+    last = max(done, key=lambda r: r.ended or 0)
+    overlapped = [
+        r
+        for r in done
+        if r is not last and r.begun < (last.ended or 0) and last.begun < (r.ended or 0)
+    ]
+    if any(r.prefs != last.prefs for r in overlapped):
+        return False, None  # two writes under way together: which committed last is unknown
+    return True, last.prefs
 
 
 def verdict(world: World, d: dict[str, Any], prefs: Preferences | None, at: float) -> str | None:

@@ -55,6 +55,10 @@ class PrefsRecord:
     prefs: Preferences | None
     started: float
     committed: float | None = None
+    #: the order of the driver's steps (``FullTruth.tick``) when the write began and
+    #: when it returned: two writes in one virtual instant are told apart by these
+    begun: int = 0
+    ended: int | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +91,12 @@ class FullTruth:
     probes: list[ProbeRecord] = field(default_factory=list)
     #: every recipient's addresses at the end (retired ones marked)
     addresses: list[Address] = field(default_factory=list)
+    ticks: int = 0
+
+    def tick(self) -> int:
+        """The next step of the driver's own order (virtual time can stand still)."""
+        self.ticks += 1
+        return self.ticks
 
 
 class Full:
@@ -253,13 +263,16 @@ class Full:
         self.trace.add(f"send {send.event_id} {send.type or send.channel} {shown}", host="S")
 
     async def _prefs(self, app: Kirim, recipient: str, prefs: Preferences | None) -> None:
-        record = PrefsRecord(recipient=recipient, prefs=prefs, started=self.time())
+        record = PrefsRecord(
+            recipient=recipient, prefs=prefs, started=self.time(), begun=self.full.tick()
+        )
         self.full.prefs.append(record)
         if prefs is None:
             await app.delete_preferences(recipient)
         else:
             await app.set_preferences(prefs)
         record.committed = self.time()
+        record.ended = self.full.tick()
         shown = "deleted" if prefs is None else _shown(prefs)
         self.trace.add(f"prefs {recipient} {shown}", host="S")
 
