@@ -563,6 +563,41 @@ async def test_a_late_refusal_with_no_fallback_left_fails_without_a_request(
     assert a.received(n.idempotency_key) == 1
 
 
+async def test_a_refusal_after_a_doubt_that_vanished_meanwhile_fails_over(open_app, clock) -> None:
+    """A's request is refused for good but A stalls before its commit; B takes over, and
+    resends with the same key (the channel is idempotent): refused too. A's late refusal
+    is recorded while B's request is out, so at B's commit no request may have arrived:
+    the delivery fails over to the fallback, as a refusal without doubt does (explorer
+    seed 8993: on main it failed with attempts and a fallback left)."""
+    a = FlakyProvider(idempotent=True, script=["permanent", "permanent"])
+    b = FlakyProvider()
+    channels = {
+        "push": Channel(name="push", provider=a, fallback=("backup",)),
+        "backup": Channel(name="backup", provider=b),
+    }
+    app = await open_app(channels, direct=True)
+    n = await app.notify("e", "u", "push", {})
+    cp = Checkpoints()
+    late_a = cp.pause("after_provider_response", worker_id="A")
+    late_b = cp.pause("after_provider_response", worker_id="B")
+    wa = app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp)
+    wb = app.worker(settings=SETTINGS, worker_id="B", checkpoints=cp)
+    task_a = asyncio.create_task(wa.run_once())
+    await late_a.reached()
+    clock.advance(LEASE + 1)
+    task_b = asyncio.create_task(wb.run_once())  # takes over: A's request is in doubt
+    await late_b.reached()
+    late_a.release()
+    await task_a  # A's refusal, late: recorded, the doubt is gone
+    late_b.release()
+    await task_b
+    await run(app, wb, clock, n.delivery_id, 4)
+    record = await app.get(n.delivery_id)
+    assert record.delivery.status is DeliveryStatus.SENT
+    assert providers(list(record.attempts)) == ["push", "push", "backup"]
+    assert b.effective(n.idempotency_key) == 1
+
+
 def test_the_engine_refuses_a_fallback_of_another_kind_of_address() -> None:
     """Channels given to Kirim are held to the rule of the configuration's loader."""
     from kirim.channels import Channel

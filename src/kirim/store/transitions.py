@@ -600,7 +600,7 @@ def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
         if success is not None:
             w = w.outranked_by(success.provider_message_id)
     if w.may_have_lost_its_doubt(it) and not ledger.doubtful(d.id) and ledger.success(d.id) is None:
-        w = w.without_doubt(it, now)
+        w = w.without_doubt(it, now, ledger.job(it.job_id))
     if d.claim_token is not None and d.claim_token == it.token:
         ledger.set_delivery(rules.committed(d, w, now))
         job = ledger.job(it.job_id)
