@@ -61,6 +61,7 @@ NAMES = (
     "liveness",
     "retired_unused",
     "feed_exactly_once",  # kirim.explore.inbox
+    "stream_faithful",  # kirim.explore.streams
 )
 
 

@@ -50,6 +50,7 @@ from kirim.explore.loop import (
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
+from kirim.explore.streams import check_streams
 from kirim.explore.trace import Trace, capture_logs
 from kirim.explore.world import World
 from kirim.model import OnUnknown
@@ -355,6 +356,7 @@ class Sim:
         self.waiting = self.db.waiting(self.end) if self.full is not None else {}
         if self.full is not None:
             await self.full.settle_addresses(self.ops)
+            await self.full.readers.settle()
         if self.full is not None and isinstance(self.db, SQLiteDatabase):
             try:
                 await self.full.probe(self.ops, self.db.pruned_with_tombstones())
@@ -489,6 +491,7 @@ def run_schedule(
         )
         violations += check_feed(ledger, world)
         violations += check_feed_preferences(ledger, sim.full.full, world)
+        violations += check_streams(sim.full.readers, ledger)
     else:
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet
