@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kirim.addresses import configured_kind, fallback_problem
+from kirim.addresses import fallback_problem
 from kirim.callbacks import CallbackAuth, token_problem
 from kirim.channels import RATE, Channel, fallback_list_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.dedup import window_of
-from kirim.providers.registry import all_keys, build_provider, check_options
+from kirim.providers.registry import address_kind, all_keys, build_provider, check_options
 from kirim.providers.signing import decode_secret
 from kirim.validation import DAY, BadValue, Number
 
@@ -192,9 +192,9 @@ def check_fallbacks(channels: Mapping[str, ChannelConfig], where: str) -> None:
             spec = channels[other]
             problem = fallback_problem(
                 name,
-                configured_kind(channel.provider, channel.options),
+                address_kind(channel.provider, channel.options),
                 other,
-                configured_kind(spec.provider, spec.options),
+                address_kind(spec.provider, spec.options),
             )
             if problem is not None:
                 raise ConfigError(f"{where}: {problem}")
