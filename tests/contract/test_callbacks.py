@@ -165,9 +165,9 @@ async def test_bounced_and_failed_move_it_to_bounced_with_the_reason(cb: Callbac
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "bounced"
     record = await cb.kirim.get(delivery_id)
-    assert record[0].status is DeliveryStatus.BOUNCED
-    assert record[0].last_error == f"{word} (provider callback): mailbox full"
-    assert record[1].status is JobStatus.COMPLETED
+    assert record.delivery.status is DeliveryStatus.BOUNCED
+    assert record.delivery.last_error == f"{word} (provider callback): mailbox full"
+    assert record.job.status is JobStatus.COMPLETED
     requests = len(cb.provider.requests)
     await cb.kirim.worker(settings=WorkerSettings(lease=10), worker_id="B").run_once()
     assert len(cb.provider.requests) == requests
@@ -209,9 +209,9 @@ async def test_a_confirmation_resolves_a_delivery_in_doubt(make_callbacks, polic
         answer = await cb.signed(body)
         assert answer.status_code == 200, answer.text
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
-        assert record[0].doubt is Doubt.RESOLVED
-        assert record[0].provider_message_id == "p-1001"
+        assert record.delivery.status is DeliveryStatus.DELIVERED
+        assert record.delivery.doubt is Doubt.RESOLVED
+        assert record.delivery.provider_message_id == "p-1001"
         if policy is OnUnknown.HOLD:
             assert [r[0].id for r in dead_before] == [delivery_id]
         assert await kirim.dead_letters() == []
@@ -246,8 +246,8 @@ async def test_two_message_ids_for_one_key_are_a_measured_duplicate(make_callbac
         assert again.json()["outcome"] == "repeated"
         assert cb.count("kirim_confirmed_duplicates_total", channel="push") == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
-        assert "measured duplicate" in (record[0].last_error or "")
+        assert record.delivery.status is DeliveryStatus.DELIVERED
+        assert "measured duplicate" in (record.delivery.last_error or "")
         lines = [e for e in events(record, now=kirim.clock.now()) if e.action == "status_write"]
         assert any("measured duplicate" in e.line and e.warn for e in lines)
 
@@ -424,7 +424,7 @@ async def test_sqlite_migrates_a_version_4_ledger_to_the_new_statuses(tmp_path) 
             conn.execute("UPDATE kirim_deliveries SET status = 'read'")
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         record = await kirim.get("k-old")
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
     finally:
         await kirim.close()
         conn.close()
@@ -462,9 +462,9 @@ async def test_a_callback_to_the_fallback_finds_what_it_sent(make_callbacks) -> 
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
         record = await kirim.get(delivery_id)
-        assert [a.provider for a in record[2]] == ["push", "sms"]
+        assert [a.provider for a in record.attempts] == ["push", "sms"]
         answer = await cb.tokened(
-            {"message_id": record[0].provider_message_id, "status": "bounced"}
+            {"message_id": record.delivery.provider_message_id, "status": "bounced"}
         )
         assert answer.status_code == 200, answer.text
         assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.BOUNCED
@@ -487,7 +487,7 @@ async def test_a_callback_that_overtakes_the_answer_is_applied_when_it_is_record
         worker = kirim.worker(settings=WorkerSettings(lease=10), worker_id="A")
         assert await worker.apply_callbacks() == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
         assert await worker.apply_callbacks() == 0  # applied once
 
 
@@ -519,7 +519,7 @@ async def test_a_callback_during_a_pause_after_the_intent_stops_the_send(make_ca
         await task
         assert len(provider.requests) == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
         assert worker.stats.not_sent == 1
 
 

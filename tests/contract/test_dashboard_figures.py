@@ -193,7 +193,7 @@ async def test_bulk_retry_asks_first_and_says_when_a_second_copy_is_possible(
     for name in ("held", "dead"):
         record = await api.kirim.get(ids[name], by="id")
         assert record is not None
-        assert record[0].status is DeliveryStatus.PENDING, name
+        assert record.delivery.status is DeliveryStatus.PENDING, name
 
 
 async def test_bulk_cancel_and_a_refused_one_are_counted(
@@ -213,7 +213,7 @@ async def test_bulk_cancel_and_a_refused_one_are_counted(
     assert "cancel: 1 done, 1 refused" in back.text
     later = await api.kirim.get(ids["later"], by="id")
     assert later is not None
-    assert later[0].status is DeliveryStatus.CANCELED
+    assert later.delivery.status is DeliveryStatus.CANCELED
     unknown = await api.client.post(
         "/dashboard/bulk", data={**form, "action": "explode"}, headers=SAME_ORIGIN
     )

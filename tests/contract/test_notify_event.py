@@ -268,7 +268,7 @@ async def test_each_recipient_gets_its_locale_or_the_fallback(make: App) -> None
         if entry.channel == "email":
             record = await app.get(entry.delivery_id, by="id")
             assert record is not None
-            payloads[entry.recipient_id] = record[0].payload
+            payloads[entry.recipient_id] = record.delivery.payload
     assert payloads["a"]["subject"] == "Pesanan 48291 telah dikirim"
     assert payloads["a"]["body"] == "Total Rp1.500.000, dikirim 1 Desember 2026."
     assert payloads["a"]["html"] == "<p>Hi &lt;B&gt;</p>"  # no id variant: the default's
@@ -415,7 +415,7 @@ def test_sync_kirim_notifies_an_event(tmp_path) -> None:
         assert [d.created for d in result.deliveries] == [True]
         record = app.get(result.deliveries[0].delivery_id, by="id")
         assert record is not None
-        assert record[0].payload["title"] == "Hi Ana"
+        assert record.delivery.payload["title"] == "Hi Ana"
 
 
 async def test_notify_event_commits_with_the_business_write(

@@ -44,9 +44,9 @@ async def test_records_filter_and_page_both_ways(make_app, clock) -> None:
     }
     # each record carries its latest job and its attempts
     sent = next(r for r in everything.records if r[0].id == ids[0])
-    assert sent[1] is not None
-    assert sent[1].status is JobStatus.COMPLETED
-    assert [a.number for a in sent[2]] == [1]
+    assert sent.job is not None
+    assert sent.job.status is JobStatus.COMPLETED
+    assert [a.number for a in sent.attempts] == [1]
     pending = next(r for r in everything.records if r[0].id == ids[3])
     assert pending[2] == []
     assert pending[1] is not None
@@ -202,12 +202,18 @@ async def test_reconcile_settles_a_held_doubt_either_way(make_app, clock, arrive
     app, provider, worker, n = await held_while_lookup_was_down(make_app, clock, script)
     record = await app.reconcile(n.delivery_id)
     if arrived:
-        assert (record[0].status, record[0].doubt) == (DeliveryStatus.SENT, Doubt.RESOLVED)
-        assert record[1] is not None
-        assert record[1].status is JobStatus.COMPLETED
+        assert (record.delivery.status, record.delivery.doubt) == (
+            DeliveryStatus.SENT,
+            Doubt.RESOLVED,
+        )
+        assert record.job is not None
+        assert record.job.status is JobStatus.COMPLETED
         assert await app.dead_letters() == []
         return
-    assert (record[0].status, record[0].doubt) == (DeliveryStatus.FAILED, Doubt.RESOLVED)
+    assert (record.delivery.status, record.delivery.doubt) == (
+        DeliveryStatus.FAILED,
+        Doubt.RESOLVED,
+    )
     assert {a.status.value for a in record[2]} == {"failed_transient"}
     assert app.second_copy_possible(record) is False
     await app.retry(n.delivery_id)
@@ -227,7 +233,7 @@ async def test_reconcile_and_the_retry_warning_where_the_provider_cannot_be_aske
     await app.worker(settings=SETTINGS).run_once()
     clock.advance(3600)
     record = await app.get(n.delivery_id)
-    assert record[0].status is DeliveryStatus.IN_DOUBT
+    assert record.delivery.status is DeliveryStatus.IN_DOUBT
     with pytest.raises(ActionRefused, match="cannot be asked") as refused:
         await app.reconcile(n.delivery_id)
     assert refused.value.code == "not_reconcilable"
