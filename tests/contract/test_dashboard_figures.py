@@ -183,7 +183,7 @@ async def test_bulk_retry_asks_first_and_says_when_a_second_copy_is_possible(
     assert "may arrive twice" in held
     assert "no second copy" in dead
     assert "1 of them may arrive twice" in page
-    assert (await api.kirim.get(ids["dead"], by="id"))[1].status.value == "dead"  # type: ignore[index,union-attr]
+    assert (await api.kirim.get(ids["dead"], by="id")).job.status.value == "dead"  # type: ignore[index,union-attr]
     done = await api.client.post(
         "/dashboard/bulk", data={**form, "confirm": "1"}, headers=SAME_ORIGIN
     )

@@ -181,7 +181,7 @@ async def test_a_providers_long_message_id_is_kept_within_its_limit(
         await app.worker(worker_id="w").run_once()
         record = await app.get(done.delivery_id, by="id")
         assert record is not None
-        delivery, _, attempts = record
+        delivery, attempts = record.delivery, record.attempts
         assert delivery.status is DeliveryStatus.SENT
         assert delivery.doubt is None
         assert provider.requests == 1

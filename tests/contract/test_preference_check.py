@@ -128,7 +128,7 @@ async def test_an_opt_out_set_between_enqueue_and_claim_wins(make_app) -> None:
     await w.run_once()
     record = await app.get(mine.id)
     assert record is not None
-    d, job, attempts = record
+    d, job, attempts = record.delivery, record.job, record.attempts
     assert (d.status, d.reason) == (DeliveryStatus.SUPPRESSED, "opted_out")
     assert job is not None
     assert job.status is JobStatus.COMPLETED
@@ -152,9 +152,12 @@ async def test_a_channel_opt_out_suppresses_only_that_type(make_app) -> None:
     first, second = await app.get(shipped.id), await app.get(plain.id)
     assert first is not None
     assert second is not None
-    assert (first[0].status, first[0].reason) == (DeliveryStatus.SUPPRESSED, "channel_opted_out")
-    assert second[0].status is DeliveryStatus.SENT
-    assert second[0].reason is None
+    assert (first.delivery.status, first.delivery.reason) == (
+        DeliveryStatus.SUPPRESSED,
+        "channel_opted_out",
+    )
+    assert second.delivery.status is DeliveryStatus.SENT
+    assert second.delivery.reason is None
 
 
 async def test_a_worker_without_the_types_does_not_send_them(make_app) -> None:
@@ -201,7 +204,7 @@ async def test_quiet_hours_at_claim_defer_the_job_to_their_end(make_app, clock) 
     assert claims == []
     record = await app.get(d.id)
     assert record is not None
-    delivery, job, _ = record
+    delivery, job = record.delivery, record.job
     assert delivery.status is DeliveryStatus.PENDING
     assert delivery.claim_token is None
     assert job is not None
@@ -279,7 +282,7 @@ async def _in_doubt(app, clock) -> object:
     await worker(app).run_once()
     record = await app.get(d.id)
     assert record is not None
-    assert record[2][0].status.value == "unknown"
+    assert record.attempts[0].status.value == "unknown"
     assert record.delivery.status is DeliveryStatus.PENDING  # an idempotent channel resends
     clock.advance(600)  # past any backoff
     return d

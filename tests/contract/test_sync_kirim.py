@@ -91,7 +91,7 @@ def test_operator_verbs_and_callbacks_block(database_url: str) -> None:
     with _app(database_url, provider).open(migrate=True) as app:
         n = app.notify("e-2", "r-2", "push", {"title": "hi"})
         canceled = app.cancel(n.delivery_id, by="id")
-        assert canceled[0].status is DeliveryStatus.CANCELED
+        assert canceled.delivery.status is DeliveryStatus.CANCELED
         result = app.confirm("push", "no-such-message", "delivered")
         assert str(result.outcome) == "unknown"
 

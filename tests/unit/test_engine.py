@@ -179,7 +179,7 @@ def test_sync_wrapper_has_the_operator_verbs(tmp_path: Path) -> None:
         page = app.records(limit=2)
         assert [r.delivery.id for r in page.records] == ids[:0:-1]
         assert page.next_cursor == ids[1]
-        assert app.cancel(ids[0])[0].status is DeliveryStatus.CANCELED
+        assert app.cancel(ids[0]).delivery.status is DeliveryStatus.CANCELED
         with pytest.raises(ActionRefused, match="not dead-lettered"):
             app.retry(ids[1])
         assert app.dead_letters() == []
