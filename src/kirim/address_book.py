@@ -10,11 +10,11 @@ from kirim.addresses import (
     Address,
     check_address,
     check_label,
-    configured_kind,
     kind_of,
 )
 from kirim.errors import UnknownChannel
 from kirim.preferences import check_recipient_id
+from kirim.providers.registry import address_kind as configured_kind
 from kirim.validation import check_text
 
 if TYPE_CHECKING:

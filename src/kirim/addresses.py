@@ -21,7 +21,7 @@ registering it again (``add``) brings it back.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,25 +86,6 @@ KINDS = ("email", "phone", "apns", "fcm", "webpush", "slack")
 #: the kinds whose channel has nothing to send to without an address (no fallback to
 #: the recipient's id)
 NEEDED = frozenset({"phone", "apns", "fcm", "webpush", "slack"})
-
-
-#: the kind of address of each built-in provider (``[channels.NAME] provider``)
-PROVIDER_KINDS = {
-    "smtp": "email",
-    "twilio": "phone",
-    "apns": "apns",
-    "fcm": "fcm",
-    "webpush": "webpush",
-    "slack": "slack",
-}
-
-
-def configured_kind(provider: str, options: Mapping[str, Any]) -> str | None:
-    """The kind of address a configured channel takes (``[channels.NAME]``'s
-    ``provider`` and options), without building its provider."""
-    if provider == "slack" and options.get("channel"):
-        return None  # a fixed Slack channel: no recipient address
-    return PROVIDER_KINDS.get(provider)
 
 
 def fallback_problem(name: str, kind: str | None, other: str, other_kind: str | None) -> str | None:

@@ -9,13 +9,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kirim.addresses import configured_kind, fallback_problem
+from kirim.addresses import fallback_problem
 from kirim.callbacks import CallbackAuth, token_problem
-from kirim.channels import Channel
+from kirim.channels import RATE, Channel, fallback_list_problem
 from kirim.errors import ConfigError
 from kirim.model import OnUnknown
 from kirim.providers.dedup import window_of
-from kirim.providers.registry import all_keys, build_provider, check_options
+from kirim.providers.registry import address_kind, all_keys, build_provider, check_options
 from kirim.providers.signing import decode_secret
 from kirim.validation import DAY, BadValue, Number
 
@@ -23,7 +23,7 @@ from kirim.validation import DAY, BadValue, Number
 CHANNEL_RULES: Mapping[str, Number] = {
     "timeout": Number(minimum=0, above=True, maximum=DAY, unit="seconds"),
     "dedup_window": Number(minimum=0, above=True, maximum=3650 * DAY, unit="seconds"),
-    "rate": Number(minimum=0, above=True, maximum=1_000_000, unit="requests per second"),
+    "rate": RATE,
 }
 
 
@@ -174,11 +174,8 @@ def _fallback(name: str, value: Any, prefix: str) -> tuple[str, ...]:
     """``fallback = ["other", ...]``: other channels' names, each once."""
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{prefix}.fallback must be a list of channel names")
-    if name in value:
-        raise ConfigError(f"{prefix}.fallback names the channel itself")
-    for other in value:
-        if value.count(other) > 1:
-            raise ConfigError(f"{prefix}.fallback names {other!r} twice")
+    if (problem := fallback_list_problem(name, value)) is not None:
+        raise ConfigError(f"{prefix}.{problem}")
     return tuple(value)
 
 
@@ -195,9 +192,9 @@ def check_fallbacks(channels: Mapping[str, ChannelConfig], where: str) -> None:
             spec = channels[other]
             problem = fallback_problem(
                 name,
-                configured_kind(channel.provider, channel.options),
+                address_kind(channel.provider, channel.options),
                 other,
-                configured_kind(spec.provider, spec.options),
+                address_kind(spec.provider, spec.options),
             )
             if problem is not None:
                 raise ConfigError(f"{where}: {problem}")

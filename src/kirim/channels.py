@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import inspect
-import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kirim.callbacks import CallbackAuth
 from kirim.model import OnUnknown
 from kirim.providers.base import Provider, Reconcilable
+from kirim.validation import BadValue, Number
+
+#: a channel's request rate (requests per second), from kirim.toml or from Python
+RATE = Number(minimum=0, above=True, maximum=1_000_000, unit="requests per second")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,12 +41,13 @@ class Channel:
             raise ValueError(f"channel {self.name!r}: {problem}")
         if self.lookup and not isinstance(self.provider, Reconcilable):
             raise ValueError(f"channel {self.name!r}: its provider has no lookup()")
-        if self.name in self.fallback or len(set(self.fallback)) != len(self.fallback):
-            raise ValueError(f"channel {self.name!r}: fallback names itself or a channel twice")
-        if self.rate is not None and not (
-            isinstance(self.rate, int | float) and 0 < self.rate < math.inf
-        ):
-            raise ValueError(f"channel {self.name!r}: rate must be a positive number")
+        if (problem := fallback_list_problem(self.name, self.fallback)) is not None:
+            raise ValueError(f"channel {self.name!r}: {problem}")
+        if self.rate is not None:
+            try:
+                RATE.check("rate", self.rate)
+            except BadValue as exc:
+                raise ValueError(f"channel {self.name!r}: {exc}") from None
 
     @property
     def idempotent(self) -> bool:
@@ -60,6 +65,17 @@ class Channel:
         """The channels a delivery of this one may go to, in order: itself, then its
         fallbacks."""
         return (self.name, *self.fallback)
+
+
+def fallback_list_problem(name: str, fallback: Sequence[str]) -> str | None:
+    """Why ``fallback`` cannot be channel ``name``'s list of fallbacks, or None: it
+    names the channel itself, or another channel twice."""
+    if name in fallback:
+        return "fallback names the channel itself"
+    for other in fallback:
+        if fallback.count(other) > 1:
+            return f"fallback names {other!r} twice"
+    return None
 
 
 def provider_problem(provider: object) -> str | None:

@@ -52,13 +52,6 @@ class FeedMark(enum.StrEnum):
     ARCHIVED = "archived"
 
 
-#: the action that sets each bulk mark
-MARK_ACTION = {
-    FeedMark.SEEN: FeedAction.SEEN,
-    FeedMark.READ: FeedAction.READ,
-    FeedMark.ARCHIVED: FeedAction.ARCHIVE,
-}
-
 #: the most messages one page lists
 MAX_PAGE = 200
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
     from kirim.engine import Kirim
@@ -39,6 +39,13 @@ READ_LIMIT = 200
 POLL = 1.0
 #: seconds before a lost LISTEN connection is opened again
 RECONNECT = 1.0
+
+
+class ListensAt(Protocol):
+    """A store that ``listens`` (its declared capability): where its LISTEN goes."""
+
+    @property
+    def listen_conninfo(self) -> str: ...
 
 
 class FeedHub:
@@ -124,13 +131,11 @@ class FeedHub:
     async def _watch(self) -> None:
         """Wake streams for the changes of other processes, while the hub lives."""
         store = self.kirim.store
-        if store.dialect == "postgres":
-            from kirim.store.postgres import PostgresStore
+        if store.listens:  # LISTEN/NOTIFY: PostgreSQL's
             from kirim.store.postgres.feed_listen import listen_for_feeds
 
-            assert isinstance(store, PostgresStore)
             await listen_for_feeds(
-                store.listen_conninfo,
+                cast(ListensAt, store).listen_conninfo,
                 on_notify=self._wake,
                 on_lost=lambda: self._wake(None),
                 reconnect=RECONNECT,

@@ -86,7 +86,8 @@ async def test_sync_failover_at_the_worst_points(apps, point: str) -> None:
     await asyncio.to_thread(_fail_over, made)
     pause.release()
     await asyncio.wait_for(running, 60)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert provider.received(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT
     assert [a.status for a in attempts] == [AttemptStatus.SUCCEEDED]
@@ -120,7 +121,8 @@ async def test_async_failover_loses_an_intent_and_the_worker_says_so(apps) -> No
     await asyncio.to_thread(_fail_over, made)
     sending.release()
     await asyncio.wait_for(running, 60)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert provider.received(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT  # the claim held: its finish went through
     assert attempts == []  # the ledger forgot the request
@@ -180,5 +182,5 @@ async def test_async_failover_before_the_request_sends_once(apps) -> None:
     sending.release()
     await asyncio.wait_for(running, 60)
     assert provider.received(n.idempotency_key) == 1
-    delivery, _, _ = await b.get(n.delivery_id)
+    delivery = (await b.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT

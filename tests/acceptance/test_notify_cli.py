@@ -67,8 +67,8 @@ def test_types_preferences_and_a_digest_through_kirim_worker(tmp_path: Path) -> 
         # a preference changed after the enqueue: the worker's claim finds it
         kirim(config, "prefs", "set", "u3", "--channel", "order_shipped:push=off")
         with SyncKirim(load_config(config)) as app:
-            digests = [r for r in app.records(limit=50).records if r[0].type == "likes"]
-            due = max(job.run_at for _, job, _ in digests if job is not None)
+            digests = [r for r in app.records(limit=50).records if r.delivery.type == "likes"]
+            due = max(r.job.run_at for r in digests if r.job is not None)
         # the digests are due when their one-second window ends: wait for that time
         time.sleep(max(0.0, due - time.time()) + 0.05)
         proc = worker(config, "--burst")
@@ -76,14 +76,15 @@ def test_types_preferences_and_a_digest_through_kirim_worker(tmp_path: Path) -> 
         assert proc.returncode == 0, err.decode()
         with SyncKirim(load_config(config)) as app:
             records = {
-                (r[0].type, r[0].recipient_id, r[0].id): r for r in app.records(limit=50).records
+                (r.delivery.type, r.delivery.recipient_id, r.delivery.id): r
+                for r in app.records(limit=50).records
             }
-        orders = {rid: d for (t, rid, _), (d, _, _) in records.items() if t == "order_shipped"}
+        orders = {rid: r.delivery for (t, rid, _), r in records.items() if t == "order_shipped"}
         assert orders["u1"].status == DeliveryStatus.SENT
         assert (orders["u2"].status, orders["u2"].reason) == ("suppressed", "opted_out")
         assert (orders["u3"].status, orders["u3"].reason) == ("suppressed", "channel_opted_out")
         assert orders["u3"].payload["title"] == "Order 48291 has shipped"
-        likes = [d for (t, _, _), (d, _, _) in records.items() if t == "likes"]
+        likes = [r.delivery for (t, _, _), r in records.items() if t == "likes"]
         assert {d.status for d in likes} == {DeliveryStatus.SENT}
         # every event in exactly one digest, none twice (two windows if the events
         # straddled a second)

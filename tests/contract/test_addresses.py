@@ -124,8 +124,8 @@ async def test_an_event_fans_out_to_each_device_with_a_key_of_its_own(
     for d in first.deliveries:
         record = await app.get(d.delivery_id, by="id")
         assert record is not None
-        assert record[0].status is DeliveryStatus.SENT
-        assert record[0].recipient == d.address
+        assert record.delivery.status is DeliveryStatus.SENT
+        assert record.delivery.recipient == d.address
     assert sorted(apns.screens) == sorted([PHONE_A, TABLET])
     assert apns.duplicated() == 0
 
@@ -145,7 +145,7 @@ async def test_a_dead_token_is_retired_and_the_other_devices_go_on(
     for d in first.deliveries:
         record = await app.get(d.delivery_id, by="id")
         assert record is not None
-        status[d.address] = record[0].status
+        status[d.address] = record.delivery.status
     assert status == {PHONE_A: DeliveryStatus.SENT, PHONE_B: DeliveryStatus.FAILED}
     listed = {a.address: a for a in await app.addresses("u1")}
     assert listed[PHONE_B].retired
@@ -178,4 +178,4 @@ async def test_to_names_the_address_and_skips_the_fan_out(app: Kirim) -> None:
     assert d.address is None
     record = await app.get(d.delivery_id, by="id")
     assert record is not None
-    assert record[0].recipient == TABLET
+    assert record.delivery.recipient == TABLET

@@ -66,7 +66,7 @@ class Callbacks:
         worker = self.kirim.worker(settings=WorkerSettings(lease=10), worker_id="A")
         for _ in range(10):
             await worker.run_once()
-            d = (await self.kirim.get(result.delivery_id))[0]
+            d = (await self.kirim.get(result.delivery_id)).delivery
             if d.status not in (DeliveryStatus.PENDING, DeliveryStatus.PROCESSING):
                 break
             self.kirim.clock.advance(60)  # type: ignore[attr-defined]
@@ -138,7 +138,7 @@ async def cb(make_callbacks) -> AsyncIterator[Callbacks]:
 async def test_delivered_moves_a_sent_delivery_to_delivered(cb: Callbacks) -> None:
     """A signed `delivered` for the delivery's message id: 200, status delivered."""
     delivery_id = await cb.deliver()
-    d = (await cb.kirim.get(delivery_id))[0]
+    d = (await cb.kirim.get(delivery_id)).delivery
     assert d.status is DeliveryStatus.SENT
     answer = await cb.signed({"message_id": d.provider_message_id, "status": "delivered"})
     assert answer.status_code == 200, answer.text
@@ -149,7 +149,7 @@ async def test_delivered_moves_a_sent_delivery_to_delivered(cb: Callbacks) -> No
         "previous_status": "sent",
         "duplicate": False,
     }
-    after = (await cb.kirim.get(delivery_id))[0]
+    after = (await cb.kirim.get(delivery_id)).delivery
     assert after.status is DeliveryStatus.DELIVERED
     assert after.sent_at == d.sent_at
     assert cb.count("kirim_callbacks_total", channel="push", status="delivered", outcome="applied")
@@ -159,15 +159,15 @@ async def test_delivered_moves_a_sent_delivery_to_delivered(cb: Callbacks) -> No
 async def test_bounced_and_failed_move_it_to_bounced_with_the_reason(cb: Callbacks, word) -> None:
     """`bounced` and `failed` both end the delivery bounced, the reason kept; no resend."""
     delivery_id = await cb.deliver(channel="sms")
-    d = (await cb.kirim.get(delivery_id))[0]
+    d = (await cb.kirim.get(delivery_id)).delivery
     body = {"message_id": d.provider_message_id, "status": word, "reason": "mailbox full"}
     answer = await cb.tokened(body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["status"] == "bounced"
     record = await cb.kirim.get(delivery_id)
-    assert record[0].status is DeliveryStatus.BOUNCED
-    assert record[0].last_error == f"{word} (provider callback): mailbox full"
-    assert record[1].status is JobStatus.COMPLETED
+    assert record.delivery.status is DeliveryStatus.BOUNCED
+    assert record.delivery.last_error == f"{word} (provider callback): mailbox full"
+    assert record.job.status is JobStatus.COMPLETED
     requests = len(cb.provider.requests)
     await cb.kirim.worker(settings=WorkerSettings(lease=10), worker_id="B").run_once()
     assert len(cb.provider.requests) == requests
@@ -176,7 +176,7 @@ async def test_bounced_and_failed_move_it_to_bounced_with_the_reason(cb: Callbac
 async def test_a_repeated_callback_changes_nothing(cb: Callbacks) -> None:
     """Providers resend callbacks: the same one again answers 200 `repeated`."""
     delivery_id = await cb.deliver()
-    d = (await cb.kirim.get(delivery_id))[0]
+    d = (await cb.kirim.get(delivery_id)).delivery
     body = {"message_id": d.provider_message_id, "status": "delivered", "at": 1_700_000_000}
     first = await cb.signed(body)
     again = await cb.signed(body)
@@ -184,9 +184,9 @@ async def test_a_repeated_callback_changes_nothing(cb: Callbacks) -> None:
     assert again.status_code == 200
     assert again.json()["outcome"] == "repeated"
     assert again.json()["duplicate"] is False
-    after = (await cb.kirim.get(delivery_id))[0]
+    after = (await cb.kirim.get(delivery_id)).delivery
     assert after.status is DeliveryStatus.DELIVERED
-    assert after.updated_at == (await cb.kirim.get(delivery_id))[0].updated_at
+    assert after.updated_at == (await cb.kirim.get(delivery_id)).delivery.updated_at
     assert cb.count("kirim_confirmed_duplicates_total", channel="push") == 0
     assert cb.count("kirim_callbacks_total", channel="push", status="delivered", outcome="repeated")
 
@@ -201,7 +201,7 @@ async def test_a_confirmation_resolves_a_delivery_in_doubt(make_callbacks, polic
     async with api_on(kirim) as api:
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
-        d = (await kirim.get(delivery_id))[0]
+        d = (await kirim.get(delivery_id)).delivery
         assert d.doubt in (Doubt.HELD, Doubt.ASSUMED_SENT)
         assert d.provider_message_id is None  # the answer never came
         dead_before = await kirim.dead_letters()
@@ -209,11 +209,11 @@ async def test_a_confirmation_resolves_a_delivery_in_doubt(make_callbacks, polic
         answer = await cb.signed(body)
         assert answer.status_code == 200, answer.text
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
-        assert record[0].doubt is Doubt.RESOLVED
-        assert record[0].provider_message_id == "p-1001"
+        assert record.delivery.status is DeliveryStatus.DELIVERED
+        assert record.delivery.doubt is Doubt.RESOLVED
+        assert record.delivery.provider_message_id == "p-1001"
         if policy is OnUnknown.HOLD:
-            assert [r[0].id for r in dead_before] == [delivery_id]
+            assert [r.delivery.id for r in dead_before] == [delivery_id]
         assert await kirim.dead_letters() == []
         # the message id is known now: a later callback needs no key
         again = await cb.signed({"message_id": "p-1001", "status": "delivered"})
@@ -230,7 +230,7 @@ async def test_two_message_ids_for_one_key_are_a_measured_duplicate(make_callbac
     async with api_on(kirim) as api:
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
-        d = (await kirim.get(delivery_id))[0]
+        d = (await kirim.get(delivery_id)).delivery
         assert d.status is DeliveryStatus.SENT
         assert provider.effective("k-1") == 2  # the user got it twice
         assert d.provider_message_id == "p-1002"
@@ -246,8 +246,8 @@ async def test_two_message_ids_for_one_key_are_a_measured_duplicate(make_callbac
         assert again.json()["outcome"] == "repeated"
         assert cb.count("kirim_confirmed_duplicates_total", channel="push") == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
-        assert "measured duplicate" in (record[0].last_error or "")
+        assert record.delivery.status is DeliveryStatus.DELIVERED
+        assert "measured duplicate" in (record.delivery.last_error or "")
         lines = [e for e in events(record, now=kirim.clock.now()) if e.action == "status_write"]
         assert any("measured duplicate" in e.line and e.warn for e in lines)
 
@@ -262,18 +262,18 @@ async def test_an_unknown_message_id_is_202_and_logged(captured, cb: Callbacks) 
     unknown = [line for line in lines if line["event"] == "callback_unknown"]
     assert unknown
     assert unknown[0]["message_id"] == "nobody-knows"
-    assert (await cb.kirim.get(delivery_id))[0].status is DeliveryStatus.SENT
+    assert (await cb.kirim.get(delivery_id)).delivery.status is DeliveryStatus.SENT
     # another channel's message id is unknown here too
-    d = (await cb.kirim.get(delivery_id))[0]
+    d = (await cb.kirim.get(delivery_id)).delivery
     elsewhere = await cb.tokened({"message_id": d.provider_message_id, "status": "bounced"})
     assert elsewhere.status_code == 202
-    assert (await cb.kirim.get(delivery_id))[0].status is DeliveryStatus.SENT
+    assert (await cb.kirim.get(delivery_id)).delivery.status is DeliveryStatus.SENT
 
 
 async def test_a_bad_signature_or_token_is_401_and_says_not_which(cb: Callbacks) -> None:
     """A wrong secret, a tampered body, no headers, a wrong token: one 401, no change."""
     delivery_id = await cb.deliver()
-    d = (await cb.kirim.get(delivery_id))[0]
+    d = (await cb.kirim.get(delivery_id)).delivery
     body = {"message_id": d.provider_message_id, "status": "bounced"}
     other = "whsec_" + base64.b64encode(b"another-key-entirely-00000000").decode()
     raw = json.dumps(body)
@@ -292,7 +292,7 @@ async def test_a_bad_signature_or_token_is_401_and_says_not_which(cb: Callbacks)
     ]
     assert [a.status_code for a in answers] == [401] * len(answers)
     assert len({a.content for a in answers}) == 1
-    assert (await cb.kirim.get(delivery_id))[0].status is DeliveryStatus.SENT
+    assert (await cb.kirim.get(delivery_id)).delivery.status is DeliveryStatus.SENT
 
 
 async def test_a_stale_signature_is_refused(cb: Callbacks) -> None:
@@ -424,7 +424,7 @@ async def test_sqlite_migrates_a_version_4_ledger_to_the_new_statuses(tmp_path) 
             conn.execute("UPDATE kirim_deliveries SET status = 'read'")
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         record = await kirim.get("k-old")
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
     finally:
         await kirim.close()
         conn.close()
@@ -441,15 +441,15 @@ async def test_a_bounce_of_one_copy_while_another_was_accepted_is_recorded(make_
     async with api_on(kirim) as api:
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
-        assert (await kirim.get(delivery_id))[0].provider_message_id == "p-1002"
+        assert (await kirim.get(delivery_id)).delivery.provider_message_id == "p-1002"
         bounce = await cb.signed({"message_id": "p-1001", "status": "bounced", "key": "k-1"})
         assert bounce.status_code == 200, bounce.text
-        d = (await kirim.get(delivery_id))[0]
+        d = (await kirim.get(delivery_id)).delivery
         assert d.status is DeliveryStatus.SENT
         assert "another may have reached the user" in (d.last_error or "")
         delivered = await cb.signed({"message_id": "p-1002", "status": "delivered"})
         assert delivered.json()["duplicate"] is False
-        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.DELIVERED
+        assert (await kirim.get(delivery_id)).delivery.status is DeliveryStatus.DELIVERED
         assert cb.count("kirim_confirmed_duplicates_total", channel="push") == 0
 
 
@@ -462,12 +462,12 @@ async def test_a_callback_to_the_fallback_finds_what_it_sent(make_callbacks) -> 
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
         record = await kirim.get(delivery_id)
-        assert [a.provider for a in record[2]] == ["push", "sms"]
+        assert [a.provider for a in record.attempts] == ["push", "sms"]
         answer = await cb.tokened(
-            {"message_id": record[0].provider_message_id, "status": "bounced"}
+            {"message_id": record.delivery.provider_message_id, "status": "bounced"}
         )
         assert answer.status_code == 200, answer.text
-        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.BOUNCED
+        assert (await kirim.get(delivery_id)).delivery.status is DeliveryStatus.BOUNCED
 
 
 async def test_a_callback_that_overtakes_the_answer_is_applied_when_it_is_recorded(
@@ -483,11 +483,11 @@ async def test_a_callback_that_overtakes_the_answer_is_applied_when_it_is_record
         assert early.status_code == 202
         assert early.json()["kept"] is True
         delivery_id = await cb.deliver()
-        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.SENT
+        assert (await kirim.get(delivery_id)).delivery.status is DeliveryStatus.SENT
         worker = kirim.worker(settings=WorkerSettings(lease=10), worker_id="A")
         assert await worker.apply_callbacks() == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
         assert await worker.apply_callbacks() == 0  # applied once
 
 
@@ -502,7 +502,7 @@ async def test_a_callback_during_a_pause_after_the_intent_stops_the_send(make_ca
     async with api_on(kirim) as api:
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
-        assert (await kirim.get(delivery_id))[0].status is DeliveryStatus.IN_DOUBT
+        assert (await kirim.get(delivery_id)).delivery.status is DeliveryStatus.IN_DOUBT
         kirim.clock.advance(3600)  # type: ignore[attr-defined]  # every request settled
         await kirim.retry(delivery_id)
         checkpoints = Checkpoints()
@@ -519,7 +519,7 @@ async def test_a_callback_during_a_pause_after_the_intent_stops_the_send(make_ca
         await task
         assert len(provider.requests) == 1
         record = await kirim.get(delivery_id)
-        assert record[0].status is DeliveryStatus.DELIVERED
+        assert record.delivery.status is DeliveryStatus.DELIVERED
         assert worker.stats.not_sent == 1
 
 
@@ -538,11 +538,11 @@ async def test_a_bounce_while_another_request_may_have_arrived_does_not_end_it(
     async with api_on(kirim) as api:
         cb = Callbacks(kirim, api.client, provider)
         delivery_id = await cb.deliver()
-        d = (await kirim.get(delivery_id))[0]
+        d = (await kirim.get(delivery_id)).delivery
         assert d.status is DeliveryStatus.IN_DOUBT
         assert provider.effective("k-1") == 2
         answer = await cb.signed({"message_id": "p-1001", "status": "bounced", "key": "k-1"})
         assert answer.status_code == 200, answer.text
-        d = (await kirim.get(delivery_id))[0]
+        d = (await kirim.get(delivery_id)).delivery
         assert d.status is DeliveryStatus.IN_DOUBT
         assert "another may have reached the user" in (d.last_error or "")

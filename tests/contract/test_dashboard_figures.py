@@ -183,7 +183,7 @@ async def test_bulk_retry_asks_first_and_says_when_a_second_copy_is_possible(
     assert "may arrive twice" in held
     assert "no second copy" in dead
     assert "1 of them may arrive twice" in page
-    assert (await api.kirim.get(ids["dead"], by="id"))[1].status.value == "dead"  # type: ignore[index,union-attr]
+    assert (await api.kirim.get(ids["dead"], by="id")).job.status.value == "dead"  # type: ignore[index,union-attr]
     done = await api.client.post(
         "/dashboard/bulk", data={**form, "confirm": "1"}, headers=SAME_ORIGIN
     )
@@ -193,7 +193,7 @@ async def test_bulk_retry_asks_first_and_says_when_a_second_copy_is_possible(
     for name in ("held", "dead"):
         record = await api.kirim.get(ids[name], by="id")
         assert record is not None
-        assert record[0].status is DeliveryStatus.PENDING, name
+        assert record.delivery.status is DeliveryStatus.PENDING, name
 
 
 async def test_bulk_cancel_and_a_refused_one_are_counted(
@@ -213,7 +213,7 @@ async def test_bulk_cancel_and_a_refused_one_are_counted(
     assert "cancel: 1 done, 1 refused" in back.text
     later = await api.kirim.get(ids["later"], by="id")
     assert later is not None
-    assert later[0].status is DeliveryStatus.CANCELED
+    assert later.delivery.status is DeliveryStatus.CANCELED
     unknown = await api.client.post(
         "/dashboard/bulk", data={**form, "action": "explode"}, headers=SAME_ORIGIN
     )

@@ -57,7 +57,7 @@ async def test_a_resend_past_the_dedup_window_falls_back_to_the_policy(
         job = await app.store.get_job(n.delivery_id)
         clock.set(job.run_at + 120)  # the provider has forgotten the key by then
         await worker.run_once()
-        delivery, _, _ = await app.get(n.delivery_id)
+        delivery = (await app.get(n.delivery_id)).delivery
     finally:
         await app.close()
     if window is None:  # what the window prevents: the key was trusted past it
@@ -98,7 +98,7 @@ async def test_a_resend_that_could_land_after_the_window_is_not_trusted_to_the_k
         await worker.run_once()  # accepted, the answer lost
         clock.set(first + 898.0)
         await worker.run_once()
-        delivery, _, _ = await app.get(n.delivery_id)
+        delivery = (await app.get(n.delivery_id)).delivery
         assert provider.effective(delivery.idempotency_key) == 1
         assert (delivery.status, delivery.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
     finally:

@@ -66,7 +66,7 @@ async def test_d1_lookup_not_found_waits_for_a_slow_request(make_app, clock) -> 
     provider.open(0)  # A's request lands
     await task_a
     await settle_everything(app, wb, clock)
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert provider.effective(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT
 
@@ -84,7 +84,8 @@ async def test_d1_a_paused_intent_is_not_sent_after_its_deadline(make_app, clock
     pause.release()
     await task_a
     await settle_everything(app, wb, clock)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert provider.effective(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT
     assert [a.worker_id for a in attempts if a.status is AttemptStatus.SUCCEEDED] == ["B"]
@@ -125,7 +126,7 @@ async def test_d1_operator_retry_waits_for_an_unsettled_request(make_app, clock)
     await provider.wait_requests(1)
     clock.advance(LEASE + 1)
     await wb.run_once()  # B takes over and holds: an earlier request may have arrived
-    held, _, _ = await app.get(n.delivery_id)
+    held = (await app.get(n.delivery_id)).delivery
     assert held.status is DeliveryStatus.IN_DOUBT
     with pytest.raises(NotSettled) as refused:
         await app.store.retry_dead(n.delivery_id, now=clock.now())
@@ -134,7 +135,7 @@ async def test_d1_operator_retry_waits_for_an_unsettled_request(make_app, clock)
     await task_a
     await settle_everything(app, wb, clock)
     assert provider.effective(n.idempotency_key) == 1
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT  # A's late success resolved the doubt
 
 
@@ -151,7 +152,7 @@ async def test_d1_cancel_waits_for_an_unsettled_request(make_app, clock) -> None
         await app.store.cancel(n.delivery_id, now=clock.now())
     pause.release()
     await task_a
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     received = provider.effective(n.idempotency_key)
     assert not (delivery.status is DeliveryStatus.CANCELED and received > 0)
     assert received == 0  # A's deadline had passed: it sent nothing
@@ -196,8 +197,9 @@ async def test_d2_a_poisoned_outcome_does_not_fail_its_batch(make_app, clock) ->
     good = await app.notify("e", "good", "push", {})
     worker = app.worker(settings=SETTINGS, worker_id="A")
     await worker.run_once()
-    b, _, battempts = await app.get(bad.delivery_id)
-    g, _, _ = await app.get(good.delivery_id)
+    record = await app.get(bad.delivery_id)
+    b, battempts = record.delivery, record.attempts
+    g = (await app.get(good.delivery_id)).delivery
     assert (g.status, g.doubt, g.provider_message_id) == (DeliveryStatus.SENT, None, "p-1001")
     assert b.status is DeliveryStatus.FAILED
     assert "broken" in b.last_error
@@ -238,7 +240,7 @@ async def test_d2_a_failing_intent_row_does_not_block_the_others(make_app, clock
     assert max(store.batches) == 2  # both intents met in one batch
     assert provider.effective(good.idempotency_key) == 1
     assert provider.effective(bad.idempotency_key) == 0
-    g, _, _ = await app.get(good.delivery_id)
+    g = (await app.get(good.delivery_id)).delivery
     assert g.status is DeliveryStatus.SENT
 
 
@@ -258,7 +260,8 @@ async def test_d3_lookup_error_on_the_last_attempt_is_in_doubt(make_app, clock) 
     n = await app.notify("e", "u", "push", {})
     worker = app.worker(settings=SETTINGS, worker_id="A")
     await settle_everything(app, worker, clock)
-    delivery, job, _ = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job = record.delivery, record.job
     assert provider.effective(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.IN_DOUBT
     assert job.status is JobStatus.DEAD
@@ -271,7 +274,7 @@ async def test_d3_refused_after_an_unknown_is_in_doubt(make_app, clock) -> None:
     n = await app.notify("e", "u", "push", {})
     worker = app.worker(settings=SETTINGS, worker_id="A")
     await settle_everything(app, worker, clock)
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert provider.effective(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.IN_DOUBT
 
@@ -285,7 +288,7 @@ async def test_d3_unconfigured_channel_after_an_unknown_is_in_doubt(make_app, cl
     await app.worker(settings=SETTINGS, worker_id="A").run_once()
     other = Worker(app.store, {}, settings=SETTINGS, worker_id="B", clock=clock)
     await settle_everything(app, other, clock)
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert provider.effective(n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.IN_DOUBT
 
@@ -312,12 +315,12 @@ async def test_d4_late_definite_failure_reopens_assumed_sent(make_app, clock, la
     await provider.wait_requests(1)
     clock.advance(LEASE + 1)
     await wb.run_once()
-    assumed, _, _ = await app.get(n.delivery_id)
+    assumed = (await app.get(n.delivery_id)).delivery
     assert (assumed.status, assumed.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
     provider.open(0)
     await task_a
     await settle_everything(app, wb, clock)
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     if late == "transient":
         assert provider.effective(n.idempotency_key) == 1
         assert delivery.status is DeliveryStatus.SENT
@@ -400,7 +403,8 @@ async def test_a_refusal_after_an_unknown_request_is_in_doubt(make_app, clock) -
     app = await make_app(provider, max_attempts=3)
     n = await app.notify("e", "u", "push", {})
     await settle_everything(app, app.worker(settings=SETTINGS, worker_id="A"), clock)
-    delivery, job, _ = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job = record.delivery, record.job
     assert provider.effective(n.idempotency_key) == 1
     assert (delivery.status, delivery.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
     assert job.status is JobStatus.DEAD
@@ -414,7 +418,7 @@ async def test_cancel_after_an_unknown_request_keeps_the_doubt(make_app, clock) 
     await app.worker(settings=SETTINGS, worker_id="A").run_once()  # unknown: retry later
     clock.advance(6 * LEASE)  # past settles_at: deadline + request timeout + margin
     assert await app.store.cancel(n.delivery_id, now=clock.now())
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert provider.effective(n.idempotency_key) == 1
     assert (delivery.status, delivery.doubt) == (DeliveryStatus.CANCELED, Doubt.HELD)
     assert delivery.status_label == "canceled (held)"

@@ -101,7 +101,7 @@ async def test_a_crash_before_the_commit_writes_nothing_and_the_retry_writes_onc
     assert (await app.feed("u1")).items == []
     clock.advance(LEASE + 1)
     await drain(app, worker_id="B")
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     assert delivery.doubt is None
     items = (await app.feed("u1")).items
@@ -126,7 +126,7 @@ async def test_a_late_commit_after_a_takeover_leaves_one_message(
     await task
     items = (await app.feed("u1")).items
     assert [i.body for i in items] == ["once"]
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
 
 
@@ -283,7 +283,8 @@ async def test_a_final_attempt_that_never_committed_is_failed_not_in_doubt(
         clock.advance(LEASE + 1)
         reaper = app.worker(settings=SETTINGS, worker_id="B")
         await reaper._reaper.reap()
-        delivery, _, attempts = await app.get(n.delivery_id)
+        record = await app.get(n.delivery_id)
+        delivery, attempts = record.delivery, record.attempts
         assert [a.status.value for a in attempts] == ["requested"]
         assert delivery.status is DeliveryStatus.FAILED
         assert delivery.doubt is None

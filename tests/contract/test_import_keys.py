@@ -63,7 +63,7 @@ def _pending_and_known(url: str) -> tuple[dict[str, int], DeliveryStatus]:
         try:
             record = await app.get("k-known")
             assert record is not None
-            return (await app.store.counts())["deliveries"], record[0].status
+            return (await app.store.counts())["deliveries"], record.delivery.status
         finally:
             await app.close()
 

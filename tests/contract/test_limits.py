@@ -103,7 +103,7 @@ async def test_notify_keeps_a_field_at_its_limit_and_refuses_one_byte_more(
     done = await app.notify(**{**fields, field: at})
     record = await app.get(done.delivery_id, by="id")
     assert record is not None
-    assert getattr(record[0], field) == at
+    assert getattr(record.delivery, field) == at
     with pytest.raises(InvalidNotification, match=f"{field} must be at most {limit.bytes} bytes"):
         await app.notify(**{**fields, field: sized(limit.bytes + 1)})
 
@@ -181,7 +181,7 @@ async def test_a_providers_long_message_id_is_kept_within_its_limit(
         await app.worker(worker_id="w").run_once()
         record = await app.get(done.delivery_id, by="id")
         assert record is not None
-        delivery, _, attempts = record
+        delivery, attempts = record.delivery, record.attempts
         assert delivery.status is DeliveryStatus.SENT
         assert delivery.doubt is None
         assert provider.requests == 1

@@ -85,7 +85,7 @@ async def _apps(url: str, providers: dict[str, FlakyProvider]) -> AsyncIterator[
 async def everything(app: Kirim) -> list[Any]:
     """Every delivery with its job, oldest first."""
     page = await app.records(limit=500)
-    return sorted(page.records, key=lambda r: r[0].id)
+    return sorted(page.records, key=lambda r: r.delivery.id)
 
 
 # -- the fan-out -----------------------------------------------------------------------
@@ -108,12 +108,12 @@ async def test_an_event_fans_out_to_every_recipient_and_channel(make: App) -> No
     ]
     records = await everything(app)
     assert len(records) == 4
-    for d, job, _ in records:
+    for d, job in ((r.delivery, r.job) for r in records):
         assert d.idempotency_key == default_key("order-48291", d.recipient_id, d.channel)
         assert d.type == "order_shipped"
         assert d.status == DeliveryStatus.PENDING
         assert job.status == JobStatus.QUEUED
-    email = records[0][0]
+    email = records[0].delivery
     assert (email.recipient, email.recipient_id) == ("u1@example.com", "u1")
     assert email.payload == {
         "type": "order_shipped",
@@ -122,7 +122,7 @@ async def test_an_event_fans_out_to_every_recipient_and_channel(make: App) -> No
         "body": "Total IDR1,500,000, shipped December 1, 2026.",
         "html": "<p>Hi &lt;B&gt;</p>",
     }
-    assert records[1][0].payload == {
+    assert records[1].delivery.payload == {
         "type": "order_shipped",
         "locale": "en",
         "title": "Shipped: 48291",
@@ -149,7 +149,7 @@ async def test_a_reused_event_id_writes_nothing_even_for_a_new_recipient(make: A
     other = {**DATA, "order_id": "1"}
     with pytest.raises(IdempotencyKeyReused, match="different payload"):
         await app.notify_event("order_shipped", ["u1", "u3"], other, event_id="e-1")
-    assert {d.recipient_id for d, _, _ in await everything(app)} == {"u1"}
+    assert {r.delivery.recipient_id for r in await everything(app)} == {"u1"}
 
 
 async def test_a_batch_with_one_reused_key_writes_nothing(make: App) -> None:
@@ -162,7 +162,7 @@ async def test_a_batch_with_one_reused_key_writes_nothing(make: App) -> None:
     ]
     with pytest.raises(IdempotencyKeyReused):
         await app.notify_many(batch)
-    assert [d.idempotency_key for d, _, _ in await everything(app)] == ["k-1"]
+    assert [r.delivery.idempotency_key for r in await everything(app)] == ["k-1"]
 
 
 async def test_the_fan_out_is_one_transaction(make: App, database_url: str) -> None:
@@ -268,7 +268,7 @@ async def test_each_recipient_gets_its_locale_or_the_fallback(make: App) -> None
         if entry.channel == "email":
             record = await app.get(entry.delivery_id, by="id")
             assert record is not None
-            payloads[entry.recipient_id] = record[0].payload
+            payloads[entry.recipient_id] = record.delivery.payload
     assert payloads["a"]["subject"] == "Pesanan 48291 telah dikirim"
     assert payloads["a"]["body"] == "Total Rp1.500.000, dikirim 1 Desember 2026."
     assert payloads["a"]["html"] == "<p>Hi &lt;B&gt;</p>"  # no id variant: the default's
@@ -295,7 +295,7 @@ async def test_an_opted_out_recipient_is_recorded_suppressed(make: App, provider
         ("u2", "email"): ("pending", None),
         ("u2", "push"): ("suppressed", "channel_opted_out"),
     }
-    for d, job, _ in await everything(app):
+    for d, job in ((r.delivery, r.job) for r in await everything(app)):
         assert (d.status == DeliveryStatus.SUPPRESSED) == (job.status == JobStatus.COMPLETED)
     metrics = app.metrics.render().decode()  # type: ignore[union-attr]
     assert 'kirim_suppressed_total{channel="email",reason="opted_out"} 1.0' in metrics
@@ -323,7 +323,7 @@ async def test_quiet_hours_defer_the_job(make: App, providers: Any) -> None:
     result = await app.notify_event("order_shipped", ["u1"], DATA, event_id="e-1")
     opening = datetime(2026, 12, 2, 0, 0, tzinfo=UTC).timestamp()
     assert [d.run_at for d in result.deliveries] == [opening, opening]
-    for _, job, _ in await everything(app):
+    for job in (r.job for r in await everything(app)):
         assert job.run_at == opening
     await app.worker().run(burst=True)
     assert providers["push"].requests == []
@@ -346,7 +346,7 @@ async def test_the_worker_sends_what_was_rendered(make: App, providers: Any) -> 
     )
     [push] = providers["push"].requests
     assert push.payload == {"type": "order_shipped", "locale": "en", "title": "Shipped: 48291"}
-    assert {str(r[0].status) for r in await everything(app)} == {"sent"}
+    assert {str(r.delivery.status) for r in await everything(app)} == {"sent"}
 
 
 # -- throttle and digest (the store's: kirim.store.throttle, kirim.store.digests) -------
@@ -415,7 +415,7 @@ def test_sync_kirim_notifies_an_event(tmp_path) -> None:
         assert [d.created for d in result.deliveries] == [True]
         record = app.get(result.deliveries[0].delivery_id, by="id")
         assert record is not None
-        assert record[0].payload["title"] == "Hi Ana"
+        assert record.delivery.payload["title"] == "Hi Ana"
 
 
 async def test_notify_event_commits_with_the_business_write(

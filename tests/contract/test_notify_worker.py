@@ -279,9 +279,9 @@ async def test_a_worker_without_the_type_sends_nothing(store: Store, clock: Manu
     assert await blind.run_once() == 1
     assert provider.requests == []
     [d] = await store.records(RecordFilter(), cursor=None, limit=5)
-    assert d[0].status is DeliveryStatus.PENDING
-    assert d[1] is not None
-    assert "notification type 'liked' is not configured on old" in (d[1].last_error or "")
+    assert d.delivery.status is DeliveryStatus.PENDING
+    assert d.job is not None
+    assert "notification type 'liked' is not configured on old" in (d.job.last_error or "")
     clock.advance(5.0)
     assert await worker(store, provider, clock).run_once() == 1
     [sent] = provider.requests

@@ -33,9 +33,9 @@ async def outcomes(make_app, clock):
 async def test_records_filter_and_page_both_ways(make_app, clock) -> None:
     app, ids = await outcomes(make_app, clock)
     everything = await app.records()
-    assert [r[0].id for r in everything.records] == ids[::-1]  # newest first
+    assert [r.delivery.id for r in everything.records] == ids[::-1]  # newest first
     assert everything.next_cursor is None
-    by_status = {r[0].id: r[0].status for r in everything.records}
+    by_status = {r.delivery.id: r.delivery.status for r in everything.records}
     assert by_status == {
         ids[0]: DeliveryStatus.SENT,
         ids[1]: DeliveryStatus.FAILED,
@@ -43,43 +43,45 @@ async def test_records_filter_and_page_both_ways(make_app, clock) -> None:
         ids[3]: DeliveryStatus.PENDING,
     }
     # each record carries its latest job and its attempts
-    sent = next(r for r in everything.records if r[0].id == ids[0])
-    assert sent[1] is not None
-    assert sent[1].status is JobStatus.COMPLETED
-    assert [a.number for a in sent[2]] == [1]
-    pending = next(r for r in everything.records if r[0].id == ids[3])
-    assert pending[2] == []
-    assert pending[1] is not None
-    assert pending[1].status is JobStatus.QUEUED
+    sent = next(r for r in everything.records if r.delivery.id == ids[0])
+    assert sent.job is not None
+    assert sent.job.status is JobStatus.COMPLETED
+    assert [a.number for a in sent.attempts] == [1]
+    pending = next(r for r in everything.records if r.delivery.id == ids[3])
+    assert pending.attempts == []
+    assert pending.job is not None
+    assert pending.job.status is JobStatus.QUEUED
 
     first = await app.records(limit=3)
-    assert [r[0].id for r in first.records] == ids[:0:-1]
+    assert [r.delivery.id for r in first.records] == ids[:0:-1]
     assert first.next_cursor == ids[1]
     rest = await app.records(cursor=first.next_cursor, limit=3)
-    assert [r[0].id for r in rest.records] == [ids[0]]
+    assert [r.delivery.id for r in rest.records] == [ids[0]]
     assert rest.next_cursor is None
 
     oldest = await app.records(RecordFilter(oldest_first=True), limit=2)
-    assert [r[0].id for r in oldest.records] == ids[:2]
+    assert [r.delivery.id for r in oldest.records] == ids[:2]
     assert oldest.next_cursor == ids[1]
     onward = await app.records(RecordFilter(oldest_first=True), cursor=ids[1], limit=2)
-    assert [r[0].id for r in onward.records] == ids[2:]
+    assert [r.delivery.id for r in onward.records] == ids[2:]
     assert onward.next_cursor is None
 
     assumed = RecordFilter(status=DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT)
-    assert [r[0].id for r in (await app.records(assumed)).records] == [ids[2]]
-    assert [r[0].id for r in (await app.records(RecordFilter(dead=True))).records] == [ids[1]]
+    assert [r.delivery.id for r in (await app.records(assumed)).records] == [ids[2]]
+    assert [r.delivery.id for r in (await app.records(RecordFilter(dead=True))).records] == [ids[1]]
     assert (await app.records(RecordFilter(channel="sms"))).records == []
-    created = {r[0].id: r[0].created_at for r in everything.records}
+    created = {r.delivery.id: r.delivery.created_at for r in everything.records}
     window = RecordFilter(since=created[ids[1]], until=created[ids[2]])  # until: exclusive
-    assert [r[0].id for r in (await app.records(window)).records] == [ids[1]]
+    assert [r.delivery.id for r in (await app.records(window)).records] == [ids[1]]
 
 
 async def test_dead_letters_and_in_doubt(make_app, clock) -> None:
     app, ids = await outcomes(make_app, clock)
     dead = await app.dead_letters()
-    assert [(r[0].id, r[1].status if r[1] else None) for r in dead] == [(ids[1], JobStatus.DEAD)]
-    assert [a.status for a in dead[0][2]] == ["failed_permanent"]
+    assert [(r.delivery.id, r.job.status if r.job else None) for r in dead] == [
+        (ids[1], JobStatus.DEAD)
+    ]
+    assert [a.status for a in dead[0].attempts] == ["failed_permanent"]
     assert await app.in_doubt() == []
 
 
@@ -89,17 +91,17 @@ async def test_held_doubt_is_listed_in_doubt(make_app, clock) -> None:
     n = await app.notify("e0", "u0", "push", {})
     await app.worker(settings=SETTINGS).run(burst=True)
     held = await app.in_doubt()
-    assert [r[0].id for r in held] == [n.delivery_id]
-    assert held[0][0].doubt is Doubt.HELD
+    assert [r.delivery.id for r in held] == [n.delivery_id]
+    assert held[0].delivery.doubt is Doubt.HELD
 
 
 async def test_get_by_id_never_takes_a_key_of_digits(make_app, clock) -> None:
     app = await make_app()
     first = await app.notify("e0", "u0", "push", {})
     second = await app.notify("e1", "u1", "push", {}, key=str(first.delivery_id))
-    assert (await app.get(first.delivery_id))[0].id == first.delivery_id  # an int is an id
-    assert (await app.get(str(first.delivery_id)))[0].id == second.delivery_id  # the key
-    assert (await app.get(str(first.delivery_id), by="id"))[0].id == first.delivery_id
+    assert (await app.get(first.delivery_id)).delivery.id == first.delivery_id  # an int is an id
+    assert (await app.get(str(first.delivery_id))).delivery.id == second.delivery_id  # the key
+    assert (await app.get(str(first.delivery_id), by="id")).delivery.id == first.delivery_id
     assert await app.get(999_999, by="id") is None
 
 
@@ -120,11 +122,11 @@ async def test_cancel_and_retry_say_why_they_do_not_apply(make_app, clock) -> No
         await app.retry(999_999, by="id")
 
     canceled = await app.cancel(ids[3], by="id")
-    assert canceled[0].status is DeliveryStatus.CANCELED
+    assert canceled.delivery.status is DeliveryStatus.CANCELED
     retried = await app.retry(ids[1], by="id")
-    assert retried[1] is not None
-    assert retried[1].status is JobStatus.QUEUED
-    assert retried[0].status is DeliveryStatus.PENDING
+    assert retried.job is not None
+    assert retried.job.status is JobStatus.QUEUED
+    assert retried.delivery.status is DeliveryStatus.PENDING
     assert await app.dead_letters() == []
 
 
@@ -170,7 +172,7 @@ async def held_while_lookup_was_down(make_app, clock, script):
     for _ in range(4):
         await worker.run_once()
         clock.advance(60)
-    d = (await app.get(n.delivery_id))[0]
+    d = (await app.get(n.delivery_id)).delivery
     assert (d.status, d.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
     provider.down = False
     clock.advance(3600)  # every earlier request settled
@@ -188,7 +190,7 @@ async def test_a_retry_where_the_provider_can_be_asked_asks_before_sending(make_
     assert app.second_copy_possible(await app.get(n.delivery_id)) is False
     await app.retry(n.delivery_id)
     await worker.run_once()
-    d = (await app.get(n.delivery_id))[0]
+    d = (await app.get(n.delivery_id)).delivery
     assert (d.status, d.doubt) == (DeliveryStatus.SENT, Doubt.RESOLVED)
     assert provider.effective(n.idempotency_key) == 1
     assert provider.received(n.idempotency_key) == 1
@@ -202,17 +204,23 @@ async def test_reconcile_settles_a_held_doubt_either_way(make_app, clock, arrive
     app, provider, worker, n = await held_while_lookup_was_down(make_app, clock, script)
     record = await app.reconcile(n.delivery_id)
     if arrived:
-        assert (record[0].status, record[0].doubt) == (DeliveryStatus.SENT, Doubt.RESOLVED)
-        assert record[1] is not None
-        assert record[1].status is JobStatus.COMPLETED
+        assert (record.delivery.status, record.delivery.doubt) == (
+            DeliveryStatus.SENT,
+            Doubt.RESOLVED,
+        )
+        assert record.job is not None
+        assert record.job.status is JobStatus.COMPLETED
         assert await app.dead_letters() == []
         return
-    assert (record[0].status, record[0].doubt) == (DeliveryStatus.FAILED, Doubt.RESOLVED)
-    assert {a.status.value for a in record[2]} == {"failed_transient"}
+    assert (record.delivery.status, record.delivery.doubt) == (
+        DeliveryStatus.FAILED,
+        Doubt.RESOLVED,
+    )
+    assert {a.status.value for a in record.attempts} == {"failed_transient"}
     assert app.second_copy_possible(record) is False
     await app.retry(n.delivery_id)
     await worker.run_once()
-    assert (await app.get(n.delivery_id))[0].status is DeliveryStatus.SENT
+    assert (await app.get(n.delivery_id)).delivery.status is DeliveryStatus.SENT
     assert provider.effective(n.idempotency_key) == 1
 
 
@@ -227,7 +235,7 @@ async def test_reconcile_and_the_retry_warning_where_the_provider_cannot_be_aske
     await app.worker(settings=SETTINGS).run_once()
     clock.advance(3600)
     record = await app.get(n.delivery_id)
-    assert record[0].status is DeliveryStatus.IN_DOUBT
+    assert record.delivery.status is DeliveryStatus.IN_DOUBT
     with pytest.raises(ActionRefused, match="cannot be asked") as refused:
         await app.reconcile(n.delivery_id)
     assert refused.value.code == "not_reconcilable"

@@ -128,7 +128,7 @@ async def test_an_opt_out_set_between_enqueue_and_claim_wins(make_app) -> None:
     await w.run_once()
     record = await app.get(mine.id)
     assert record is not None
-    d, job, attempts = record
+    d, job, attempts = record.delivery, record.job, record.attempts
     assert (d.status, d.reason) == (DeliveryStatus.SUPPRESSED, "opted_out")
     assert job is not None
     assert job.status is JobStatus.COMPLETED
@@ -136,7 +136,7 @@ async def test_an_opt_out_set_between_enqueue_and_claim_wins(make_app) -> None:
     assert provider.received(mine.idempotency_key) == 0
     other = await app.get(theirs.id)
     assert other is not None
-    assert other[0].status is DeliveryStatus.SENT
+    assert other.delivery.status is DeliveryStatus.SENT
     assert w.stats.suppressed == 1
     assert b'kirim_suppressed_total{channel="push",reason="opted_out"} 1.0' in metrics.render()
 
@@ -152,9 +152,12 @@ async def test_a_channel_opt_out_suppresses_only_that_type(make_app) -> None:
     first, second = await app.get(shipped.id), await app.get(plain.id)
     assert first is not None
     assert second is not None
-    assert (first[0].status, first[0].reason) == (DeliveryStatus.SUPPRESSED, "channel_opted_out")
-    assert second[0].status is DeliveryStatus.SENT
-    assert second[0].reason is None
+    assert (first.delivery.status, first.delivery.reason) == (
+        DeliveryStatus.SUPPRESSED,
+        "channel_opted_out",
+    )
+    assert second.delivery.status is DeliveryStatus.SENT
+    assert second.delivery.reason is None
 
 
 async def test_a_worker_without_the_types_does_not_send_them(make_app) -> None:
@@ -167,10 +170,10 @@ async def test_a_worker_without_the_types_does_not_send_them(make_app) -> None:
     await worker(app, policies=None).run_once()
     found = await app.get(d.id)
     assert found is not None
-    assert found[0].status is DeliveryStatus.PENDING
+    assert found.delivery.status is DeliveryStatus.PENDING
     assert provider.requests == []
-    assert found[1] is not None
-    assert "notification type 'order_shipped' is not configured" in (found[1].last_error or "")
+    assert found.job is not None
+    assert "notification type 'order_shipped' is not configured" in (found.job.last_error or "")
 
 
 async def test_a_critical_type_ignores_an_opt_out_at_claim(make_app) -> None:
@@ -182,7 +185,7 @@ async def test_a_critical_type_ignores_an_opt_out_at_claim(make_app) -> None:
     await worker(app, policies=critical).run_once()
     found = await app.get(d.id)
     assert found is not None
-    assert found[0].status is DeliveryStatus.SENT
+    assert found.delivery.status is DeliveryStatus.SENT
     assert provider.received(d.idempotency_key) == 1
 
 
@@ -201,7 +204,7 @@ async def test_quiet_hours_at_claim_defer_the_job_to_their_end(make_app, clock) 
     assert claims == []
     record = await app.get(d.id)
     assert record is not None
-    delivery, job, _ = record
+    delivery, job = record.delivery, record.job
     assert delivery.status is DeliveryStatus.PENDING
     assert delivery.claim_token is None
     assert job is not None
@@ -217,9 +220,9 @@ async def test_quiet_hours_at_claim_defer_the_job_to_their_end(make_app, clock) 
     await worker(app).run_once()
     record = await app.get(d.id)
     assert record is not None
-    assert record[0].status is DeliveryStatus.SENT
-    assert record[1] is not None
-    assert record[1].attempts == 1
+    assert record.delivery.status is DeliveryStatus.SENT
+    assert record.job is not None
+    assert record.job.attempts == 1
     assert provider.received(d.idempotency_key) == 1
 
 
@@ -236,7 +239,7 @@ async def test_an_opt_out_during_a_deferral_suppresses_at_the_opening(make_app, 
     await worker(app).run_once()
     record = await app.get(d.id)
     assert record is not None
-    assert record[0].status is DeliveryStatus.SUPPRESSED
+    assert record.delivery.status is DeliveryStatus.SUPPRESSED
     assert provider.requests == []
 
 
@@ -279,8 +282,8 @@ async def _in_doubt(app, clock) -> object:
     await worker(app).run_once()
     record = await app.get(d.id)
     assert record is not None
-    assert record[2][0].status.value == "unknown"
-    assert record[0].status is DeliveryStatus.PENDING  # an idempotent channel resends
+    assert record.attempts[0].status.value == "unknown"
+    assert record.delivery.status is DeliveryStatus.PENDING  # an idempotent channel resends
     clock.advance(600)  # past any backoff
     return d
 
@@ -302,10 +305,16 @@ async def test_an_opt_out_after_a_doubtful_request_sends_nothing_more(
     record = await app.get(d.id)
     assert record is not None
     if on_unknown is OnUnknown.ASSUME_SENT:
-        assert (record[0].status, record[0].doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
+        assert (record.delivery.status, record.delivery.doubt) == (
+            DeliveryStatus.SENT,
+            Doubt.ASSUMED_SENT,
+        )
     else:
-        assert (record[0].status, record[0].doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
-        assert "opted_out" in (record[0].last_error or "")
+        assert (record.delivery.status, record.delivery.doubt) == (
+            DeliveryStatus.IN_DOUBT,
+            Doubt.HELD,
+        )
+        assert "opted_out" in (record.delivery.last_error or "")
 
 
 async def test_quiet_hours_after_a_doubtful_request_defer_the_resend(make_app, clock) -> None:
@@ -320,8 +329,8 @@ async def test_quiet_hours_after_a_doubtful_request_defer_the_resend(make_app, c
     assert provider.received(d.idempotency_key) == 1
     record = await app.get(d.id)
     assert record is not None
-    assert record[1] is not None
-    assert record[1].run_at == local("2026-07-02T07:00")
+    assert record.job is not None
+    assert record.job.run_at == local("2026-07-02T07:00")
     clock.set(local("2026-07-02T07:00"))
     await worker(app).run_once()
     assert provider.received(d.idempotency_key) == 2  # the same key: the provider dedups
@@ -379,7 +388,7 @@ async def test_notify_event_then_an_opt_out_then_the_apps_worker(database_url, c
         [made] = first.deliveries
         record = await app.get(made.delivery_id)
         assert record is not None
-        assert (record[0].status, record[0].reason) == (
+        assert (record.delivery.status, record.delivery.reason) == (
             DeliveryStatus.SUPPRESSED,
             "channel_opted_out",
         )
@@ -390,7 +399,7 @@ async def test_notify_event_then_an_opt_out_then_the_apps_worker(database_url, c
         [again] = later.deliveries
         found = await app.get(again.delivery_id)
         assert found is not None
-        assert (found[0].status, found[0].reason) == (
+        assert (found.delivery.status, found.delivery.reason) == (
             DeliveryStatus.SUPPRESSED,
             "channel_opted_out",
         )

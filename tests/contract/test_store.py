@@ -173,7 +173,8 @@ async def test_finish_commits_outcome_status_and_job_together(make_app, clock) -
     (res,) = await app.store.finish([finish(c, now=clock.now())])
     assert res.committed
     assert res.delivery_status is DeliveryStatus.SENT
-    d, job, attempts = await app.get(c.delivery.id)
+    record = await app.get(c.delivery.id)
+    d, job, attempts = record.delivery, record.job, record.attempts
     assert d.status is DeliveryStatus.SENT
     assert d.provider_message_id == "p-1"
     assert d.claim_token is None
@@ -205,7 +206,8 @@ async def test_stale_failure_is_rejected_but_recorded(make_app, clock) -> None:
     )
     assert not res.committed
     assert not res.late_success
-    d, job, attempts = await app.get(new.delivery.id)
+    record = await app.get(new.delivery.id)
+    d, job, attempts = record.delivery, record.job, record.attempts
     assert d.status is DeliveryStatus.PROCESSING
     assert d.claim_token == new.token
     assert job.status is JobStatus.RUNNING
@@ -236,7 +238,8 @@ async def test_late_success_resolves_a_held_delivery(make_app, clock) -> None:
     (res,) = await app.store.finish([finish(old, request_id="req-old", message_id="p-9")])
     assert res.late_success
     assert not res.committed
-    d, job, _ = await app.get(new.delivery.id)
+    record = await app.get(new.delivery.id)
+    d, job = record.delivery, record.job
     assert d.status is DeliveryStatus.SENT
     assert d.doubt is Doubt.RESOLVED
     assert d.provider_message_id == "p-9"
@@ -298,7 +301,7 @@ async def test_failure_never_overrides_a_recorded_success(make_app, clock) -> No
             )
         ]
     )
-    d, _, _ = await app.get(new.delivery.id)
+    d = (await app.get(new.delivery.id)).delivery
     assert d.status is DeliveryStatus.SENT
 
 
@@ -328,7 +331,8 @@ async def test_late_success_after_reaping_ends_the_job(make_app, clock) -> None:
     (res,) = await app.store.finish([stale])
     assert res.late_success
     assert await claim(app, "w2") == []  # the late success completed the job too
-    d, job, _ = await app.get(c.delivery.id)
+    record = await app.get(c.delivery.id)
+    d, job = record.delivery, record.job
     assert d.status is DeliveryStatus.SENT
     assert job.status is JobStatus.COMPLETED
 
@@ -343,8 +347,10 @@ async def test_reaper_kills_a_job_on_its_final_attempt(make_app, clock) -> None:
     clock.advance(LEASE + 1)
     reaped = await app.store.reap(now=clock.now())
     assert all(r.dead for r in reaped)
-    d1, j1, _ = await app.get(c1.delivery.id)
-    d2, j2, _ = await app.get(c2.delivery.id)
+    record = await app.get(c1.delivery.id)
+    d1, j1 = record.delivery, record.job
+    record = await app.get(c2.delivery.id)
+    d2, j2 = record.delivery, record.job
     assert (d1.status, d1.doubt, j1.status) == (DeliveryStatus.IN_DOUBT, Doubt.HELD, JobStatus.DEAD)
     assert (d2.status, j2.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
 
@@ -376,7 +382,8 @@ async def test_cancel_only_what_is_not_in_flight(make_app, clock) -> None:
     (c,) = await claim(app)
     assert c.delivery.id == b.delivery_id
     assert not await app.store.cancel(b.delivery_id, now=clock.now())
-    d, job, _ = await app.get(a.delivery_id)
+    record = await app.get(a.delivery_id)
+    d, job = record.delivery, record.job
     assert d.status is DeliveryStatus.CANCELED
     assert job.status is JobStatus.COMPLETED
 

@@ -57,10 +57,10 @@ def test_a_sync_worker_sends_and_the_record_reads_as_one(database_url: str) -> N
         assert worker.run_once() == 0
         record = app.get(n.delivery_id, by="id")
         assert record is not None
-        assert record[0].status is DeliveryStatus.SENT
-        assert record[1] is not None
-        assert record[1].status is JobStatus.COMPLETED
-        assert [a.worker_id for a in record[2]] == ["sync-1"]
+        assert record.delivery.status is DeliveryStatus.SENT
+        assert record.job is not None
+        assert record.job.status is JobStatus.COMPLETED
+        assert [a.worker_id for a in record.attempts] == ["sync-1"]
         assert provider.effective(n.idempotency_key) == 1
 
 
@@ -81,7 +81,7 @@ def test_a_sync_worker_stops_from_another_thread(database_url: str) -> None:
         app.worker().run_once()
         record = app.get(n.delivery_id, by="id")
         assert record is not None
-        assert record[0].status is DeliveryStatus.SENT
+        assert record.delivery.status is DeliveryStatus.SENT
         assert provider.effective(n.idempotency_key) == 1
 
 
@@ -91,7 +91,7 @@ def test_operator_verbs_and_callbacks_block(database_url: str) -> None:
     with _app(database_url, provider).open(migrate=True) as app:
         n = app.notify("e-2", "r-2", "push", {"title": "hi"})
         canceled = app.cancel(n.delivery_id, by="id")
-        assert canceled[0].status is DeliveryStatus.CANCELED
+        assert canceled.delivery.status is DeliveryStatus.CANCELED
         result = app.confirm("push", "no-such-message", "delivered")
         assert str(result.outcome) == "unknown"
 

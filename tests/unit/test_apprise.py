@@ -233,8 +233,10 @@ async def test_worker_sends_once_and_holds_a_reported_failure_in_doubt(http, tmp
         ok = await app.notify("order-1", "user-1", "chat", {"body": "shipped"})
         failed = await app.notify("order-1", "user-1", "alerts", {"body": "shipped"})
         await app.worker(settings=WorkerSettings(lease=10), worker_id="A").run_once()
-        sent, _, sent_attempts = await app.get(ok.delivery_id)
-        doubt, _, doubt_attempts = await app.get(failed.delivery_id)
+        record = await app.get(ok.delivery_id)
+        sent, sent_attempts = record.delivery, record.attempts
+        record = await app.get(failed.delivery_id)
+        doubt, doubt_attempts = record.delivery, record.attempts
     finally:
         await app.close()
     assert sent.status is DeliveryStatus.SENT

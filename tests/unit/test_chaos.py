@@ -15,7 +15,8 @@ from kirim.chaos import (
     report_of,
     tally,
 )
-from kirim.model import Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from kirim.model import DeliveryStatus, Doubt, JobStatus
+from record_kit import delivery_row, job_row
 
 
 def _report(**flags: bool) -> Report:
@@ -74,39 +75,10 @@ def test_a_fate_says_whether_the_provider_acted() -> None:
 def test_a_record_is_reported_as_the_ledger_says() -> None:
     """A delivery assumed sent is in doubt, a suppressed one denied, one a provider's
     callback confirmed resolved; a dead job is counted."""
-    delivery = Delivery(
-        id=1,
-        idempotency_key="k",
-        event_id="e",
-        recipient="u",
-        channel="push",
-        payload={},
-        payload_hash="h",
-        status=DeliveryStatus.SENT,
-        claim_token=None,
-        claimed_by=None,
-        claim_expires_at=None,
-        provider_message_id=None,
-        doubt=Doubt.ASSUMED_SENT,
-        last_error=None,
-        created_at=3.0,
-        updated_at=3.0,
-        sent_at=None,
+    delivery = delivery_row(
+        status=DeliveryStatus.SENT, doubt=Doubt.ASSUMED_SENT, created_at=3.0, updated_at=3.0
     )
-    job = Job(
-        id=1,
-        delivery_id=1,
-        status=JobStatus.DEAD,
-        run_at=0.0,
-        attempts=3,
-        max_attempts=3,
-        lease_owner=None,
-        lease_token=None,
-        lease_expires_at=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-    )
+    job = job_row(status=JobStatus.DEAD, attempts=3, max_attempts=3)
     report = report_of(delivery, job, [])
     assert report.in_doubt
     assert report.dead

@@ -172,7 +172,8 @@ async def deliver_one(tmp_path: Path, provider: WebhookProvider) -> tuple[Any, A
     try:
         n = await app.notify("order-1", "user-1", "push", {"t": 1})
         await app.worker(settings=WorkerSettings(lease=10), worker_id="A").run_once()
-        delivery, job, attempts = await app.get(n.delivery_id)
+        record = await app.get(n.delivery_id)
+        delivery, job, attempts = record.delivery, record.job, record.attempts
     finally:
         await app.close()
     return delivery, job, attempts, clock.now()

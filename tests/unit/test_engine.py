@@ -163,7 +163,8 @@ def test_sync_wrapper_notifies_without_an_event_loop(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'k.db'}"
     with SyncKirim(Config(database=url), channels={"push": channel}).open(migrate=True) as app:
         n = app.notify("e", "u", "push", {"hello": "world"})
-        delivery, job, attempts = app.get(n.delivery_id)
+        record = app.get(n.delivery_id)
+        delivery, job, attempts = record.delivery, record.job, record.attempts
     assert delivery.status is DeliveryStatus.PENDING
     assert job is not None
     assert attempts == []
@@ -176,9 +177,9 @@ def test_sync_wrapper_has_the_operator_verbs(tmp_path: Path) -> None:
     with SyncKirim(Config(database=url), channels={"push": channel}).open(migrate=True) as app:
         ids = [app.notify(f"e{i}", "u", "push", {}).delivery_id for i in range(3)]
         page = app.records(limit=2)
-        assert [r[0].id for r in page.records] == ids[:0:-1]
+        assert [r.delivery.id for r in page.records] == ids[:0:-1]
         assert page.next_cursor == ids[1]
-        assert app.cancel(ids[0])[0].status is DeliveryStatus.CANCELED
+        assert app.cancel(ids[0]).delivery.status is DeliveryStatus.CANCELED
         with pytest.raises(ActionRefused, match="not dead-lettered"):
             app.retry(ids[1])
         assert app.dead_letters() == []
@@ -279,7 +280,7 @@ async def test_a_provider_with_only_idempotent_and_send_works(make_app) -> None:
     app = await make_app(provider)
     n = await app.notify("e", "u", "push", {"a": 1})
     assert await app.worker(settings=WorkerSettings(lease=10), worker_id="A").run_once() == 1
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     assert provider.sent == [n.idempotency_key]
     await app.close()

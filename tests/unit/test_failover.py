@@ -181,7 +181,8 @@ async def test_connection_refused_on_the_primary_goes_to_the_fallback(
     assert job.run_at <= clock.now()  # the next provider at once: no backoff
     await worker.run_once()
 
-    delivery, job, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, job, attempts = rec.delivery, rec.job, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert delivery.doubt is None
     assert providers(attempts) == ["push", "backup"]
@@ -204,7 +205,8 @@ async def test_a_permanent_refusal_401_on_the_primary_goes_to_the_fallback(
     n = await app.notify("48291", "1007", "push", {"title": "shipped"})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 4)
 
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup"]
     assert attempts[0].status is AttemptStatus.FAILED_PERMANENT
@@ -226,7 +228,8 @@ async def test_an_ambiguous_outcome_on_the_primary_never_reaches_the_fallback(
     n = await app.notify("48291", "1007", "push", {"title": "shipped"})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 6)
 
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert backup.requests == []
     assert set(providers(attempts)) == {"push"}
     if idempotent:  # unknown, then 500 (unknown again), then 200: all to the primary
@@ -245,7 +248,8 @@ async def test_the_fallback_refusing_for_good_fails_the_delivery(open_app, endpo
     n = await app.notify("48291", "1007", "push", {"title": "shipped"})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 4)
 
-    delivery, job, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, job, attempts = rec.delivery, rec.job, rec.attempts
     assert delivery.status is DeliveryStatus.FAILED
     assert job.status is JobStatus.DEAD
     assert providers(attempts) == ["push", "backup"]
@@ -263,7 +267,7 @@ async def test_the_status_and_timeline_show_each_attempts_provider(
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 3)
     record = await app.get(n.delivery_id)
 
-    assert [attempt_json(a)["provider"] for a in record[2]] == ["push", "backup"]
+    assert [attempt_json(a)["provider"] for a in record.attempts] == ["push", "backup"]
     lines = [e.line for e in events(record, now=clock.now())]
     requests = [line for line in lines if "action=provider_request" in line]
     responses = [line for line in lines if "action=provider_response" in line]
@@ -338,13 +342,14 @@ async def test_a_crash_after_the_intent_to_the_fallback_resumes_at_the_fallback(
         backup.on_request = die
     await wa.run_once()
     backup.on_request = None
-    _, _, attempts = await app.get(n.delivery_id)
+    attempts = (await app.get(n.delivery_id)).attempts
     assert providers(attempts) == ["push", "backup"]
     assert attempts[1].status is AttemptStatus.REQUESTED  # the intent survived the crash
 
     clock.advance(LEASE + 1)
     await run(other, wb, clock, n.delivery_id, 3)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup", "backup"]
     assert primary.received(n.idempotency_key) == 1
@@ -378,7 +383,8 @@ async def test_transient_refusals_walk_the_chain_then_back_off_and_start_over(
     assert job.attempts == 2
     assert clock.now() == started
     await run(app, worker, clock, n.delivery_id, 3)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup", "push"]
 
@@ -396,7 +402,8 @@ async def test_a_fallback_that_refuses_for_now_after_the_primary_refused_for_goo
     app = await open_app(channels, direct=True)
     n = await app.notify("e", "u", "push", {})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 6)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup", "backup", "backup"]
     assert a.received(n.idempotency_key) == 1
@@ -414,7 +421,8 @@ async def test_an_unknown_outcome_at_the_fallback_keeps_the_delivery_there(open_
     app = await open_app(channels, direct=True)
     n = await app.notify("e", "u", "push", {})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 6)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup", "backup", "backup"]
     assert a.received(n.idempotency_key) == 1
@@ -509,7 +517,8 @@ async def test_a_permanent_refusal_at_the_chains_end_goes_back_to_one_refused_fo
     app = await open_app(channels, direct=True)
     n = await app.notify("e", "u", "push", {})
     await run(app, app.worker(settings=SETTINGS, worker_id="A"), clock, n.delivery_id, 6)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup", "push"]
     assert b.received(n.idempotency_key) == 1
@@ -537,11 +546,12 @@ async def test_a_late_refusal_that_withdraws_a_hold_fails_over(open_app, clock) 
     clock.advance(LEASE + 1)
     await wb.run_once()  # reaps A's lease; A's request may have arrived: held
     held = await app.get(n.delivery_id)
-    assert (held[0].status, held[0].doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+    assert (held.delivery.status, held.delivery.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
     late.release()
     await task  # A's late 400 withdraws the hold
     await run(app, wb, clock, n.delivery_id, 4)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, attempts = rec.delivery, rec.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert providers(attempts) == ["push", "backup"]
     assert b.effective(n.idempotency_key) == 1
@@ -567,7 +577,8 @@ async def test_a_late_refusal_with_no_fallback_left_fails_without_a_request(
     late.release()
     await task
     await run(app, wb, clock, n.delivery_id, 4)
-    delivery, job, _ = await app.get(n.delivery_id)
+    rec = await app.get(n.delivery_id)
+    delivery, job = rec.delivery, rec.job
     assert (delivery.status, job.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
     assert "refused for good by every channel" in (delivery.last_error or "")
     assert a.received(n.idempotency_key) == 1

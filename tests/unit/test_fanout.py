@@ -11,11 +11,12 @@ import pytest
 
 from kirim.errors import InvalidNotification, PayloadTooLarge, UnknownChannel
 from kirim.keys import default_key, payload_hash
-from kirim.model import Delivery, DeliveryStatus
+from kirim.model import DeliveryStatus
 from kirim.notify import Recipient, RenderError, compose_digest, parse_type
 from kirim.notify.fanout import Event, Planned, plan, prepare, recipients_of
 from kirim.preferences import Preferences, Window
 from kirim.store.base import DigestEvent, Throttle
+from record_kit import delivery_row
 
 CHANNELS = {"email", "push"}
 #: 2026-12-01 12:00 UTC, a Tuesday
@@ -228,24 +229,13 @@ def test_compose_digest_renders_the_events_in_the_first_locale() -> None:
             },
         },
     )
-    delivery = Delivery(
-        id=1,
-        idempotency_key="k",
+    delivery = delivery_row(
         event_id="like-1",
         recipient="u1",
-        channel="push",
         payload={"type": "post_liked", "locale": "id_ID", "digest": "s", "events": []},
-        payload_hash="h",
         status=DeliveryStatus.PROCESSING,
         claim_token="t",
         claimed_by="w",
-        claim_expires_at=None,
-        provider_message_id=None,
-        doubt=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-        sent_at=None,
         type="post_liked",
         recipient_id="u1",
     )

@@ -24,6 +24,7 @@ from kirim.model import (
 from kirim.store.base import ApiToken
 from kirim.timeline import events
 from kirim.tokens import check_name, hash_token
+from record_kit import delivery_row, job_row
 
 T0 = 1_800_000_000.0
 
@@ -76,24 +77,14 @@ def test_send_after_refuses_naive_or_out_of_range(text) -> None:
 def _delivery(**kw) -> Delivery:
     base = {
         "id": 7,
-        "idempotency_key": "k",
         "event_id": "order-7",
-        "recipient": "u",
-        "channel": "push",
-        "payload": {},
-        "payload_hash": "h",
         "status": DeliveryStatus.SENT,
-        "claim_token": None,
-        "claimed_by": None,
-        "claim_expires_at": None,
         "provider_message_id": "p-1",
-        "doubt": None,
-        "last_error": None,
         "created_at": T0,
         "updated_at": T0 + 9,
         "sent_at": T0 + 9,
     }
-    return Delivery(**(base | kw))
+    return delivery_row(**(base | kw))
 
 
 def _attempt(n: int, worker: str, at: float, done: float | None, status: AttemptStatus) -> Attempt:
@@ -120,14 +111,10 @@ def _job(**kw) -> Job:
         "run_at": T0,
         "attempts": 2,
         "max_attempts": 8,
-        "lease_owner": None,
-        "lease_token": None,
-        "lease_expires_at": None,
-        "last_error": None,
         "created_at": T0,
         "updated_at": T0 + 9,
     }
-    return Job(**(base | kw))
+    return job_row(**(base | kw))
 
 
 def test_the_timeline_shows_the_write_ups_race_at_a_glance() -> None:

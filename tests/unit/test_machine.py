@@ -11,6 +11,7 @@ import pytest
 
 from kirim import machine
 from kirim.model import AT_REST, Delivery, DeliveryStatus, Doubt, Job, JobStatus
+from record_kit import delivery_row, job_row
 
 DESIGN = Path(__file__).parents[2] / "docs" / "design.md"
 ALL = frozenset(DeliveryStatus)
@@ -53,42 +54,13 @@ def test_check_logs_a_change_that_is_not_an_edge(edges_known: Any) -> None:
 def _delivery(
     status: DeliveryStatus, *, doubt: Doubt | None = None, claimed: bool = False
 ) -> Delivery:
-    return Delivery(
-        id=1,
-        idempotency_key="k",
-        event_id="e",
-        recipient="r",
-        channel="push",
-        payload={},
-        payload_hash="h",
-        status=status,
-        doubt=doubt,
-        claim_token="t" if claimed else None,
-        claimed_by=None,
-        claim_expires_at=None,
-        provider_message_id=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-        sent_at=None,
+    return delivery_row(
+        recipient="r", status=status, doubt=doubt, claim_token="t" if claimed else None
     )
 
 
 def _job(status: JobStatus) -> Job:
-    return Job(
-        id=1,
-        delivery_id=1,
-        status=status,
-        run_at=0.0,
-        attempts=1,
-        max_attempts=3,
-        lease_owner=None,
-        lease_token=None,
-        lease_expires_at=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-    )
+    return job_row(status=status, attempts=1)
 
 
 @pytest.mark.parametrize("status", sorted(DeliveryStatus))

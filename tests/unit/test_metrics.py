@@ -62,7 +62,8 @@ async def test_retries_are_counted_by_kind_and_multi_requests_once(make_app, clo
     app = await make_app(provider)
     n = await app.notify("e", "u", "push", {})
     await deliver_all(app, app.worker(settings=SETTINGS, worker_id="A", metrics=m), clock)
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert len(attempts) == 3
     assert value(m, "kirim_retries_total", channel="push", kind="transient") == 1

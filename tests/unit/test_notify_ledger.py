@@ -34,6 +34,32 @@ def test_digest_keys_differ_by_stream_and_window() -> None:
     assert len(keys) == 5
 
 
+@pytest.mark.parametrize("rate", [2_000_000, True, float("nan"), "10"])
+def test_a_channel_built_in_python_follows_kirim_tomls_rate_rule(rate: object) -> None:
+    """A rate kirim.toml refuses (over a million a second, a boolean) is refused by
+    Channel too, with the same words."""
+    with pytest.raises(ConfigError, match=r"channels\.push\.rate must be a number"):
+        parse_config({"channels": {"push": {"url": "http://x", "rate": rate}}}, source="k")
+    with pytest.raises(ValueError, match=r"channel 'push': rate must be a number"):
+        Channel(name="push", provider=FlakyProvider(), rate=rate)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fallback", "problem"),
+    [(["push"], "names the channel itself"), (["sms", "sms"], "names 'sms' twice")],
+)
+def test_a_channels_fallbacks_are_checked_alike_in_toml_and_python(
+    fallback: list[str], problem: str
+) -> None:
+    """A fallback list naming the channel itself or a channel twice is refused with the
+    same words from kirim.toml and from Channel."""
+    table = {"push": {"url": "http://x", "fallback": fallback}, "sms": {"url": "http://y"}}
+    with pytest.raises(ConfigError, match=rf"channels\.push\.fallback {problem}"):
+        parse_config({"channels": table}, source="k")
+    with pytest.raises(ValueError, match=rf"channel 'push': fallback {problem}"):
+        Channel(name="push", provider=FlakyProvider(), fallback=tuple(fallback))
+
+
 def test_a_channel_rate_is_read_from_kirim_toml() -> None:
     """``rate`` (requests per second) becomes the channel's ``rate``; absent: None."""
     config = parse_config(
@@ -53,7 +79,7 @@ def test_a_channel_rate_must_be_a_positive_number(rate: object) -> None:
 
 def test_a_channel_built_in_python_checks_its_rate() -> None:
     """Channel(rate=0) is refused, as the store's slot is."""
-    with pytest.raises(ValueError, match="rate must be a positive number"):
+    with pytest.raises(ValueError, match="rate must be a number of requests per second"):
         Channel(name="push", provider=FlakyProvider(), rate=0)
     with pytest.raises(ValueError, match="rate must be a positive number"):
         next(take_slot("push", 0.0, 0.0))

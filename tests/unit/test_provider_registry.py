@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from kirim.addresses import kind_of
 from kirim.channel_config import COMMON_KEYS, channel_keys
 from kirim.config import parse_config
 from kirim.errors import ConfigError
@@ -95,3 +96,22 @@ def test_a_missing_extra_is_named(no_jwt: None) -> None:
     }
     with pytest.raises(ConfigError, match=r"needs the apns extra: pip install 'kirim\[apns\]'"):
         registry.build_provider("ios", "apns", table)
+
+
+@pytest.mark.parametrize(
+    ("kind", "table"),
+    [
+        ("smtp", {"host": "127.0.0.1", "from": "kirim@example.com"}),
+        ("twilio", {"account_sid": "AC1", "auth_token": "t", "from": "+15005550006"}),
+        ("slack", {"token": "xoxb-1"}),
+        ("slack", {"token": "xoxb-1", "channel": "C0123ABCD"}),
+        ("webhook", {"url": "http://127.0.0.1:9/x"}),
+    ],
+)
+def test_a_configured_channel_takes_the_addresses_its_built_provider_takes(
+    kind: str, table: dict[str, object]
+) -> None:
+    """The registry's kind of address for a channel table (read before any provider is
+    built) is the one the provider built from that table says it takes."""
+    assert registry.check_options(kind, table) is None
+    assert registry.address_kind(kind, table) == kind_of(registry.build(kind, table))

@@ -49,7 +49,8 @@ async def test_a_first_attempt_sends_but_never_writes_its_status(make_app, clock
     clock.advance(LEASE + 1)
     await wb.run_once()
 
-    delivery, job, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job, attempts = found.delivery, found.job, found.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert job.status is JobStatus.COMPLETED
     assert user_received(provider, n.idempotency_key) == 1
@@ -74,7 +75,8 @@ async def test_b_retry_runs_before_first_success_is_stored(make_app, clock, idem
     late.release()
     await task_a
 
-    delivery, job, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job, attempts = found.delivery, found.job, found.attempts
     assert user_received(provider, n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT
     assert job.status is JobStatus.COMPLETED
@@ -94,7 +96,8 @@ async def test_c_two_workers_claim_at_once_and_one_wins(make_app, clock, idempot
     app, wa, wb, _, n = await two_workers(make_app, provider)
     claimed = await asyncio.gather(wa.run_once(), wb.run_once())
     assert sorted(claimed) == [0, 1]
-    delivery, _, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, attempts = found.delivery, found.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert len(attempts) == 1
     assert provider.received(n.idempotency_key) == 1
@@ -112,7 +115,8 @@ async def test_c_overlapping_worker_is_fenced_before_it_sends(make_app, clock, i
     stall.release()
     await task_a
 
-    delivery, _, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, attempts = found.delivery, found.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert [a.worker_id for a in attempts] == ["B"]
     assert wa.stats.claims_lost == 1
@@ -142,14 +146,16 @@ async def test_e_provider_times_out_after_receiving(make_app, clock, idempotent)
     provider = FlakyProvider(idempotent=idempotent, script=["accept_then_timeout"])
     app, wa, _, _, n = await two_workers(make_app, provider)
     await wa.run_once()
-    delivery, job, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job, attempts = found.delivery, found.job, found.attempts
     assert attempts[0].status is AttemptStatus.UNKNOWN
     if idempotent:
         assert delivery.status is DeliveryStatus.PENDING  # safe to resend with the same key
         assert job.status is JobStatus.RETRY_SCHEDULED
         clock.advance(2)
         await wa.run_once()
-        delivery, job, _ = await app.get(n.delivery_id)
+        found = await app.get(n.delivery_id)
+        delivery, job = found.delivery, found.job
         assert provider.received(n.idempotency_key) == 2
         assert delivery.doubt is None
     else:
@@ -168,7 +174,8 @@ async def test_e_hold_parks_the_delivery_for_an_operator(make_app, clock, idempo
     await wa.run_once()
     clock.advance(2)
     await wa.run_once()
-    delivery, job, _ = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job = found.delivery, found.job
     assert user_received(provider, n.idempotency_key) == 1
     if idempotent:
         assert delivery.status is DeliveryStatus.SENT
@@ -189,13 +196,15 @@ async def test_f_worker_killed_with_the_request_in_flight(make_app, clock, idemp
     app, wa, wb, _, n = await two_workers(make_app, provider)
     await wa.run_once()
     provider.on_request = None
-    delivery, _, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, attempts = found.delivery, found.attempts
     assert delivery.status is DeliveryStatus.PROCESSING
     assert [a.status for a in attempts] == [AttemptStatus.REQUESTED]  # the intent survived
     clock.advance(LEASE + 1)
     await wb.run_once()
 
-    delivery, job, _ = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job = found.delivery, found.job
     assert delivery.status is DeliveryStatus.SENT
     assert job.status is JobStatus.COMPLETED
     assert user_received(provider, n.idempotency_key) == 1
@@ -213,7 +222,7 @@ async def test_f_worker_killed_before_the_request_left(make_app, clock, idempote
     clock.advance(LEASE + 1)
     await wb.run_once()
 
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     if idempotent:
         assert user_received(provider, n.idempotency_key) == 1
@@ -240,7 +249,8 @@ async def test_g_stalled_worker_wakes_after_takeover(make_app, clock, idempotent
         clock.advance(LEASE)
         await wb.run_once()
 
-    delivery, job, attempts = await app.get(n.delivery_id)
+    found = await app.get(n.delivery_id)
+    delivery, job, attempts = found.delivery, found.job, found.attempts
     assert user_received(provider, n.idempotency_key) == 1
     assert delivery.status is DeliveryStatus.SENT
     assert job.status is JobStatus.COMPLETED
@@ -269,6 +279,6 @@ async def test_heartbeat_keeps_a_slow_send_from_looking_dead(make_app, clock, id
     assert await wb.run_once() == 0
     answer.set()
     await task_a
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     assert provider.received(n.idempotency_key) == 1

@@ -15,7 +15,8 @@ async def test_notify_then_worker_sends_once(make_app) -> None:
     assert n.created
     worker = app.worker(settings=WorkerSettings(lease=10), worker_id="A")
     assert await worker.run_once() == 1
-    delivery, job, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job, attempts = record.delivery, record.job, record.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert job.status == "completed"
     assert [a.status for a in attempts] == ["succeeded"]

@@ -459,7 +459,8 @@ async def test_worker_retries_a_451_and_delivers_once(smtp, app_on) -> None:
     job = await app.store.get_job(n.delivery_id)
     app.clock.set(job.run_at)  # type: ignore[attr-defined]
     await worker.run_once()
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert [a.status for a in attempts] == [AttemptStatus.FAILED_TRANSIENT, AttemptStatus.SUCCEEDED]
     assert len(script.messages) == 1
@@ -471,7 +472,8 @@ async def test_worker_treats_no_reply_after_the_dot_as_in_doubt(smtp, app_on) ->
     app = await app_on(provider(await smtp(script), timeout=0.5))
     n = await app.notify("order-1", "bob@example.test", "email", PAYLOAD)
     await app.worker(settings=SETTINGS, worker_id="A").run_once()
-    delivery, _, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, attempts = record.delivery, record.attempts
     assert (delivery.status, delivery.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
     assert [a.status for a in attempts] == [AttemptStatus.UNKNOWN]
     assert len(script.messages) == 1
@@ -489,7 +491,7 @@ async def test_an_at_least_once_resend_carries_the_same_message_id(smtp, app_on)
     job = await app.store.get_job(n.delivery_id)
     app.clock.set(job.run_at)  # type: ignore[attr-defined]
     await worker.run_once()
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     first, second = script.messages
     assert (

@@ -13,10 +13,8 @@ from kirim.channels import Channel
 from kirim.model import (
     Attempt,
     AttemptStatus,
-    Delivery,
     DeliveryStatus,
     Doubt,
-    Job,
     JobStatus,
     OnUnknown,
 )
@@ -26,6 +24,7 @@ from kirim.store.base import Claim, ClaimKind
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
 from kirim.worker.decisions import Decisions, Lookup
+from record_kit import claimed_rows
 
 SETTINGS = WorkerSettings(lease=10, backoff_base=1.0, backoff_max=8.0)
 
@@ -40,7 +39,8 @@ async def test_transient_failures_retry_with_backoff_then_succeed(make_app, cloc
         await worker.run_once()
         job = await app.store.get_job(n.delivery_id)
         clock.set(job.run_at)
-    delivery, job, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job, attempts = record.delivery, record.job, record.attempts
     assert delivery.status is DeliveryStatus.SENT
     assert [a.status for a in attempts] == [
         AttemptStatus.FAILED_TRANSIENT,
@@ -77,7 +77,8 @@ async def test_exhausted_attempts_dead_letter_the_delivery(make_app, clock) -> N
     for _ in range(3):
         await worker.run_once()
         clock.advance(60)
-    delivery, job, _ = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job = record.delivery, record.job
     assert delivery.status is DeliveryStatus.FAILED
     assert job.status is JobStatus.DEAD
     assert "attempts exhausted" in job.last_error
@@ -89,7 +90,8 @@ async def test_permanent_failure_is_not_retried(make_app, clock) -> None:
     app = await make_app(FlakyProvider(script=["permanent"]))
     n = await app.notify("e", "u", "push", {})
     await app.worker(settings=SETTINGS, worker_id="A").run_once()
-    delivery, job, attempts = await app.get(n.delivery_id)
+    record = await app.get(n.delivery_id)
+    delivery, job, attempts = record.delivery, record.job, record.attempts
     assert delivery.status is DeliveryStatus.FAILED
     assert job.status is JobStatus.DEAD
     assert len(attempts) == 1
@@ -116,7 +118,7 @@ async def test_lookup_reconciles_before_resending(make_app, clock) -> None:
     await worker.run_once()
     clock.advance(60)
     await worker.run_once()
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     assert delivery.doubt is Doubt.RESOLVED
     assert delivery.provider_message_id is not None
@@ -136,7 +138,7 @@ async def test_operator_retry_of_a_held_delivery_sends_again(make_app, clock) ->
     clock.advance(60)  # past the attempt's settles_at: nothing more can land from it
     assert await app.store.retry_dead(n.delivery_id, now=clock.now())
     await worker.run_once()
-    delivery, _, _ = await app.get(n.delivery_id)
+    delivery = (await app.get(n.delivery_id)).delivery
     assert delivery.status is DeliveryStatus.SENT
     assert provider.received(n.idempotency_key) == 2  # the operator chose to resend
 
@@ -153,39 +155,7 @@ def test_backoff_is_full_jitter_under_a_cap(attempts: int) -> None:
 
 def _doubtful_claim(*, requested_at: float = 0.0, unsettled_until: float | None = None) -> Claim:
     """A claim whose one earlier request (``req-1``) may have reached the provider."""
-    delivery = Delivery(
-        id=1,
-        idempotency_key="k",
-        event_id="e",
-        recipient="u",
-        channel="push",
-        payload={},
-        payload_hash="h",
-        status=DeliveryStatus.PROCESSING,
-        claim_token="t",
-        claimed_by="A",
-        claim_expires_at=100.0,
-        provider_message_id=None,
-        doubt=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-        sent_at=None,
-    )
-    job = Job(
-        id=1,
-        delivery_id=1,
-        status=JobStatus.RUNNING,
-        run_at=0.0,
-        attempts=2,
-        max_attempts=5,
-        lease_owner="A",
-        lease_token="t",
-        lease_expires_at=100.0,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-    )
+    delivery, job = claimed_rows(1)
     earlier = Attempt(
         id=1,
         delivery_id=1,

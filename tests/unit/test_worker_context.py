@@ -4,49 +4,17 @@ from __future__ import annotations
 
 import inspect
 
-from kirim.model import Delivery, DeliveryStatus, Job, JobStatus
 from kirim.store.base import Claim, ClaimKind
 from kirim.worker.context import InFlight
 from kirim.worker.delivery import Deliverer
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.prepare import Prepare
+from record_kit import claimed_rows
 
 
 def _claim(job_id: int, kind: ClaimKind = ClaimKind.CLAIMED) -> Claim:
     """A claim of job ``job_id`` (its delivery has the same id)."""
-    delivery = Delivery(
-        id=job_id,
-        idempotency_key="k",
-        event_id="e",
-        recipient="u",
-        channel="push",
-        payload={},
-        payload_hash="h",
-        status=DeliveryStatus.PROCESSING,
-        claim_token="t",
-        claimed_by="A",
-        claim_expires_at=100.0,
-        provider_message_id=None,
-        doubt=None,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-        sent_at=None,
-    )
-    job = Job(
-        id=job_id,
-        delivery_id=job_id,
-        status=JobStatus.RUNNING,
-        run_at=0.0,
-        attempts=2,
-        max_attempts=5,
-        lease_owner="A",
-        lease_token="t",
-        lease_expires_at=100.0,
-        last_error=None,
-        created_at=0.0,
-        updated_at=0.0,
-    )
+    delivery, job = claimed_rows(job_id)
     return Claim(kind=kind, job=job, delivery=delivery, token=f"t{job_id}", now=50.0)
 
 

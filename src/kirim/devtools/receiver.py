@@ -88,11 +88,6 @@ class Counts:
         with self._lock:
             return dict(self._copies)
 
-    def user_duplicates(self) -> int:
-        """Extra copies a user received: none for keyed requests when keys are honoured."""
-        with self._lock:
-            return sum(n - 1 for n in self._copies.values())
-
 
 class Receiver(Counts):
     """``with Receiver() as r: r.url`` — stops by itself when the block ends."""

@@ -31,7 +31,7 @@ from kirim.http.feed_cors import FeedCors
 from kirim.http.feed_models import FeedMarkIn, FeedTokenIn
 from kirim.http.guard import FrameGuard
 from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
-from kirim.http.service import AccessLog, Service, make_service
+from kirim.http.service import AccessLog, make_service
 from kirim.live import FeedHub
 from kirim.observe.metrics import Metrics
 
@@ -187,8 +187,3 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas.setdefault("ErrorBody", ErrorBody.model_json_schema())
     app.openapi_schema = doc
     return doc
-
-
-def service_of(app: FastAPI) -> Service:
-    svc: Service = app.state.service
-    return svc

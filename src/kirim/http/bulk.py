@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import RedirectResponse, Response
 
 from kirim.errors import ActionRefused, NotFound, NotSettled
+from kirim.http.bodies import read_body
 from kirim.http.dashboard import (
     PAGE_ROWS,
     _client,
@@ -29,7 +30,6 @@ from kirim.http.dashboard import (
     _strip_flash,
     render,
 )
-from kirim.http.routes_notifications import read_body
 from kirim.http.service import Service, service
 from kirim.http.verbs import VERBS, Verb
 from kirim.validation import as_id

@@ -37,11 +37,12 @@ from kirim.engine import Kirim
 from kirim.errors import ActionRefused, NotFound, NotSettled
 from kirim.http import browse, chart
 from kirim.http.auth import COOKIE, bearer_secret
+from kirim.http.bodies import read_body
 from kirim.http.errors import ApiError
 from kirim.http.figures import LABELS, figure_of, figures, word
 from kirim.http.flash import flash as _flash
 from kirim.http.guard import host_allowed, writable
-from kirim.http.routes_notifications import read_body, record_of
+from kirim.http.routes_notifications import record_of
 from kirim.http.service import Service, service
 from kirim.http.verbs import VERBS, Verb
 from kirim.model import Delivery, DeliveryStatus, Doubt, Job, RecordFilter

@@ -17,9 +17,10 @@ from starlette.responses import Response
 
 from kirim.errors import UnknownChannel
 from kirim.http.auth import require_token
+from kirim.http.bodies import json_body
 from kirim.http.errors import JSON, ApiError, detail, responses
 from kirim.http.models import AddressesOut, AddressOut
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.routes_recipients import RecipientId, recipient
 from kirim.http.service import service
 from kirim.validation import BadValue
@@ -77,9 +78,7 @@ async def add_address(request: Request, recipient_id: RecipientId) -> Response:
     goes to each of its addresses (a delivery each)."""
     rid = recipient(recipient_id)
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, min(MAX_ADDRESS_BODY, svc.max_body_bytes)))
+    raw = await json_body(request, min(MAX_ADDRESS_BODY, svc.max_body_bytes))
     if not isinstance(raw, dict) or set(raw) - {"channel", "address", "label"}:
         raise ApiError(
             422,

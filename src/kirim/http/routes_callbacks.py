@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
-from kirim.http.errors import JSON, ApiError, responses, validation_details
+from kirim.http.bodies import parse_json, read_body, require_json, validated
+from kirim.http.errors import JSON, ApiError, responses
 from kirim.http.models import CallbackIn, CallbackOut, parse_when
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.service import service
 from kirim.store.base import CallbackOutcome
 
@@ -95,19 +95,8 @@ async def delivery_callback(request: Request, channel: Channel) -> Response:
         svc.log.warning("callback_refused", channel=channel, reason="does not verify")
         raise unauthorized()
     request.scope.setdefault("state", {})["kirim_client"] = f"callback:{channel}"
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    try:
-        body = CallbackIn.model_validate(parse_json(raw))
-    except ValidationError as exc:
-        raise ApiError(
-            422,
-            "validation_error",
-            "the callback is invalid; see details",
-            details=validation_details(exc.errors(include_input=False), "body"),
-        ) from None
-    except RecursionError:
-        raise ApiError(422, "validation_error", "the body is nested too deeply") from None
+    require_json(request)
+    body = validated(CallbackIn, parse_json(raw), "the callback is invalid; see details")
     at = parse_when(body.at).timestamp() if isinstance(body.at, str) else body.at
     result = await svc.kirim.confirm(
         channel, body.message_id, body.status, key=body.key, reason=body.reason, at=at

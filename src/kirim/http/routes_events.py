@@ -6,15 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from kirim.http.auth import authenticate, bearer_secret
-from kirim.http.errors import JSON, ApiError, responses, validation_details
+from kirim.http.bodies import json_body, validated
+from kirim.http.errors import JSON, responses
 from kirim.http.events import EventIntake
 from kirim.http.idempotency import HOLD, one_header
 from kirim.http.models import EventIn, EventOut
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.service import service
 
 NEW_EVENT: dict[str, Any] = {
@@ -67,20 +67,8 @@ async def create_event(request: Request) -> Response:
     missing (422)."""
     await authenticate(request, bearer_secret(request))
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, svc.max_body_bytes))
-    try:
-        body = EventIn.model_validate(raw)
-    except ValidationError as exc:
-        raise ApiError(
-            422,
-            "validation_error",
-            "the event is invalid; see details",
-            details=validation_details(exc.errors(include_input=False), "body"),
-        ) from None
-    except RecursionError:
-        raise ApiError(422, "validation_error", "the body is nested too deeply") from None
+    raw = await json_body(request, svc.max_body_bytes)
+    body = validated(EventIn, raw, "the event is invalid; see details")
     intake = EventIntake(svc.kirim, hold=HOLD)
     answer = await intake.accept(
         body.as_call(), raw, one_header(request.headers.getlist("idempotency-key"))

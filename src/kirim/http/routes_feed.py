@@ -18,13 +18,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import ValidationError
 from starlette.responses import Response
 
 from kirim.errors import ConfigError, NotFound
 from kirim.feed_tokens import BadFeedToken, is_feed_token
 from kirim.http.auth import REALM, authenticate, bearer, bearer_secret
-from kirim.http.errors import JSON, ApiError, ErrorBody, responses, validation_details
+from kirim.http.bodies import json_body, validated
+from kirim.http.errors import JSON, ApiError, ErrorBody, responses
 from kirim.http.feed_models import (
     MAX_ITEM_ID,
     FeedCountsOut,
@@ -35,7 +35,7 @@ from kirim.http.feed_models import (
     FeedTokenIn,
     FeedTokenOut,
 )
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.routes_recipients import RecipientId, recipient
 from kirim.http.service import service
 from kirim.inbox import MAX_PAGE, FeedAction, FeedFilter, iso
@@ -163,18 +163,8 @@ async def mark_feed(request: Request, rid: Reader) -> Response:
     every one of them when `ids` is null ("mark all read"). Messages of other
     recipients' among `ids` are left alone."""
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, min(MAX_MARK_BODY, svc.max_body_bytes)))
-    try:
-        body = FeedMarkIn.model_validate(raw)
-    except ValidationError as exc:
-        raise ApiError(
-            422,
-            "validation_error",
-            "the body is {ids, state}; see details",
-            details=validation_details(exc.errors(include_input=False), "body"),
-        ) from None
+    raw = await json_body(request, min(MAX_MARK_BODY, svc.max_body_bytes))
+    body = validated(FeedMarkIn, raw, "the body is {ids, state}; see details")
     changed = await svc.kirim.mark_feed(rid, body.state, body.ids)
     return json_response({"changed": changed})
 
@@ -255,18 +245,8 @@ async def create_feed_token(
     await authenticate(request, bearer_secret(request))
     rid = recipient(recipient_id)
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, min(MAX_MARK_BODY, svc.max_body_bytes)))
-    try:
-        body = FeedTokenIn.model_validate(raw)
-    except ValidationError as exc:
-        raise ApiError(
-            422,
-            "validation_error",
-            "the body is {ttl_seconds}; see details",
-            details=validation_details(exc.errors(include_input=False), "body"),
-        ) from None
+    raw = await json_body(request, min(MAX_MARK_BODY, svc.max_body_bytes))
+    body = validated(FeedTokenIn, raw, "the body is {ttl_seconds}; see details")
     try:
         token, expires_at = svc.kirim.feed_token(rid, ttl=body.ttl_seconds)
     except ConfigError as exc:

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
-from pydantic import ValidationError
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
 from kirim.errors import ActionRefused, NotFound
 from kirim.http.auth import authenticate, bearer_secret, require_token
+from kirim.http.bodies import json_body, validated
 from kirim.http.errors import (
     JSON,
     ApiError,
     detail,
     json_bytes,
     responses,
-    validation_details,
 )
 from kirim.http.idempotency import Answer, one_header
 from kirim.http.models import DeliveryOut, DeliveryPage, NotificationIn, Timeline
@@ -55,69 +52,12 @@ NEW_OPERATION: dict[str, Any] = {
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_token)], tags=["notifications"])
 intake_router = APIRouter(prefix="/v1", tags=["notifications"])
 
-#: the status of a request whose client went away before it was read (nginx's 499)
-CLIENT_CLOSED = 499
-
 DeliveryId = Annotated[int, Path(ge=1, le=MAX_ID, description="The delivery's id.")]
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     """``data`` (or JSON text) as the response."""
     return Response(json_bytes(data), status_code=status, media_type=JSON, headers=headers)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 past ``limit`` bytes (announced or streamed). A client
-    that goes away before its body ends is answered (logged and counted) 499, the
-    status for a request its client closed: never an internal error."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(limit)
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise ApiError(
-            CLIENT_CLOSED,
-            "client_closed_request",
-            "the client closed the connection before its request's body ended",
-        ) from None
-    return b"".join(chunks)
-
-
-def too_large(limit: int) -> ApiError:
-    return ApiError(413, "body_too_large", f"the request body is over the limit of {limit} bytes")
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-#: JSON as RFC 8259 has it: NaN and Infinity are refused
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)
-
-
-def parse_json(raw: bytes) -> Any:
-    try:
-        return _DECODER.decode(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(
-            400,
-            "malformed_json",
-            f"the body is not valid JSON: {exc}",
-            details=[detail("body", str(exc), "json_invalid")],
-        ) from None
-    except RecursionError:
-        raise ApiError(400, "malformed_json", "the body is nested too deeply") from None
-
-
-def is_json(content_type: str | None) -> bool:
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media == JSON or (media.startswith("application/") and media.endswith("+json"))
 
 
 async def record_of(svc: Service, delivery_id: int) -> Record:
@@ -168,20 +108,8 @@ async def create_notification(request: Request) -> Response:
     await authenticate(request, bearer_secret(request))
     svc = service(request)
     headers = request.headers
-    if not is_json(headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, svc.max_body_bytes))
-    try:
-        body = NotificationIn.model_validate(raw)
-    except ValidationError as exc:
-        raise ApiError(
-            422,
-            "validation_error",
-            "the notification is invalid; see details",
-            details=validation_details(exc.errors(include_input=False), "body"),
-        ) from None
-    except RecursionError:
-        raise ApiError(422, "validation_error", "the body is nested too deeply") from None
+    raw = await json_body(request, svc.max_body_bytes)
+    body = validated(NotificationIn, raw, "the notification is invalid; see details")
     key_header = one_header(headers.getlist("idempotency-key"))
     answer: Answer = await svc.intake.accept(body, raw, key_header)
     extra: dict[str, str] = {}

@@ -17,9 +17,10 @@ from fastapi import APIRouter, Depends, Path, Request
 from starlette.responses import Response
 
 from kirim.http.auth import require_token
+from kirim.http.bodies import json_body
 from kirim.http.errors import JSON, ApiError, ErrorBody, detail, responses
 from kirim.http.models import PreferencesOut
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.service import service
 from kirim.preferences import Preferences, check_known, check_recipient_id
 from kirim.validation import MAX_KEY_LENGTH, BadValue
@@ -118,9 +119,7 @@ async def put_preferences(request: Request, recipient_id: RecipientId) -> Respon
     them when a worker claims them (a suppressed one is recorded `suppressed`)."""
     rid = recipient(recipient_id)
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, min(MAX_PREFERENCES_BYTES, svc.max_body_bytes)))
+    raw = await json_body(request, min(MAX_PREFERENCES_BYTES, svc.max_body_bytes))
     app = svc.kirim
     try:
         prefs = Preferences.from_json(rid, raw)

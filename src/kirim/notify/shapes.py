@@ -36,8 +36,6 @@ from typing import Any
 
 #: the parts whose source is a JSON document of templates
 JSON_PARTS = ("apns", "fcm", "webpush", "slack", "data")
-#: the parts whose source is a text template, as subject/title/body are
-TEXT_PARTS = ("sms",)
 #: more segments than this and ``kirim render`` warns (each segment is billed)
 SMS_WARN_SEGMENTS = 3
 

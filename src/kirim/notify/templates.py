@@ -56,9 +56,7 @@ PARTS = (
 RESERVED = "kirim"
 #: Jinja's own filename for a template compiled from a string (in tracebacks)
 _SOURCE = "<template>"
-#: the longest text or list one expression may make, and the largest power ``**`` may
-#: take (``kirim.notify.sandbox``: every bound of a render)
-MAX_PRODUCT = sandbox.MAX_OUTPUT
+#: the largest power ``**`` may take (``kirim.notify.sandbox``: every bound of a render)
 MAX_EXPONENT = sandbox.MAX_EXPONENT
 
 

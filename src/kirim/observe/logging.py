@@ -24,10 +24,8 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-from kirim.text import CONTROL, SECRET_FIELDS, escape_char, secret_field
+from kirim.text import CONTROL, escape_char, secret_field
 
-#: Field names whose values are never written to a log (``kirim.text.secret_field``).
-SECRET_KEYS = SECRET_FIELDS
 KEY_ORDER = ["ts", "level", "event"]
 LEVELS = {
     "debug": logging.DEBUG,

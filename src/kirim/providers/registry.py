@@ -66,10 +66,14 @@ class ProviderModule(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Entry:
-    """One built-in provider: its module and the extra it needs (None: none)."""
+    """One built-in provider: its module, the extra it needs (None: none), and the kind
+    of address its channels take (``kirim.addresses.KINDS``; None: any text)."""
 
     module: str
     extra: str | None = None
+    address_kind: str | None = None
+    #: the option that, when set, fixes where every message goes: then no address
+    fixed_by: str | None = None
 
     def load(self) -> ProviderModule:
         return cast(ProviderModule, importlib.import_module(self.module))
@@ -78,13 +82,13 @@ class Entry:
 #: the built-in providers, in the order error messages list them
 BUILT_IN: Mapping[str, Entry] = {
     "webhook": Entry(module="kirim.providers.webhook"),
-    "smtp": Entry(module="kirim.providers.smtp"),
+    "smtp": Entry(module="kirim.providers.smtp", address_kind="email"),
     "apprise": Entry(module="kirim.providers.apprise_bridge"),  # says its extra itself
-    "apns": Entry(module="kirim.providers.apns", extra="apns"),
-    "fcm": Entry(module="kirim.providers.fcm", extra="fcm"),
-    "webpush": Entry(module="kirim.providers.webpush", extra="webpush"),
-    "twilio": Entry(module="kirim.providers.twilio"),
-    "slack": Entry(module="kirim.providers.slack"),
+    "apns": Entry(module="kirim.providers.apns", extra="apns", address_kind="apns"),
+    "fcm": Entry(module="kirim.providers.fcm", extra="fcm", address_kind="fcm"),
+    "webpush": Entry(module="kirim.providers.webpush", extra="webpush", address_kind="webpush"),
+    "twilio": Entry(module="kirim.providers.twilio", address_kind="phone"),
+    "slack": Entry(module="kirim.providers.slack", address_kind="slack", fixed_by="channel"),
     "inbox": Entry(module="kirim.providers.inbox"),  # the in-app feed
 }
 
@@ -98,6 +102,16 @@ def provider_keys() -> Mapping[str, frozenset[str]]:
 def all_keys() -> frozenset[str]:
     """Every key some built-in provider takes."""
     return frozenset().union(*provider_keys().values())
+
+
+def address_kind(provider: str, options: Mapping[str, Any]) -> str | None:
+    """The kind of address a configured channel takes (``[channels.NAME]``'s
+    ``provider`` and options), without building its provider: a built-in's, unless
+    an option fixes where it sends (a Slack ``channel``); None for any text."""
+    entry = BUILT_IN.get(provider)
+    if entry is None or (entry.fixed_by is not None and options.get(entry.fixed_by)):
+        return None
+    return entry.address_kind
 
 
 def check_options(provider: str, table: Mapping[str, Any]) -> str | None:

@@ -122,6 +122,9 @@ def from_table(options: Mapping[str, Any]) -> SmtpProvider:
 class SmtpProvider:
     """Send each message over its own SMTP connection to ``host``."""
 
+    #: its recipients' addresses are email addresses (``kirim.addresses.KINDS``)
+    address_kind = "email"
+
     def __init__(
         self,
         *,

@@ -65,10 +65,6 @@ class Answer:
         return json.dumps(self.body).encode()
 
 
-#: the fates a request can draw
-FATES = ("ok", "error", "limited", "lost", "hang")
-
-
 class ServiceFake(Counts):
     """The counts, the device view and the drawn faults of one fake."""
 
