@@ -7,6 +7,10 @@ and by cumulative time, and the worker's CPU per delivery. Prints; asserts nothi
     .venv/bin/python bench/profile_worker.py --notifications 10000
     .venv/bin/python bench/profile_worker.py --database postgresql://postgres@127.0.0.1/postgres
     .venv/bin/python bench/profile_worker.py --no-profile   # CPU per delivery, no profiler
+
+Before the two listings it prints the own time by area (kirim's worker, kirim's store,
+psycopg, asyncio and the rest of the standard library, C builtins), waits left out
+(the event loop's ``poll``, the SQLite thread's queue): the shares to read first.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import io
 import pstats
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from kirim.devtools.bench import _app, _enqueue, scratch, settings_for
 from kirim.observe.logging import configure
@@ -49,6 +55,40 @@ async def _drain(
         return stats.sent, time.perf_counter() - started, time.process_time() - cpu
     finally:
         await app.close()
+
+
+#: functions whose own time is waiting, not work (left out of the areas)
+WAITS = ("poll' of 'select.epoll", "get' of '_queue.SimpleQueue", "acquire' of '_thread.lock")
+
+
+def area(filename: str) -> str:
+    """The area a profiled function belongs to: a package of kirim (``kirim/worker``),
+    a third-party distribution, ``stdlib:<module>`` or ``C builtins``."""
+    if filename == "~":
+        return "C builtins"
+    if "site-packages/" in filename:
+        return filename.split("site-packages/")[-1].split("/")[0]
+    if "/src/kirim/" in filename:
+        parts = filename.split("/src/")[-1].split("/")
+        return "/".join(parts[:2]) if len(parts) > 2 else parts[0]
+    if "/lib/python3" in filename:
+        return "stdlib:" + filename.split("/lib/python3")[-1].split("/", 1)[-1].split("/")[
+            0
+        ].removesuffix(".py")
+    return filename
+
+
+def areas(stats: Any, sent: int) -> list[str]:
+    """Own time per delivery by area, waits left out, largest first."""
+    own: Counter[str] = Counter()
+    for (filename, _, name), (_, _, tottime, _, _) in stats.stats.items():
+        if not any(wait in name for wait in WAITS):
+            own[area(filename)] += tottime
+    total = sum(own.values())
+    lines = [f"own time {total / sent * 1e6:.0f} us per delivery (waits left out), by area:"]
+    for name, seconds in own.most_common(15):
+        lines.append(f"  {seconds / total:6.1%}  {seconds / sent * 1e6:7.1f} us  {name}")
+    return lines
 
 
 def main() -> None:
@@ -83,6 +123,7 @@ def main() -> None:
         stats.dump_stats(args.dump)
     total_calls = sum(v[1] for v in stats.stats.values())  # type: ignore[attr-defined]
     print(f"{total_calls / sent:.0f} Python function calls per delivery (both threads)")
+    print("\n".join(areas(stats, sent)))
     for order in ("tottime", "cumulative"):
         stats.sort_stats(order).print_stats(args.top)
     print(out.getvalue())

@@ -154,7 +154,7 @@ async def test_without_an_sdk_provider_the_worker_makes_no_spans(make_app, clock
     assert tracing.default_tracer() is None
     worker = app.worker(settings=SETTINGS)
     assert worker._tracer is None
-    assert worker._deliverer.spans is tracing.NO_SPANS  # its methods do nothing
+    assert worker._deliverer.context.spans is tracing.NO_SPANS  # its methods do nothing
 
 
 def test_without_the_extra_nothing_is_imported_or_called(tmp_path) -> None:

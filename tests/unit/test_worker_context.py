@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 from kirim.store.base import Claim, ClaimKind
@@ -63,3 +64,25 @@ def test_the_roles_take_the_context_and_a_handful_of_arguments() -> None:
         params = list(inspect.signature(role.__init__).parameters)[1:]
         assert params[0] == "context", role
         assert len(params) <= most, (role, params)
+
+
+async def test_the_roles_read_the_context_instead_of_copying_its_fields(make_app) -> None:
+    """No role keeps its own copy of a field of the worker's context: each reads it
+    from the one context (so a role cannot go on with a stale clock or store)."""
+    app = await make_app()
+    worker = app.worker(worker_id="A")
+    context = worker.context
+    shared = {
+        id(getattr(context, f.name)): f.name
+        for f in dataclasses.fields(context)
+        if getattr(context, f.name) is not None
+    }
+    deliverer = worker._deliverer
+    for role in (deliverer, deliverer.prepare, worker._heartbeat, worker._reaper):
+        assert role.context is context, role
+        copied = [
+            (name, shared[id(value)])
+            for name, value in vars(role).items()
+            if name != "context" and id(value) in shared
+        ]
+        assert not copied, (role, copied)

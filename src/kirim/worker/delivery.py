@@ -119,30 +119,18 @@ class Deliverer:
         those of ``digests``). A delivery of another type is not sent by this worker:
         it cannot tell whether it is a digest to seal, nor check its recipient's
         preferences."""
-        self.channels = context.channels
-        self._on_feed = context.on_feed
-        self.settings = context.settings
-        self.worker_id = context.worker_id
-        self.clock = context.clock
-        self._monotonic = context.monotonic
-        self.decide = context.decide
-        self.stats = context.stats
-        self.log = context.log
-        self.metrics = context.metrics
-        self.spans = context.spans
+        self.context = context
         self.checkpoints = checkpoints
-        self._in_flight = context.in_flight
         #: provider calls in flight, cut off at their request timeout
         self._cutoffs = Cutoffs()
-        self._store = store = context.store
         self.types = frozenset(digests or {}) if types is None else types
         self.prepare = Prepare(context, digests=digests or {})
-        self._intents: Batcher[Intent, bool] = Batcher(store.record_intents)
-        self._finishes: Batcher[Finish, FinishResult] = Batcher(store.finish)
+        self._intents: Batcher[Intent, bool] = Batcher(context.store.record_intents)
+        self._finishes: Batcher[Finish, FinishResult] = Batcher(context.store.finish)
 
     def process(self, claim: Claim) -> Coroutine[Any, Any, None]:
         """The delivery of ``claim``, inside its span."""
-        return self.spans.delivery(claim, self.worker_id, self._deliver)
+        return self.context.spans.delivery(claim, self.context.worker_id, self._deliver)
 
     # -- steps 2 to 4 ------------------------------------------------------------------
 
@@ -150,7 +138,7 @@ class Deliverer:
         """End a no-op or busy claim; else the in-doubt policy, when an earlier request
         may have arrived, then the request. An error leaves the lease to expire."""
         d, job = claim.delivery, claim.job
-        log = self.log.bind(
+        log = self.context.log.bind(
             notification_id=d.id,
             event_id=d.event_id,
             job_id=job.id,
@@ -158,23 +146,23 @@ class Deliverer:
             idempotency_key=d.idempotency_key,
             channel=d.channel,
         )
-        self.stats.claimed += 1
+        self.context.stats.claimed += 1
         if claim.kind is ClaimKind.NOOP:
-            self.stats.noops += 1
+            self.context.stats.noops += 1
             name = "noop_already_sent" if d.status is DeliveryStatus.SENT else "noop"
             log.info(name, status=str(d.status), reason=claim.reason)
-            self.spans.outcome("noop", claim.reason)
+            self.context.spans.outcome("noop", claim.reason)
             return
         if claim.kind is ClaimKind.BUSY:
             log.info("claim_lost", reason=claim.reason)
-            self.spans.outcome("busy", claim.reason)
+            self.context.spans.outcome("busy", claim.reason)
             return
         log.info("job_claimed", token=claim.token[:8], retry=job.attempts > 1)
         try:
             await self._checkpoint("after_claim", claim)
-            home = self.channels.get(d.channel)
+            home = self.context.channels.get(d.channel)
             way = None if home is None else route(home.chain, claim.history, claim.doubtful)
-            channel = None if way is None else self.channels.get(way.to)
+            channel = None if way is None else self.context.channels.get(way.to)
             if home is None or way is None or channel is None:
                 missing = d.channel if way is None else way.to
                 await self._refuse(log, claim, f"channel {missing!r}")
@@ -187,7 +175,7 @@ class Deliverer:
                 await self._commit(
                     log,
                     claim,
-                    self.decide.final(
+                    self.context.decide.final(
                         claim, DeliveryStatus.FAILED, job=JobStatus.DEAD, error=error
                     ),
                 )
@@ -205,16 +193,16 @@ class Deliverer:
                     return
             await self._send(log, claim, channel, home.chain)
         except Exception as exc:  # a bug or a store failure: leave the lease to expire
-            self.stats.errors += 1
+            self.context.stats.errors += 1
             log.exception("delivery_error", error=str(exc))
-            self.spans.outcome("error", error=str(exc))
+            self.context.spans.outcome("error", error=str(exc))
 
     async def _refuse(self, log: Any, claim: Claim, what: str) -> None:
         """Not sent by this worker, which lacks ``what``: retried (another worker, or
         this one once configured, takes it), a dead letter when the attempts are over."""
-        error = f"{what} is not configured on {self.worker_id}"
+        error = f"{what} is not configured on {self.context.worker_id}"
         log.warning("not_configured", error=error)
-        await self._commit(log, claim, self.decide.retry(claim, None, error))
+        await self._commit(log, claim, self.context.decide.retry(claim, None, error))
 
     async def _seal(self, log: Any, claim: Claim) -> Claim | None:
         """The claim with its digest's payload (``Prepare.seal``); None: ended here."""
@@ -224,9 +212,9 @@ class Deliverer:
             await self._commit(log, claim, sealed)
             return None
         if sealed is None:
-            self.stats.claims_lost += 1
+            self.context.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
-            self.spans.outcome("claim_lost")
+            self.context.spans.outcome("claim_lost")
             return None
         log.info("digest_sealed", payload_hash=sealed.delivery.payload_hash[:12])
         return sealed
@@ -236,15 +224,15 @@ class Deliverer:
         did not accept the delivery)."""
         if way.why == "failover":
             log.info("failover", from_channel=way.previous, to=way.to)
-            if self.metrics is not None:
-                self.metrics.failover(home, way.to)
+            if self.context.metrics is not None:
+                self.context.metrics.failover(home, way.to)
 
     async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
         """docs/design.md, step 4: an earlier request may have reached the provider. Ask the
         provider when it can be asked; ``Decisions.in_doubt`` decides. None: send."""
-        self.stats.in_doubt_seen += 1
+        self.context.stats.in_doubt_seen += 1
         lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
-        choice = self.decide.in_doubt(claim, channel, lookup)
+        choice = self.context.decide.in_doubt(claim, channel, lookup)
         choice.tell(log)
         return choice.finish
 
@@ -267,34 +255,37 @@ class Deliverer:
         job = claim.job
         request_id = new_request_id()
         log = log.bind(provider_request_id=request_id)
-        timeout = request_timeout(channel, self.settings)
+        timeout = request_timeout(channel, self.context.settings)
         # The same bound on this host's monotonic clock, from before the claim was asked
         # for: earlier than the stored deadline, whatever this host's wall clock says.
-        deadline = self._in_flight.claimed_at(job.id, self._monotonic()) + self.settings.send_within
+        deadline = (
+            self.context.in_flight.claimed_at(job.id, self.context.monotonic())
+            + self.context.settings.send_within
+        )
         later = await self.prepare.pace(claim, channel, deadline)
         if later is not None:  # the channel's rate: its next slot is too far for this claim
             log.info("rate_wait", error=later.error)
             await self._commit(log, claim, later)
             return
-        paced = self._monotonic()  # the channel's rate slot, when it has one, is now
+        paced = self.context.monotonic()  # the channel's rate slot, when it has one, is now
         intent = self._intent(claim, channel, request_id, timeout)
         if not await self._intents.submit(intent):
-            self.stats.claims_lost += 1
+            self.context.stats.claims_lost += 1
             log.warning("claim_lost", reason="claim token no longer holds; nothing was sent")
-            self.spans.outcome("claim_lost")
+            self.context.spans.outcome("claim_lost")
             return
-        written = self._monotonic()
-        metrics = self.metrics
+        written = self.context.monotonic()
+        metrics = self.context.metrics
         if metrics is not None and claim.prior_requests == 1:
             metrics.multi_request(claim.delivery.channel)  # its second request: counted once
         await self._checkpoint("before_provider_request", claim, provider_request_id=request_id)
         late = self._too_late(job.id, deadline)
-        if late is None and self._monotonic() - written > RECHECK_AFTER:
+        if late is None and self.context.monotonic() - written > RECHECK_AFTER:
             late = await self._revoked(claim)
         if late is not None:  # the bound of the intent: nothing leaves after it
             await self._not_sent(log, claim, request_id, late)
             return
-        if channel.rate is not None and self._monotonic() - paced > rate_slack(channel.rate):
+        if channel.rate is not None and self.context.monotonic() - paced > rate_slack(channel.rate):
             # a pause since its slot: sent now, it would crowd the next slot's request
             await self._not_sent(
                 log, claim, request_id, "its request-rate slot passed", later=1.0 / channel.rate
@@ -308,17 +299,17 @@ class Deliverer:
         (the claim's store time + ``send_within``) and none lands after ``settles_at``."""
         d, job = claim.delivery, claim.job
         lag = float(getattr(channel.provider, "lookup_lag", 0.0) or 0.0)
-        send_deadline = claim.now + self.settings.send_within
+        send_deadline = claim.now + self.context.settings.send_within
         return Intent(
             delivery_id=d.id,
             job_id=job.id,
             token=claim.token,
             number=job.attempts,
             provider_request_id=request_id,
-            worker_id=self.worker_id,
-            requested_at=self.clock.now(),
+            worker_id=self.context.worker_id,
+            requested_at=self.context.clock.now(),
             send_deadline=send_deadline,
-            settles_at=send_deadline + timeout + lag + self.settings.settle_allowance,
+            settles_at=send_deadline + timeout + lag + self.context.settings.settle_allowance,
             provider=channel.name,
         )
 
@@ -330,23 +321,23 @@ class Deliverer:
         lease = Lease(job_id=claim.job.id, delivery_id=claim.delivery.id, token=claim.token)
         for tries_left in (1, 0):  # a renewal is idempotent: once more on a fresh connection
             try:
-                [held] = await self._store.heartbeat(
-                    [lease], now=self.clock.now(), lease=self.settings.lease
+                [held] = await self.context.store.heartbeat(
+                    [lease], now=self.context.clock.now(), lease=self.context.settings.lease
                 )
                 break
             except StoreError as exc:  # a connection lost in the pause (a failover, say)
                 if not tries_left:
                     return f"the claim could not be confirmed after a pause: {exc}"
         if not held:
-            self._in_flight.lose(claim.job.id)
+            self.context.in_flight.lose(claim.job.id)
             return "the claim was revoked before the request left"
         return None
 
     def _too_late(self, job_id: int, deadline: float) -> str | None:
         """Why a committed intent must not be sent any more, if it must not."""
-        if self._in_flight.is_lost(job_id):
+        if self.context.in_flight.is_lost(job_id):
             return "the lease was taken over before the request left"
-        if self._monotonic() > deadline:
+        if self.context.monotonic() > deadline:
             return "the intent's send deadline passed before the request left"
         return None
 
@@ -355,19 +346,19 @@ class Deliverer:
     ) -> None:
         """A committed intent whose request never left: a retry, certainly not sent
         (``later``: in that many seconds, the claim not counted as an attempt)."""
-        self.stats.not_sent += 1
+        self.context.stats.not_sent += 1
         log.warning("not_sent", reason=late)
         outcome = AttemptOutcome(
             provider_request_id=request_id,
             status=AttemptStatus.FAILED_TRANSIENT,
             provider_message_id=None,
             error=f"not sent: {late}",
-            completed_at=self.clock.now(),
+            completed_at=self.context.clock.now(),
         )
         if later is not None:
-            finish = self.decide.put_back(claim, outcome, outcome.error, delay=later)
+            finish = self.context.decide.put_back(claim, outcome, outcome.error, delay=later)
         else:
-            finish = self.decide.retry(claim, outcome, outcome.error)
+            finish = self.context.decide.retry(claim, outcome, outcome.error)
         await self._commit(log, claim, finish)
 
     @staticmethod
@@ -398,16 +389,16 @@ class Deliverer:
     ) -> None:
         """The provider request (step 5), cut off after ``limit`` seconds, and what its
         answer means (step 7), committed."""
-        metrics = self.metrics
+        metrics = self.context.metrics
         log.info("provider_request", provider=channel.name)
-        self.stats.requests += 1
-        started = self.clock.now()
+        self.context.stats.requests += 1
+        started = self.context.clock.now()
         t0 = time.perf_counter() if metrics is not None else 0.0
-        status, sent, error = await self.spans.request(
-            claim.job.id, self.worker_id, message, self.call(channel, message, limit)
+        status, sent, error = await self.context.spans.request(
+            claim.job.id, self.context.worker_id, message, self.call(channel, message, limit)
         )
         answered = time.perf_counter() if metrics is not None else 0.0
-        latency = self.clock.now() - started
+        latency = self.context.clock.now() - started
         if metrics is not None:
             metrics.provider_response(message.channel, status, answered - t0)
         message_id = sent.provider_message_id if sent else None
@@ -425,9 +416,9 @@ class Deliverer:
             status=status,
             provider_message_id=stored_message_id(message_id),
             error=None if error is None else stored_text(str(error)),
-            completed_at=self.clock.now(),
+            completed_at=self.context.clock.now(),
         )
-        finish = self.decide.after_request(claim, channel, outcome, error, chain)
+        finish = self.context.decide.after_request(claim, channel, outcome, error, chain)
         if sent is not None and sent.feed is not None:  # the inbox: written in this commit
             finish = replace(finish, feed=sent.feed)
         await self._commit(log, claim, finish, answered=answered)
@@ -438,11 +429,11 @@ class Deliverer:
         """Retire the address a service called dead (``kirim.addresses``): no later
         delivery uses it. A failure here only logs: the next send to it retires it."""
         try:
-            count = await self._store.retire_address(
+            count = await self.context.store.retire_address(
                 channel.name,
                 error.address,
                 reason=stored_text(str(error)) or "dead",
-                now=self.clock.now(),
+                now=self.context.clock.now(),
             )
         except StoreError as exc:
             log.warning("address_retire_failed", error=str(exc))
@@ -486,7 +477,7 @@ class Deliverer:
         ``answered``: ``time.perf_counter()`` when the provider answered (for metrics).
         """
         await self._checkpoint("before_commit", claim)
-        self._in_flight.finishing(claim.job.id)
+        self.context.in_flight.finishing(claim.job.id)
         for attempt in range(5):
             try:
                 result = await self._finishes.submit(finish)
@@ -496,28 +487,28 @@ class Deliverer:
                 await asyncio.sleep(0.05 * 2**attempt)
         else:
             log.error("commit_failed", reason="the lease will expire and the reaper takes over")
-            self.spans.outcome("commit_failed")
+            self.context.spans.outcome("commit_failed")
             return
-        if self.metrics is not None:
-            _measure(self.metrics, claim, finish, result, answered)
-        self.spans.committed(result)
+        if self.context.metrics is not None:
+            _measure(self.context.metrics, claim, finish, result, answered)
+        self.context.spans.committed(result)
         if result.feed_item is not None and finish.feed is not None:
             log.info("feed_written", feed_item=result.feed_item)
-            if self._on_feed is not None:
-                self._on_feed(finish.feed.recipient_id, "new", result.feed_item)
+            if self.context.on_feed is not None:
+                self.context.on_feed(finish.feed.recipient_id, "new", result.feed_item)
         if result.committed:
-            self.stats.count(result.delivery_status, result.job_status, finish)
+            self.context.stats.count(result.delivery_status, result.job_status, finish)
         elif result.late_success:
-            self.stats.late_successes += 1
+            self.context.stats.late_successes += 1
         else:
-            self.stats.stale_rejected += 1
+            self.context.stats.stale_rejected += 1
         _tell(log, finish, result)
 
     async def _checkpoint(self, name: str, claim: Claim, **context: Any) -> None:
         if self.checkpoints is not None:
             await self.checkpoints.hit(
                 name,
-                worker_id=self.worker_id,
+                worker_id=self.context.worker_id,
                 delivery_id=claim.delivery.id,
                 job_id=claim.job.id,
                 **context,

@@ -42,15 +42,11 @@ class Prepare:
     def __init__(self, context: WorkerContext, *, digests: Mapping[str, Compose]) -> None:
         """``digests``: the compose function of each digest type, by type name; the
         context's metrics observe the rate waits (``kirim_rate_wait_seconds``)."""
-        self.metrics = context.metrics
-        self.store = context.store
+        self.context = context
         self.digests = dict(digests)
-        self.decide = context.decide
-        self.clock = context.clock
-        self._monotonic = context.monotonic
 
     def _notifications(self) -> Notifications:
-        return self.store
+        return self.context.store
 
     def carries_digest(self, claim: Claim) -> bool:
         return claim.delivery.type is not None and claim.delivery.type in self.digests
@@ -71,12 +67,12 @@ class Prepare:
 
         try:
             sealed = await self._notifications().seal_digest(
-                claim.delivery.id, claim.token, now=self.clock.now(), compose=guarded
+                claim.delivery.id, claim.token, now=self.context.clock.now(), compose=guarded
             )
         except Exception as exc:
             if not failed:
                 raise
-            return self.decide.final(
+            return self.context.decide.final(
                 claim,
                 DeliveryStatus.FAILED,
                 job=JobStatus.DEAD,
@@ -100,14 +96,14 @@ class Prepare:
         wait = 0.0
         slack = min(0.1 * interval, 0.25)
         for _ in range(LATE_TRIES):
-            asked = self._monotonic()
+            asked = self.context.monotonic()
             within = (deadline - asked) / 2
             wait = await self._notifications().take_rate_slot(
-                channel.name, channel.rate, now=self.clock.now(), within=within
+                channel.name, channel.rate, now=self.context.clock.now(), within=within
             )
             if wait > within:  # not taken: back when a claim can reach it
                 break
-            answered = self._monotonic()
+            answered = self.context.monotonic()
             if answered - asked > max(slack, ROUND_TRIP):
                 # the store chose the slot somewhere in a long round trip (a stall, a
                 # slow store): when it is here is unknown, and a request sent now may
@@ -115,18 +111,18 @@ class Prepare:
                 continue
             if wait <= 0:
                 return None
-            if self.metrics is not None:
-                self.metrics.rate_wait(channel.name, wait)
+            if self.context.metrics is not None:
+                self.context.metrics.rate_wait(channel.name, wait)
             slot = answered + wait
-            await self.clock.sleep(wait)
-            if self._monotonic() - slot <= slack:
+            await self.context.clock.sleep(wait)
+            if self.context.monotonic() - slot <= slack:
                 return None
-        reach = self.decide.settings.send_within / 2
+        reach = self.context.decide.settings.send_within / 2
         return Finish(
             delivery_id=claim.delivery.id,
             job_id=claim.job.id,
             token=claim.token,
-            now=self.clock.now(),
+            now=self.context.clock.now(),
             attempt=None,
             delivery_status=DeliveryStatus.PENDING,
             error=f"waiting {wait:.3g} s for channel {channel.name!r}'s request rate",

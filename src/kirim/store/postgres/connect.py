@@ -14,10 +14,10 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow
-from psycopg.types.array import ListBinaryDumper
 
 from kirim.errors import ConfigError
 from kirim.store.pooler import CLIENT_PORT, Route, route
+from kirim.store.postgres.arrays import FlatListBinaryDumper
 from kirim.text import libpq_encode, libpq_query, scrub
 from kirim.text import redact_url as redact
 
@@ -88,5 +88,6 @@ async def probe(conninfo: str, url: str, *, wait: float, listen: bool) -> Route 
 
 async def configure(conn: Conn) -> None:
     """Lists (the batch columns) are sent as binary arrays: several times cheaper to dump
-    than quoted text. Nothing is set in the session (see ``SESSIONLESS``)."""
-    conn.adapters.register_dumper(list, ListBinaryDumper)
+    than quoted text, and a flat list of one type is packed in a few C calls
+    (``arrays.FlatListBinaryDumper``). Nothing is set in the session (see ``SESSIONLESS``)."""
+    conn.adapters.register_dumper(list, FlatListBinaryDumper)
