@@ -61,6 +61,7 @@ NAMES = (
     "liveness",
     "retired_unused",
     "feed_exactly_once",  # kirim.explore.inbox
+    "topic_fanout_exactly_once",  # kirim.explore.topics
 )
 
 
