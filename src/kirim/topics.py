@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from kirim import limits
 from kirim.validation import check_text
+from kirim.views import iso
 
 __all__ = [
     "EDGES",
@@ -85,9 +86,9 @@ class Subscription:
             "topic": self.topic,
             "recipient_id": self.recipient_id,
             "added_seq": self.added_seq,
-            "added_at": self.added_at,
+            "added_at": iso(self.added_at),
             "removed_seq": self.removed_seq,
-            "removed_at": self.removed_at,
+            "removed_at": iso(self.removed_at),
             "created": self.created,
         }
 
@@ -130,8 +131,8 @@ class TopicEvent:
             "cursor": self.cursor,
             "batches": self.batches,
             "recipients": self.recipients,
-            "created_at": self.created_at,
-            "finished_at": self.finished_at,
+            "created_at": iso(self.created_at),
+            "finished_at": iso(self.finished_at),
             "created": self.created,
         }
 
@@ -151,6 +152,6 @@ class TopicInfo:
             "topic": self.topic,
             "seq": self.seq,
             "subscribers": self.subscribers,
-            "created_at": self.created_at,
+            "created_at": iso(self.created_at),
             "recent": [e.to_json() for e in self.recent],
         }
