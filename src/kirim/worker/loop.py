@@ -262,14 +262,15 @@ class Worker:
         try:
             unfinished = await self.store.in_flight()
             due_in = await self.store.next_due_in(now=self.clock.now())
+            expanding = self.topics is not None and not await self.topics.nothing_left()
         except StoreError as exc:  # the store is away: not done, try again later
             self.log.error("store_unavailable", error=str(exc))
             await self.clock.sleep(self.settings.poll_interval)
             return False
         if due_in is not None and due_in <= 0:
             return False
-        if self.topics is not None and not await self.topics.nothing_left():
-            await self.clock.sleep(self.settings.poll_interval)  # a fan-out is under way
+        if expanding:  # a topic's fan-out is under way
+            await self.clock.sleep(self.settings.poll_interval)
             return False
         await self._say_waiting(done=not unfinished)
         if unfinished:
