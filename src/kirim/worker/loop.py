@@ -181,7 +181,7 @@ class Worker:
         background = [asyncio.create_task(self._heartbeat.run())]
         if not burst:
             background.append(asyncio.create_task(self._reaper.run()))
-        if self.topics is not None:
+        if self.topics is not None and not burst:  # a burst expands in its own loop
             background.append(asyncio.create_task(self.topics.run(self._stopping)))
         store = self.store
         if _listens(store) and not burst:
@@ -192,6 +192,8 @@ class Worker:
             while not self._stopping.is_set():
                 if burst:
                     await self.reap()
+                    if self.topics is not None:
+                        await self.topics.step_safely()
                 claimed = await self.claim_and_start()
                 if claimed:
                     continue

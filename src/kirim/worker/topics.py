@@ -104,18 +104,21 @@ class TopicExpander:
             cursor = recipients[-1]
             event = _advanced(event, cursor, len(recipients))
 
+    async def step_safely(self) -> bool:
+        """``step``; a failing event (a store error, a type no longer configured) is
+        logged and left to its lease, to be tried again (False)."""
+        try:
+            return await self.step()
+        except KirimError as exc:
+            self.log.error("topic_fanout_failed", error=str(exc))
+            return False
+
     async def run(self, stopping: asyncio.Event) -> None:
         """Expand topic events until ``stopping`` is set; idle for the poll interval
-        when none waits. A failing event (a store error, a type no longer configured)
-        is logged and left to its lease, to be tried again."""
+        when none waits (``step_safely``)."""
         while not stopping.is_set():
-            try:
-                busy = await self.step()
-            except KirimError as exc:
-                self.log.error("topic_fanout_failed", error=str(exc))
-                busy = False
-            if not busy:
-                await self.clock.sleep(self.poll_interval)
+            if not await self.step_safely():
+                await asyncio.sleep(self.poll_interval)  # as the reaper waits
 
     async def nothing_left(self) -> bool:
         """Whether no topic event is expanding (a burst worker waits for them)."""
