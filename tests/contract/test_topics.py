@@ -140,7 +140,7 @@ async def test_the_fan_out_goes_to_the_subscribers_as_of_the_mark(make: App) -> 
             joined.append("u9")
             await app.subscribe("p", "u9")
 
-    expander.before_commit = join_midway
+    expander.before_batch = join_midway
     assert await expander.step()
     assert joined == ["u9"]
     assert await _deliveries(app) == _each(["u1", "u2", "u3", "u4"])
@@ -170,7 +170,7 @@ async def test_an_expander_that_dies_mid_fan_out_is_taken_over(make: App, clock)
         if len(seen) == 2:
             raise Died
 
-    dying.before_commit = die_on_second
+    dying.before_batch = die_on_second
     with pytest.raises(Died):
         await dying.step()
     assert await _deliveries(app) == _each(["a", "b"])

@@ -319,7 +319,7 @@ async def run_worker(
         topics=None if topics is None else app.plan_topic_batch,
     )
     if topics is not None and worker.topics is not None:
-        worker.topics.batch, worker.topics.before_commit = topics.batch, pace(topics)
+        worker.topics.batch, worker.topics.before_batch = topics.batch, pace(topics)
     wh.worker = worker
     pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]
     if pauses:

@@ -6,7 +6,7 @@ was) gives some worlds a topic plan: subscribers (the world's recipients and a f
 the topic's own), subscribe and unsubscribe steps at seeded times, before, between
 and during the fan-outs, and events of a type without a digest to a topic, some given
 again later (a retried topic event). The workers expand in small batches (1 to 3
-subscribers), paced by a virtual delay before each batch's commit, so that crashes,
+subscribers), paced by a virtual delay before each batch is planned, so that crashes,
 stalls and the fault plan's ``expand_topic_batch`` store faults (``faults``: failing
 before the commit, or committing and losing the answer) land in the middle of a
 fan-out.
@@ -220,7 +220,11 @@ class TopicDriver:
 
 
 def pace(plan: TopicsPlan) -> Callable[[Any, Sequence[str]], Any]:
-    """The expander's hook before each batch's commit: a virtual delay."""
+    """The expander's hook for each batch read, before it is planned (its recipients'
+    preferences read) and recorded: a virtual delay, so that the fan-out spans the
+    changes of subscriptions and the faults around it (``liveness`` judges a
+    deferral by the preferences in force from its delivery's commit: the planning
+    stays right before the commit, as ``notify_event``'s)."""
 
     async def wait(event: Any, batch: Sequence[str]) -> None:
         if plan.pace:

@@ -58,8 +58,9 @@ class TopicExpander:
         self.poll_interval = poll_interval
         self.log = log
         self.batch = batch
-        #: called before each batch's commit (the explorer pauses or kills here)
-        self.before_commit: Callable[[TopicEvent, Sequence[str]], Awaitable[None]] | None = None
+        #: called with each batch read, before it is planned and recorded (tests and
+        #: the explorer pause, change subscriptions or fail here)
+        self.before_batch: Callable[[TopicEvent, Sequence[str]], Awaitable[None]] | None = None
 
     async def step(self) -> bool:
         """Lease one topic event and expand it to its end (or until the lease is
@@ -75,9 +76,9 @@ class TopicExpander:
         while True:
             recipients = await self.store.topic_batch(event, limit=self.batch)
             last = len(recipients) < self.batch
+            if self.before_batch is not None:
+                await self.before_batch(event, recipients)
             items = await self.plan(event, recipients) if recipients else []
-            if self.before_commit is not None:
-                await self.before_commit(event, recipients)
             results = await self.store.expand_topic_batch(
                 event,
                 token,
