@@ -64,7 +64,10 @@ class TopicExpander:
 
     async def step(self) -> bool:
         """Lease one topic event and expand it to its end (or until the lease is
-        lost); False when none was waiting."""
+        lost); False when none was waiting. A read first: a worker with no topic event
+        to expand takes no write lock (SQLite's is the database's)."""
+        if not await self.store.topic_events_expanding():
+            return False
         event = await self.store.claim_topic_event(
             worker_id=self.worker_id, now=self.clock.now(), lease=self.lease
         )
