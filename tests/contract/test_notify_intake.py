@@ -209,3 +209,21 @@ async def test_what_enqueue_returns_is_what_it_wrote(store: Store, clock: Manual
         stored = await store.get_delivery(str(r.delivery.id), by="id")
         assert r.delivery == stored
         assert r.job == await store.get_job(r.delivery.id)
+
+
+async def test_throttle_defer_skips_a_long_run_of_full_windows(
+    store: Store, clock: ManualClock
+) -> None:
+    """Past more full windows than one read returns (``throttle.PAGE``), ``defer`` still
+    finds the first with room: a hole inside the run, then the run's end."""
+    from kirim.store.throttle import PAGE
+
+    n, hole = PAGE + 40, PAGE + 10
+    due = [throttled(f"due{j}", limit=1, run_at=START + j * HOUR) for j in range(n) if j != hole]
+    got = await store.enqueue(due, now=clock.now())
+    assert all(r.delivery.status is DeliveryStatus.PENDING for r in got)
+    deferred = await store.enqueue(
+        [throttled(f"k{i}", over="defer", limit=1) for i in range(2)], now=clock.now()
+    )
+    runs = [r.job.run_at for r in deferred if r.job is not None]
+    assert runs == [START + hole * HOUR, START + n * HOUR]

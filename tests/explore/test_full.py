@@ -96,6 +96,8 @@ def budget() -> tuple[Any, Counter[str]]:
                 "not_sent",
                 "address_retired",
                 "replaced on the device",
+                "stream_open",
+                "feed_read ",
             ):
                 seen[what] += what in line
         for d in outcome.deliveries:
@@ -151,6 +153,8 @@ def test_the_full_budget_reaches_what_the_invariants_check(
         "pruned",
         "address_retired",
         "replaced on the device",
+        "stream_open",
+        "feed_read ",
     ):
         assert seen[what] > 0, what
     for status in ("sent", "delivered", "bounced", "failed", "suppressed", "in_doubt"):
@@ -407,3 +411,22 @@ def test_prefs_in_force_tell_two_writes_of_one_instant_apart() -> None:
     together = PrefsRecord("u1", None, started=49.0, committed=49.0, begun=1, ended=4)
     first.begun, first.ended = 2, 3
     assert prefs_at([first, together], "u1", 49.3) == (False, None)
+
+
+def test_mutation_a_stream_that_drops_state_changes_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A live stream that never tells of a mark (read, seen, archived) leaves a browser
+    holding a message as it was: ``stream_faithful`` catches it within 200 seeds."""
+    import dataclasses
+
+    import kirim.live
+
+    told = kirim.live.FeedHub.read
+
+    async def lying(self: kirim.live.FeedHub, recipient_id: str, after: int) -> Any:
+        batch = await told(self, recipient_id, after)
+        return dataclasses.replace(batch, changes=[c for c in batch.changes if c.kind != "state"])
+
+    monkeypatch.setattr(kirim.live.FeedHub, "read", lying)
+    assert first_violation("stream_faithful", range(200)) is not None

@@ -5,6 +5,7 @@ provider that may have it (docs/channels.md, "How failover decides")."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import socket
 import threading
@@ -19,6 +20,7 @@ from kirim.channels import Channel
 from kirim.config import Config, parse_config
 from kirim.engine import Kirim
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
+from kirim.observe.logging import configure
 from kirim.observe.metrics import Metrics
 from kirim.providers.base import Message
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock, WorkerCrashed
@@ -96,6 +98,14 @@ def endpoint() -> Iterator[Callable[..., Endpoint]]:
     yield make
     for e in made:
         e.stop()
+
+
+@pytest.fixture
+def captured_logs() -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    configure(fmt="json", level="info", stream=out)
+    yield out
+    configure(level="warning")
 
 
 def closed_url() -> str:
@@ -561,6 +571,47 @@ async def test_a_late_refusal_with_no_fallback_left_fails_without_a_request(
     assert (delivery.status, job.status) == (DeliveryStatus.FAILED, JobStatus.DEAD)
     assert "refused for good by every channel" in (delivery.last_error or "")
     assert a.received(n.idempotency_key) == 1
+
+
+async def test_a_refusal_after_a_doubt_that_vanished_meanwhile_fails_over(
+    open_app, clock, captured_logs
+) -> None:
+    """A's request is refused for good but A stalls before its commit; B takes over, and
+    resends with the same key (the channel is idempotent): refused too. A's late refusal
+    is recorded while B's request is out, so at B's commit no request may have arrived:
+    the delivery fails over to the fallback, as a refusal without doubt does (explorer
+    seed 8993: on main it failed with attempts and a fallback left)."""
+    a = FlakyProvider(idempotent=True, script=["permanent", "permanent"])
+    b = FlakyProvider()
+    channels = {
+        "push": Channel(name="push", provider=a, fallback=("backup",)),
+        "backup": Channel(name="backup", provider=b),
+    }
+    app = await open_app(channels, direct=True)
+    n = await app.notify("e", "u", "push", {})
+    cp = Checkpoints()
+    late_a = cp.pause("after_provider_response", worker_id="A")
+    late_b = cp.pause("after_provider_response", worker_id="B")
+    wa = app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp)
+    wb = app.worker(settings=SETTINGS, worker_id="B", checkpoints=cp)
+    task_a = asyncio.create_task(wa.run_once())
+    await late_a.reached()
+    clock.advance(LEASE + 1)
+    task_b = asyncio.create_task(wb.run_once())  # takes over: A's request is in doubt
+    await late_b.reached()
+    late_a.release()
+    await task_a  # A's refusal, late: recorded, the doubt is gone
+    late_b.release()
+    await task_b
+    lines = [json.loads(line) for line in captured_logs.getvalue().splitlines()]
+    [b_wrote] = [x for x in lines if x["event"] == "db_update" and x["worker_id"] == "B"]
+    # the log says what the commit wrote, not the worker's proposal (a hold)
+    assert (b_wrote["status"], b_wrote["doubt"]) == ("pending", None), b_wrote
+    await run(app, wb, clock, n.delivery_id, 4)
+    record = await app.get(n.delivery_id)
+    assert record.delivery.status is DeliveryStatus.SENT
+    assert providers(list(record.attempts)) == ["push", "push", "backup"]
+    assert b.effective(n.idempotency_key) == 1
 
 
 def test_the_engine_refuses_a_fallback_of_another_kind_of_address() -> None:

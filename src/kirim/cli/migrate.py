@@ -53,7 +53,10 @@ def describe(p: Plan, url: str) -> list[str]:
             "others may run on while it runs: docs/upgrading.md"
         )
     elif p.current:
-        lines.append("older workers may run on while it runs; restart them on this kirim after")
+        lines.append(
+            "older workers may keep running while it is applied; "
+            "upgrade them to this kirim afterwards"
+        )
     return lines
 
 

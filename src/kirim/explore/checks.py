@@ -61,6 +61,7 @@ NAMES = (
     "liveness",
     "retired_unused",
     "feed_exactly_once",  # kirim.explore.inbox
+    "stream_faithful",  # kirim.explore.streams
     "topic_fanout_exactly_once",  # kirim.explore.topics
 )
 
@@ -508,7 +509,7 @@ def _versions(
     out: list[tuple[float, Preferences | None]] = [(-1.0, None)] if not mine else []
     for i, r in enumerate(mine):
         following = mine[i + 1].committed if i + 1 < len(mine) else math.inf
-        if following is not None and following >= since:
+        if following is not None and following >= since - EPS:  # one instant: either order
             out.append((r.started, r.prefs))
     return out or [(-1.0, None)]
 

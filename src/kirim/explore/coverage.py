@@ -19,7 +19,7 @@ from typing import Any
 from kirim.explore.full import Full
 from kirim.explore.provider import GroundTruth
 from kirim.explore.trace import Trace
-from kirim.explore.world import World
+from kirim.explore.world import FEED_VERBS, World
 
 #: a knob's values in one world (one value per channel, type, recipient or worker)
 Read = Callable[[World, Full], Iterable[Any]]
@@ -85,6 +85,13 @@ KNOBS: dict[str, Read] = {
     "model.devices": _plans("devices"),
     # the in-app inbox: a channel whose message is a row of kirim's own
     "model.inbox": _plans("inbox"),
+    # the inbox's readers: their actions on messages, and browsers following it live
+    **{
+        f"feed.{verb}": (lambda v: lambda w, f: [any(a.verb == v for a in w.feed_acts)])(verb)
+        for verb in FEED_VERBS
+    },
+    "feed.streams": lambda w, f: [len(w.streams)],
+    "feed.stream_sessions": lambda w, f: [len(s.sessions) for s in w.streams],
     "addresses.dead": lambda w, f: [a.dead for a in w.addresses],
     "addresses.per_recipient": lambda w, f: [
         sum(1 for a in w.addresses if a.recipient == p and a.channel == c.name)

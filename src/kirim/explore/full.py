@@ -29,6 +29,7 @@ from kirim.engine import Kirim
 from kirim.errors import KirimError, NotSettled
 from kirim.explore.loop import WORKER_NAMES, Host
 from kirim.explore.provider import CallbackRecord, GroundTruth, ProviderModel
+from kirim.explore.streams import Readers
 from kirim.explore.topics import TopicDriver
 from kirim.explore.trace import Trace
 from kirim.explore.world import ChannelPlan, World
@@ -118,6 +119,7 @@ class Full:
         self.trace = trace
         self.time = time
         self.http = Host("H")
+        self.readers = Readers(world, trace, time)
         self.ops: Kirim | None = None
         horizon = max(p.settings.request_timeout for p in world.workers)
         lease = min(p.settings.lease for p in world.workers)
@@ -211,8 +213,11 @@ class Full:
         steps += [(s.at, i, s) for i, s in enumerate(self.world.sends)]
         steps += [(c.at, 100 + i, c) for i, c in enumerate(self.world.prefs) if c.at >= 0]
         steps += [(a.at, 200 + i, a) for i, a in enumerate(self.world.actions)]
+        steps += [(a.at, 300 + i, a) for i, a in enumerate(self.world.feed_acts)]
+        if app.store.dialect == "sqlite":  # on PostgreSQL a hub LISTENs: not on this loop
+            self.readers.start(app)
         if self.topics is not None:
-            steps += [(s.at, 300 + i, s) for i, s in enumerate(self.topics.plan.steps)]
+            steps += [(s.at, 400 + i, s) for i, s in enumerate(self.topics.plan.steps)]
         for at, _, step in sorted(steps, key=lambda s: (s[0], s[1])):
             await asyncio.sleep(max(0.0, at - self.time()))
             kind = type(step).__name__
@@ -220,6 +225,8 @@ class Full:
                 await self._send(app, step)
             elif kind == "PrefsChange":
                 await self._prefs(app, step.recipient, step.prefs)
+            elif kind == "FeedAct":
+                await self.readers.act(app, step)
             elif self.topics is not None and kind in ("SubStep", "TopicSend"):
                 await self.topics.step(app, step)
             else:

@@ -106,6 +106,8 @@ class Ledger:
     claims: list[dict[str, Any]] | None = None
     #: every feed message ever written, the in-app inbox (``explore_feed_audit``)
     feed_writes: list[dict[str, Any]] = field(default_factory=list)
+    #: the feed's rows at the end (deleted ones included: a deletion keeps its row)
+    feed_rows: list[dict[str, Any]] = field(default_factory=list)
 
     @staticmethod
     def read_sqlite(path: str) -> Ledger:
@@ -141,6 +143,7 @@ class Ledger:
                 digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
                 claims=rows("SELECT * FROM explore_claim_audit ORDER BY rowid"),
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
+                feed_rows=rows("SELECT * FROM kirim_feed ORDER BY id"),
             )
         finally:
             conn.close()

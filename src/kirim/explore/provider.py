@@ -327,8 +327,12 @@ class ProviderModel:
         now = loop.time()
         current = HOST.get()
         caller = "-" if current is None else current.label
+        # by the host's name: a restarted process (``C#2``) runs the same worker settings
         outcome, effect_at, answer_at = self._draw(
-            message.idempotency_key, now, message.recipient, caller
+            message.idempotency_key,
+            now,
+            message.recipient,
+            "-" if current is None else current.name,
         )
         request = Request(
             key=message.idempotency_key,

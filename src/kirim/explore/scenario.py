@@ -50,6 +50,7 @@ from kirim.explore.loop import (
 from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
+from kirim.explore.streams import check_streams
 from kirim.explore.topics import check_topics
 from kirim.explore.topics import faults as topic_faults
 from kirim.explore.trace import Trace, capture_logs
@@ -361,6 +362,7 @@ class Sim:
         self.waiting = self.db.waiting(self.end) if self.full is not None else {}
         if self.full is not None:
             await self.full.settle_addresses(self.ops)
+            await self.full.readers.settle()
         if self.full is not None and isinstance(self.db, SQLiteDatabase):
             try:
                 await self.full.probe(self.ops, self.db.pruned_with_tombstones())
@@ -499,6 +501,7 @@ def run_schedule(
         )
         violations += check_feed(ledger, world)
         violations += check_feed_preferences(ledger, sim.full.full, world)
+        violations += check_streams(sim.full.readers, ledger)
         if sim.full.topics is not None:
             violations += check_topics(
                 ledger, sim.full.topics.truth, lambda t: world.notification_type(t).channels

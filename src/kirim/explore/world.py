@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -176,6 +177,32 @@ class Action:
     target: int = 0
 
 
+#: what a recipient does to a message of their inbox (``kirim.inbox.FeedAction``), or
+#: ``delete`` it, or ``mark_all_read``
+FEED_VERBS = ("seen", "read", "unread", "archive", "unarchive", "delete", "mark_all_read")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeedAct:
+    """A recipient's action on their inbox at ``at``: ``verb`` on the message at
+    ``pick`` (a fraction) of their feed, newest first."""
+
+    at: float
+    recipient: str
+    verb: str
+    pick: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamPlan:
+    """A browser following ``recipient``'s feed live (``kirim.live``): a stream open
+    over each of ``sessions`` (virtual times), each after the first resuming from the
+    last event id the one before had."""
+
+    recipient: str
+    sessions: tuple[tuple[float, float], ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerPlan:
     settings: WorkerSettings
@@ -206,6 +233,9 @@ class World:
     notes: dict[str, Any] = field(default_factory=dict)
     #: the recipients' device addresses (``ChannelPlan.devices``)
     addresses: tuple[AddressPlan, ...] = ()
+    #: the recipients' actions on their inbox, and the browsers that follow it live
+    feed_acts: tuple[FeedAct, ...] = ()
+    streams: tuple[StreamPlan, ...] = ()
     #: the topic workload (``kirim.explore.topics``; None: this world has none)
     topics: topic_plans.TopicsPlan | None = None
 
@@ -241,6 +271,8 @@ class World:
         channels, plans = _inbox(seed, channels, plans)
         boxes = {c.name for c in channels if c.inbox}
         addresses = [a for a in addresses if a.channel not in boxes]
+        last_send = max((s.at for s in sends), default=0.0)
+        feed_acts, streams = _readers(seed, bool(boxes), people, last_send)
         return World(
             seed=seed,
             base=base,
@@ -256,6 +288,8 @@ class World:
             workers=tuple(plans),
             max_attempts=max_attempts,
             keys=keys,
+            feed_acts=tuple(feed_acts),
+            streams=tuple(streams),
             topics=topic_plans.draw(seed, types, people),
         )
 
@@ -367,6 +401,35 @@ def _inbox(
     archived = rng.choice((None, None, 5.0, 30.0))
     kept = [replace(w, settings=replace(w.settings, retention_archived=archived)) for w in workers]
     return out, kept
+
+
+def _readers(
+    seed: int, inbox: bool, people: Sequence[str], last_send: float
+) -> tuple[list[FeedAct], list[StreamPlan]]:
+    """The recipients' actions on their inbox and the live streams that follow it,
+    drawn from a generator of their own (the rest of a seed's world stays as it was);
+    none without an inbox channel."""
+    if not inbox:
+        return [], []
+    rng = random.Random(f"world:{seed}:readers")
+    span = last_send + 20.0
+    acts = [
+        FeedAct(
+            at=rng.uniform(0.0, span),
+            recipient=rng.choice(people),
+            verb=rng.choice(FEED_VERBS),
+            pick=rng.random(),
+        )
+        for _ in range(rng.choice((0, 2, 4, 8)))
+    ]
+    streams = []
+    for person in people:
+        if rng.random() < 0.5:
+            continue
+        cuts = sorted(rng.uniform(0.0, span) for _ in range(2 * rng.choice((1, 2, 3))))
+        sessions = tuple((cuts[i], cuts[i + 1]) for i in range(0, len(cuts), 2))
+        streams.append(StreamPlan(recipient=person, sessions=sessions))
+    return acts, streams
 
 
 def _clock(value: datetime) -> str:

@@ -239,6 +239,11 @@ class FinishResult:
     #: the id of the feed message this finish wrote (``Finish.feed``; None: none written,
     #: or it was there already)
     feed_item: int | None = None
+    #: what a committed finish wrote: the doubt and the error, which the store's rules
+    #: may have changed from the worker's proposal (a doubt gone meanwhile, a success
+    #: that outranks a failure)
+    doubt: Doubt | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -91,9 +91,12 @@ class Written:
             it.attempt is None or it.attempt.status in DEFINITE_FAILURE
         )
 
-    def without_doubt(self, it: Finish, now: float) -> Written:
+    def without_doubt(self, it: Finish, now: float, job: Job | None) -> Written:
         """Every earlier request was refused: without a request of its own, send again
-        (the claim does not count); after a refusal of its own, the attempts are over."""
+        (the claim does not count); after a refusal of its own, as a withdrawn
+        assumption goes (``withdrawn``): back to the worker while the job has attempts
+        left, which routes it from the attempts (a fallback channel when this one
+        refused for good), else failed."""
         if it.attempt is None:
             return evolve(
                 self,
@@ -103,6 +106,16 @@ class Written:
                 run_at=now,
                 refund=True,
                 error="the earlier requests were refused meanwhile: sending again",
+            )
+        status, job_status = withdrawn(it.attempt, job)
+        if job_status is JobStatus.RETRY_SCHEDULED:
+            return evolve(
+                self,
+                status=status,
+                doubt=None,
+                job_status=job_status,
+                run_at=now,
+                error=f"{it.attempt.error}; the earlier requests were refused meanwhile",
             )
         return evolve(self, status=DeliveryStatus.FAILED, doubt=None, job_status=JobStatus.DEAD)
 

@@ -585,7 +585,13 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
     if job_row is not None and job_row["lease_token"] == it.token:
         job = {**dict(job_row), **rules.as_columns(rules.job_committed_columns(job_row, w, now))}
     ledger.set_rows(delivery, job)
-    return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
+    return FinishResult(
+        committed=True,
+        delivery_status=w.status,
+        job_status=w.job_status,
+        doubt=w.doubt,
+        error=w.error,
+    )
 
 
 def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
@@ -600,13 +606,19 @@ def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
         if success is not None:
             w = w.outranked_by(success.provider_message_id)
     if w.may_have_lost_its_doubt(it) and not ledger.doubtful(d.id) and ledger.success(d.id) is None:
-        w = w.without_doubt(it, now)
+        w = w.without_doubt(it, now, ledger.job(it.job_id))
     if d.claim_token is not None and d.claim_token == it.token:
         ledger.set_delivery(rules.committed(d, w, now))
         job = ledger.job(it.job_id)
         if job is not None and job.lease_token == it.token:
             ledger.set_job(rules.job_committed(job, w, now))
-        return FinishResult(committed=True, delivery_status=w.status, job_status=w.job_status)
+        return FinishResult(
+            committed=True,
+            delivery_status=w.status,
+            job_status=w.job_status,
+            doubt=w.doubt,
+            error=w.error,
+        )
     # Stale token: the transition is rejected, but a success is a fact worth keeping.
     if it.attempt is not None and it.attempt.status is AttemptStatus.SUCCEEDED:
         ledger.set_delivery(rules.sent_late(d, it.attempt.provider_message_id, now))

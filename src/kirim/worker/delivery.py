@@ -531,8 +531,8 @@ def _tell(log: Any, finish: Finish, result: FinishResult) -> None:
             "db_update",
             status=str(result.delivery_status),
             job_status=str(result.job_status),
-            doubt=None if finish.doubt is None else str(finish.doubt),
-            error=finish.error,
+            doubt=None if result.doubt is None else str(result.doubt),
+            error=result.error,
         )
         if result.job_status is JobStatus.RETRY_SCHEDULED:
             delay = finish.delay

@@ -15,6 +15,14 @@ ON CONFLICT (scope, window_start) DO UPDATE SET count = kirim_throttle.count + 1
 WHERE kirim_throttle.count < %(limit)s::int
 RETURNING count;
 
+-- name: full_throttle_windows
+-- The full windows of a throttle from after_start on, in order (at most n): the ones
+-- ``defer`` skips while it looks for room (kirim.store.throttle).
+SELECT window_start FROM kirim_throttle
+WHERE scope = %(scope)s AND window_start >= %(after_start)s::float8
+  AND count >= %(limit)s::int
+ORDER BY window_start LIMIT %(n)s::int;
+
 -- name: throttled_deliveries
 -- Deliveries over their throttle: suppressed, with the reason.
 UPDATE kirim_deliveries d SET status = 'suppressed', reason = %(reason)s,

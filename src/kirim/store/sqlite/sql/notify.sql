@@ -11,6 +11,13 @@ ON CONFLICT (scope, window_start) DO UPDATE SET count = count + 1
 WHERE kirim_throttle.count < :limit
 RETURNING count;
 
+-- name: full_throttle_windows
+-- The full windows of a throttle from :after_start on, in order (at most :n): the ones
+-- ``defer`` skips while it looks for room (kirim.store.throttle).
+SELECT window_start FROM kirim_throttle
+WHERE scope = :scope AND window_start >= :after_start AND count >= :limit
+ORDER BY window_start LIMIT :n;
+
 -- name: throttled_deliveries
 -- Deliveries over their throttle (run per record :id): suppressed, with the reason.
 UPDATE kirim_deliveries SET status = 'suppressed', reason = :reason, updated_at = :now
