@@ -59,6 +59,7 @@ from kirim.store.base import (
     StoredResponse,
 )
 from kirim.text import stored_text
+from kirim.topic_book import TopicBook
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
@@ -97,7 +98,7 @@ class NotifyRequest:
     send_after: SendAfter = None
 
 
-class Kirim(AddressBook, Feeds):
+class Kirim(AddressBook, Feeds, TopicBook):
     """Notifications on one store, with the channels of one configuration."""
 
     def __init__(
@@ -613,6 +614,7 @@ class Kirim(AddressBook, Feeds):
             policies={name: t.policy for name, t in self.types.items()},
             digests=messages.composers(self.types),
             on_feed=self.feed_changed,
+            topics=self.plan_topic_batch,
         )
 
 

@@ -86,6 +86,8 @@ MESSAGE_ID = Limit(what="a provider message id", bytes=1000)
 PROVIDER_TEXT = Limit(what="a provider's or an error's text", bytes=1000)
 #: a delivery callback's reason
 REASON = Limit(what="a callback's reason", bytes=1024)
+#: a topic's name (``kirim.topics``)
+TOPIC = Limit(what="a topic", bytes=255)
 #: the key of one HTTP request of an event without ``Idempotency-Key``:
 #: ``event\x1f{type}\x1f{event_id}`` (``kirim.http.events.request_key``)
 EVENT_REQUEST_KEY = 6 + TYPE.bytes + 1 + EVENT_ID.bytes
@@ -104,4 +106,9 @@ INDEXES: dict[str, int] = {
     "kirim_digests_stream": STREAM.bytes,
     "kirim_digest_events_once": STREAM.bytes + EVENT_ID.bytes,
     "kirim_rates_pkey": CHANNEL.bytes,
+    "kirim_topics_pkey": TOPIC.bytes,
+    "kirim_topic_subscriptions_live": TOPIC.bytes + RECIPIENT_ID.bytes,
+    "kirim_topic_subscriptions_order": TOPIC.bytes + RECIPIENT_ID.bytes,
+    "kirim_topic_events_once": TYPE.bytes + EVENT_ID.bytes + TOPIC.bytes,
+    "kirim_topic_events_by_topic": TOPIC.bytes,
 }

@@ -30,6 +30,7 @@ from kirim.operations import By, Page
 from kirim.preferences import Preferences
 from kirim.store.base import ActivityBucket, CallbackResult, NewDelivery
 from kirim.sync_connection import async_view
+from kirim.topics import Subscription, TopicEvent, TopicInfo
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.stats import WorkerStats
@@ -41,6 +42,7 @@ NOT_OFFERED = {
     "handle_requests": "a step of the HTTP service's intake (kirim serve)",
     "give_back_request": "a step of the HTTP service's intake (kirim serve)",
     "feed_changed": "the hook a commit calls to tell Kirim.on_feed_change's listeners",
+    "plan_topic_batch": "a step of the worker's topic fan-out (kirim.worker.topics)",
 }
 
 
@@ -267,6 +269,38 @@ class SyncKirim:
     def addresses(self, recipient_id: str) -> list[Address]:
         """``Kirim.addresses``."""
         return self._run(self.app.addresses(recipient_id))
+
+    # -- topics (``kirim.topic_book``) -----------------------------------------------
+
+    def subscribe(self, topic: str, recipient_id: str) -> Subscription:
+        """``Kirim.subscribe``."""
+        return self._run(self.app.subscribe(topic, recipient_id))
+
+    def unsubscribe(self, topic: str, recipient_id: str) -> bool:
+        """``Kirim.unsubscribe``."""
+        return self._run(self.app.unsubscribe(topic, recipient_id))
+
+    def topics_of(self, recipient_id: str) -> list[str]:
+        """``Kirim.topics_of``."""
+        return self._run(self.app.topics_of(recipient_id))
+
+    def subscribers(self, topic: str, *, after: str | None = None, limit: int = 100) -> list[str]:
+        """``Kirim.subscribers``."""
+        return self._run(self.app.subscribers(topic, after=after, limit=limit))
+
+    def list_topics(self, *, limit: int = 100) -> list[TopicInfo]:
+        """``Kirim.list_topics``."""
+        return self._run(self.app.list_topics(limit=limit))
+
+    def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
+        """``Kirim.topic_info``."""
+        return self._run(self.app.topic_info(topic, recent=recent))
+
+    def notify_topic(
+        self, type: str, topic: str, data: Mapping[str, Any], *, event_id: str
+    ) -> TopicEvent:
+        """``Kirim.notify_topic``."""
+        return self._run(self.app.notify_topic(type, topic, data, event_id=event_id))
 
     # -- the in-app inbox (``kirim.feeds``) ------------------------------------------
 

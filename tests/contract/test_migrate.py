@@ -131,6 +131,7 @@ def test_check_as_json(database_url: str) -> None:
         "0009_recipient_addresses",
         "0010_inbox",
         "0011_feed_changes",
+        "0012_topics",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True
@@ -171,6 +172,10 @@ STORE_COMMANDS: list[list[str]] = [
     ["addresses", "add", "1007", "push", "+15551230000"],
     ["addresses", "remove", "1007", "push", "+15551230000"],
     ["addresses", "retire", "push", "+15551230000"],
+    ["topics", "subscribe", "project:42", "1007"],
+    ["topics", "unsubscribe", "project:42", "1007"],
+    ["topics", "list"],
+    ["topics", "show", "project:42"],
     ["serve", "--port", "0"],
     ["init"],
     ["migrate"],

@@ -868,6 +868,118 @@ async def test_drift_a_tombstone_that_vanishes_during_enqueue_is_a_store_error(
     assert (await app.store.counts())["deliveries"] == {}  # rolled back
 
 
+# -- topics ---------------------------------------------------------------------------
+
+
+async def test_op_subscribe(make_app, clock) -> None:
+    app = await make_app()
+    first = await app.store.subscribe("t", "u", now=clock.now())
+    again = await app.store.subscribe("t", "u", now=clock.now())
+    assert first.created
+    assert not again.created
+    assert again.added_seq == first.added_seq
+
+
+async def test_op_unsubscribe(make_app, clock) -> None:
+    app = await make_app()
+    await app.store.subscribe("t", "u", now=clock.now())
+    assert await app.store.unsubscribe("t", "u", now=clock.now())
+    assert not await app.store.unsubscribe("t", "u", now=clock.now())
+    assert not await app.store.unsubscribe("t\x00", "u", now=clock.now())
+
+
+async def test_op_topics_of(make_app, clock) -> None:
+    app = await make_app()
+    for topic in ("b", "a"):
+        await app.store.subscribe(topic, "u", now=clock.now())
+    assert await app.store.topics_of("u") == ["a", "b"]
+
+
+async def test_op_subscribers(make_app, clock) -> None:
+    app = await make_app()
+    for r in ("u2", "U1", "u1"):
+        await app.store.subscribe("t", r, now=clock.now())
+    assert await app.store.subscribers("t") == ["U1", "u1", "u2"]  # bytewise, everywhere
+    assert await app.store.subscribers("t", after="U1", limit=1) == ["u1"]
+
+
+async def test_op_list_topics(make_app, clock) -> None:
+    app = await make_app()
+    await app.store.subscribe("t", "u", now=clock.now())
+    (info,) = await app.store.list_topics()
+    assert (info.topic, info.subscribers) == ("t", 1)
+
+
+async def test_op_topic_info(make_app, clock) -> None:
+    app = await make_app()
+    assert await app.store.topic_info("t") is None
+    await app.store.subscribe("t", "u", now=clock.now())
+    await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    info = await app.store.topic_info("t", recent=5)
+    assert info is not None
+    assert info.subscribers == 1
+    assert len(info.recent) == 1
+
+
+async def test_op_record_topic_event(make_app, clock) -> None:
+    app = await make_app()
+    sub = await app.store.subscribe("t", "u", now=clock.now())
+    event = await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    again = await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    assert event.created
+    assert not again.created
+    assert event.mark == sub.added_seq + 1
+
+
+async def test_op_claim_topic_event(make_app, clock) -> None:
+    app = await make_app()
+    await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    got = await app.store.claim_topic_event(worker_id="w1", now=clock.now(), lease=LEASE)
+    assert got is not None
+    assert got.lease_owner == "w1"
+    assert got.lease_token
+    assert await app.store.claim_topic_event(worker_id="w2", now=clock.now(), lease=LEASE) is None
+    clock.advance(LEASE + 1)
+    taken = await app.store.claim_topic_event(worker_id="w2", now=clock.now(), lease=LEASE)
+    assert taken is not None
+    assert taken.lease_token != got.lease_token
+
+
+async def test_op_topic_batch(make_app, clock) -> None:
+    app = await make_app()
+    await app.store.subscribe("t", "a", now=clock.now())
+    await app.store.subscribe("t", "b", now=clock.now())
+    event = await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    await app.store.subscribe("t", "c", now=clock.now())  # after the mark
+    await app.store.unsubscribe("t", "a", now=clock.now())  # after the mark: still in
+    assert await app.store.topic_batch(event, limit=10) == ["a", "b"]
+    assert await app.store.topic_batch(replace(event, cursor="a"), limit=10) == ["b"]
+
+
+async def test_op_expand_topic_batch(make_app, clock) -> None:
+    app = await make_app()
+    await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    got = await app.store.claim_topic_event(worker_id="w1", now=clock.now(), lease=LEASE)
+    assert got is not None
+    assert got.lease_token is not None
+    item = app.prepare(NotifyRequest(event_id="e", recipient="a", channel="push", payload={}))
+    args = {"last": True, "now": clock.now(), "lease": LEASE}
+    wrong = await app.store.expand_topic_batch(got, "nope", ["a"], [item], **args)
+    assert wrong is None
+    assert (await app.store.counts())["deliveries"] == {}
+    (done,) = await app.store.expand_topic_batch(got, got.lease_token, ["a"], [item], **args)
+    assert done.created
+    again = await app.store.expand_topic_batch(got, got.lease_token, ["a"], [item], **args)
+    assert again is None  # the cursor moved on: the batch was done
+
+
+async def test_op_topic_events_expanding(make_app, clock) -> None:
+    app = await make_app()
+    assert await app.store.topic_events_expanding() == 0
+    await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
+    assert await app.store.topic_events_expanding() == 1
+
+
 # -- every operation has its case -----------------------------------------------------
 
 #: every role the store's protocol is made of (new ones are found here by themselves)

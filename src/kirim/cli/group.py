@@ -88,6 +88,8 @@ KirimGroup.lazy = {
     "token": ("kirim.cli.tokens", "token"),
     # `kirim prefs`: recipients' preferences
     "prefs": ("kirim.cli.prefs", "prefs"),
+    # `kirim topics`: topics and their subscribers (kirim.topics)
+    "topics": ("kirim.cli.topics", "topics"),
     # `kirim addresses`: recipients' addresses (device tokens, phones, subscriptions)
     "addresses": ("kirim.cli.addresses", "addresses"),
     # `kirim explore` (its module imports kirim.cli: loaded after the group)

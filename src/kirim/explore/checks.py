@@ -62,6 +62,7 @@ NAMES = (
     "retired_unused",
     "feed_exactly_once",  # kirim.explore.inbox
     "stream_faithful",  # kirim.explore.streams
+    "topic_fanout_exactly_once",  # kirim.explore.topics
 )
 
 

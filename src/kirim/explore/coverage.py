@@ -159,6 +159,13 @@ KNOBS: dict[str, Read] = {
     "send.again": lambda w, f: [len({s.event_id for s in w.sends}) < len(w.sends)],
     **{f"operator.{kind}": _acts(kind) for kind in ("retry", "cancel", "reconcile", "prune")},
     "operator.keys": lambda w, f: [w.keys],
+    # topics (kirim.explore.topics): fan-outs, their batches, retried topic events
+    "topics.fan_out": lambda w, f: [w.topics is not None],
+    "topics.batch": lambda w, f: [] if w.topics is None else [w.topics.batch],
+    "topics.pace": lambda w, f: [] if w.topics is None else [w.topics.pace],
+    "topics.again": lambda w, f: (
+        [] if w.topics is None else [any(getattr(s, "again", False) for s in w.topics.steps)]
+    ),
 }
 
 WIRE = "transport: the provider model stands in for the wire"

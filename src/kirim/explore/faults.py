@@ -269,3 +269,6 @@ class FaultyStore:
 
     async def prune(self, *args: Any, **kwargs: Any) -> Any:
         return await self._call("prune", *args, **kwargs)
+
+    async def expand_topic_batch(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("expand_topic_batch", *args, **kwargs)

@@ -30,6 +30,7 @@ from kirim.errors import KirimError, NotSettled
 from kirim.explore.loop import WORKER_NAMES, Host
 from kirim.explore.provider import CallbackRecord, GroundTruth, ProviderModel
 from kirim.explore.streams import Readers
+from kirim.explore.topics import TopicDriver
 from kirim.explore.trace import Trace
 from kirim.explore.world import ChannelPlan, World
 from kirim.model import OnUnknown
@@ -156,6 +157,7 @@ class Full:
         }
         self.channels = {c.name: self._channel(c) for c in world.channels}
         self.types = world.notification_types()
+        self.topics = None if world.topics is None else TopicDriver(world.topics, trace.add)
 
     def _channel(self, plan: ChannelPlan) -> Channel:
         from kirim.callbacks import CallbackAuth
@@ -214,6 +216,8 @@ class Full:
         steps += [(a.at, 300 + i, a) for i, a in enumerate(self.world.feed_acts)]
         if app.store.dialect == "sqlite":  # on PostgreSQL a hub LISTENs: not on this loop
             self.readers.start(app)
+        if self.topics is not None:
+            steps += [(s.at, 400 + i, s) for i, s in enumerate(self.topics.plan.steps)]
         for at, _, step in sorted(steps, key=lambda s: (s[0], s[1])):
             await asyncio.sleep(max(0.0, at - self.time()))
             kind = type(step).__name__
@@ -223,8 +227,12 @@ class Full:
                 await self._prefs(app, step.recipient, step.prefs)
             elif kind == "FeedAct":
                 await self.readers.act(app, step)
+            elif self.topics is not None and kind in ("SubStep", "TopicSend"):
+                await self.topics.step(app, step)
             else:
                 await self._act(app, step)
+        if self.topics is not None:
+            await self.topics.wait_done(app)
 
     async def _send(self, app: Kirim, send: Any) -> None:
         record = SendRecord(event_id=send.event_id, type=send.type, at=self.time())

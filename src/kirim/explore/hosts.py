@@ -24,6 +24,7 @@ from kirim.explore import events
 from kirim.explore.faults import Fault, FaultyStore
 from kirim.explore.invariants import Ledger
 from kirim.explore.loop import BASE, Host
+from kirim.explore.topics import TopicsPlan, pace
 from kirim.notify import NotificationType
 from kirim.store.base import Store
 from kirim.store.sqlite import SQLiteDriver, SQLiteStore
@@ -287,10 +288,12 @@ async def run_worker(
     on_intent: Any,
     note: Any,
     types: list[NotificationType] | None = None,
+    topics: TopicsPlan | None = None,
 ) -> None:
     """The life of one worker process: open its app, run its worker, close. ``types``:
     the notification types, whose policies and digest composers the worker gets as
-    ``Kirim.worker()`` gives them."""
+    ``Kirim.worker()`` gives them. ``topics``: the worker expands topic events, in that
+    plan's batches and pace (``kirim.explore.topics``)."""
     loop = asyncio.get_running_loop()
     store = FaultyStore(
         inner,
@@ -313,7 +316,10 @@ async def run_worker(
         rng=random.Random(f"worker:{seed}:{wh.host.label}"),
         policies=events.policies(kinds),
         digests=events.digests(kinds),
+        topics=None if topics is None else app.plan_topic_batch,
     )
+    if topics is not None and worker.topics is not None:
+        worker.topics.batch, worker.topics.before_batch = topics.batch, pace(topics)
     wh.worker = worker
     pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]
     if pauses:

@@ -51,6 +51,8 @@ from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
 from kirim.explore.streams import check_streams
+from kirim.explore.topics import check_topics
+from kirim.explore.topics import faults as topic_faults
 from kirim.explore.trace import Trace, capture_logs
 from kirim.explore.world import World
 from kirim.model import OnUnknown
@@ -213,11 +215,14 @@ class Sim:
     def start(self, wh: WorkerHost) -> None:
         wh.down = False
         channels, settings, types = self.channels, self.settings, self.types
+        topics = None
         if self.full is not None and self.world is not None:
             index = WORKER_NAMES.index(wh.name)
             channels = self.full.channels_of(index)
             settings = self.world.workers[index].settings
             types = self.full.types_of(index)
+            whole = self.world.workers[index].types and self.world.workers[index].channels is None
+            topics = self.world.topics if whole else None  # one that can plan every batch
         wh.task = self.loop.create_task(
             run_worker(
                 wh,
@@ -231,6 +236,7 @@ class Sim:
                 on_intent=self._intent,
                 note=self.trace.add,
                 types=types,
+                topics=topics,
             ),
             context=host_context(wh.host),
         )
@@ -379,6 +385,7 @@ class Sim:
             for p in w.workers
         )
         sends = sum(max(1, len(s.recipients)) * 3 for s in w.sends)
+        sends += 0 if w.topics is None else w.topics.deliveries(len(w.channels))
         slowest = min((c.rate for c in w.channels if c.rate is not None), default=None)
         backlog = 0.0 if slowest is None else sends / slowest
         return WAITING + settle + backlog
@@ -399,6 +406,7 @@ class Sim:
             for p in w.workers
         )
         sends = sum(max(1, len(s.recipients)) * 3 for s in w.sends)
+        sends += 0 if w.topics is None else w.topics.deliveries(len(w.channels))
         slowest = min((c.rate for c in w.channels if c.rate is not None), default=None)
         rate = 0.0 if slowest is None else sends / slowest
         windows = 0.0
@@ -440,6 +448,8 @@ def run_schedule(
             plan += draw_event_faults(settings.seed, hosts=names)
         if settings.workload == "full":
             plan += draw_short_pauses(settings.seed, hosts=names, lease=settings.lease)
+            world = World.draw(settings.seed, workers=settings.workers)
+            plan += topic_faults(settings.seed, world.topics, hosts=names)
     policy = (
         make_policy(settings.policy, settings.seed)
         if choices is None
@@ -492,6 +502,10 @@ def run_schedule(
         violations += check_feed(ledger, world)
         violations += check_feed_preferences(ledger, sim.full.full, world)
         violations += check_streams(sim.full.readers, ledger)
+        if sim.full.topics is not None:
+            violations += check_topics(
+                ledger, sim.full.topics.truth, lambda t: world.notification_type(t).channels
+            )
     else:
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet

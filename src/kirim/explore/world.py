@@ -26,6 +26,8 @@ by no seed):
   whether it knows the types (a rolling upgrade, or a worker without ``[types]``)
   and all the channels;
 - the operator: retries of dead letters, cancels, reconciles, prunes, at seeded times;
+- topics (``kirim.explore.topics``): subscriptions changing around and during the
+  fan-outs of events to a topic, some given again;
 - which channels are the in-app inbox (no provider: the message is a row of kirim's
   own, written in the commit that marks it sent), and how long archived feed messages
   are kept.
@@ -44,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
+from kirim.explore import topics as topic_plans
 from kirim.notify import NotificationType, parse_type
 from kirim.preferences import Preferences, Window
 from kirim.worker.settings import WorkerSettings
@@ -233,6 +236,8 @@ class World:
     #: the recipients' actions on their inbox, and the browsers that follow it live
     feed_acts: tuple[FeedAct, ...] = ()
     streams: tuple[StreamPlan, ...] = ()
+    #: the topic workload (``kirim.explore.topics``; None: this world has none)
+    topics: topic_plans.TopicsPlan | None = None
 
     # -- drawing -----------------------------------------------------------------------
 
@@ -285,6 +290,7 @@ class World:
             keys=keys,
             feed_acts=tuple(feed_acts),
             streams=tuple(streams),
+            topics=topic_plans.draw(seed, types, people),
         )
 
     # -- building ----------------------------------------------------------------------
@@ -294,6 +300,9 @@ class World:
 
     def notification_types(self) -> list[NotificationType]:
         return [t.build() for t in self.types]
+
+    def notification_type(self, name: str) -> NotificationType:
+        return next(t.build() for t in self.types if t.name == name)
 
     def type_plan(self, name: str | None) -> TypePlan | None:
         return next((t for t in self.types if t.name == name), None)

@@ -25,12 +25,20 @@ from kirim.http import (
     routes_notifications,
     routes_ops,
     routes_recipients,
+    routes_topics,
 )
 from kirim.http.errors import ErrorBody, Unexpected
 from kirim.http.feed_cors import FeedCors
 from kirim.http.feed_models import FeedMarkIn, FeedTokenIn
 from kirim.http.guard import FrameGuard
-from kirim.http.models import AddressIn, CallbackIn, EventIn, NotificationIn, PreferencesIn
+from kirim.http.models import (
+    AddressIn,
+    CallbackIn,
+    EventIn,
+    NotificationIn,
+    PreferencesIn,
+    TopicEventIn,
+)
 from kirim.http.service import AccessLog, make_service
 from kirim.live import FeedHub
 from kirim.observe.metrics import Metrics
@@ -114,6 +122,7 @@ def create_app(
     app.include_router(routes_feed_stream.router)
     app.include_router(routes_feed.router)
     app.include_router(routes_addresses.router)
+    app.include_router(routes_topics.router)
     app.include_router(routes_recipients.router)
     app.include_router(routes_events.router)
     app.include_router(bulk.router)
@@ -171,7 +180,7 @@ def openapi_document(app: FastAPI) -> dict[str, Any]:
     schemas.update(event.pop("$defs", {}))
     schemas["NewEvent"] = event
     schemas["AddressIn"] = AddressIn.model_json_schema(ref_template="#/components/schemas/{model}")
-    for model in (FeedMarkIn, FeedTokenIn):
+    for model in (FeedMarkIn, FeedTokenIn, TopicEventIn):
         schemas[model.__name__] = model.model_json_schema(
             ref_template="#/components/schemas/{model}"
         )

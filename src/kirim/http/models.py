@@ -440,6 +440,70 @@ class AddressesOut(BaseModel):
     addresses: list[AddressOut]
 
 
+class SubscriptionOut(BaseModel):
+    """One recipient's subscription to a topic (``kirim.topics``)."""
+
+    topic: str
+    recipient_id: str
+    added_seq: int
+    added_at: StrTime | None
+    removed_seq: int | None
+    removed_at: StrTime | None
+    created: bool
+
+
+class TopicEventOut(BaseModel):
+    """An event to a topic and how far its fan-out got."""
+
+    id: int
+    topic: str
+    type: str
+    event_id: str
+    mark: int
+    status: Literal["expanding", "done"]
+    cursor: str | None
+    batches: int
+    recipients: int
+    created_at: StrTime | None
+    finished_at: StrTime | None
+    created: bool
+
+
+class TopicOut(BaseModel):
+    """A topic: its subscribers now and its latest fan-outs."""
+
+    topic: str
+    seq: int
+    subscribers: int
+    created_at: StrTime | None
+    recent: list[TopicEventOut]
+
+
+class TopicsOut(BaseModel):
+    """Topics by name."""
+
+    topics: list[TopicOut]
+
+
+class SubscribersOut(BaseModel):
+    """A page of a topic's subscribers, by recipient id."""
+
+    topic: str
+    subscribers: list[str]
+    #: the ``after`` of the next page (None: this is the last)
+    next: str | None
+
+
+class TopicEventIn(BaseModel):
+    """An event of a notification type to everyone subscribed to the topic."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="TopicEventIn")
+
+    type: Annotated[str, StringConstraints(min_length=1, max_length=limits.TYPE.bytes)]
+    event_id: Annotated[str, StringConstraints(min_length=1, max_length=limits.EVENT_ID.bytes)]
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
 class AddressIn(BaseModel):
     """An address to add: checked as the channel's provider takes it."""
 

@@ -47,8 +47,9 @@ from kirim.preferences import Preferences, TypePolicy
 if TYPE_CHECKING:
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.retention import PruneResult
+    from kirim.topics import Subscription, TopicEvent, TopicInfo
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -866,6 +867,78 @@ class FeedStore(Protocol):
 
 
 @runtime_checkable
+class Topics(Protocol):
+    """Topics, their subscribers and fan-outs (``kirim.store.topics``, schema version
+    12): a topic event goes to the subscriptions live at its mark, in batches."""
+
+    async def subscribe(self, topic: str, recipient_id: str, *, now: float) -> Subscription:
+        """Subscribe the recipient (``created`` False: it was already)."""
+        ...
+
+    async def unsubscribe(self, topic: str, recipient_id: str, *, now: float) -> bool:
+        """End the recipient's subscription (the row stays, for fan-outs before it);
+        False when it had none."""
+        ...
+
+    async def topics_of(self, recipient_id: str) -> list[str]:
+        """The topics the recipient is subscribed to now."""
+        ...
+
+    async def subscribers(
+        self, topic: str, *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """A page of the topic's subscribers now, by recipient id after ``after``."""
+        ...
+
+    async def list_topics(self, *, limit: int = 100) -> list[TopicInfo]:
+        """Topics by name with their subscriber counts."""
+        ...
+
+    async def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
+        """One topic, its subscriber count and its ``recent`` latest events."""
+        ...
+
+    async def record_topic_event(
+        self, topic: str, type: str, event_id: str, data_json: str, *, now: float
+    ) -> TopicEvent:
+        """Record an event to the topic with its mark (``created`` False: recorded
+        before, the same type, event id and topic)."""
+        ...
+
+    async def claim_topic_event(
+        self, *, worker_id: str, now: float, lease: float
+    ) -> TopicEvent | None:
+        """Lease the oldest topic event still expanding whose lease is free or
+        expired, with a fresh token (``lease_token``)."""
+        ...
+
+    async def topic_batch(self, event: TopicEvent, *, limit: int) -> list[str]:
+        """The next subscribers of the event's fan-out after its cursor, at its mark."""
+        ...
+
+    async def expand_topic_batch(
+        self,
+        event: TopicEvent,
+        token: str,
+        recipients: Sequence[str],
+        items: Sequence[NewDelivery],
+        *,
+        last: bool,
+        now: float,
+        lease: float,
+    ) -> list[EnqueueResult] | None:
+        """One batch in one transaction: the cursor moved past ``recipients``, fenced by
+        ``token`` and the cursor ``event`` holds, and ``items`` recorded as ``enqueue``
+        does (an existing key returns its row). None: nothing written (lease lost, or
+        the batch done by another)."""
+        ...
+
+    async def topic_events_expanding(self) -> int:
+        """How many topic events are still expanding."""
+        ...
+
+
+@runtime_checkable
 class Prunes(Protocol):
     """A store that prunes its ledger (both drivers)."""
 
@@ -902,6 +975,7 @@ class Store(
     Notifications,
     FeedStore,
     Prunes,
+    Topics,
     Protocol,
 ):
     """Every role: ``kirim.store.sql.SQLStore`` (``SQLiteStore``, ``PostgresStore``)."""

@@ -29,6 +29,7 @@ from kirim.store import (
     reads,
     recipients,
     retention,
+    topics,
     transitions,
 )
 from kirim.store.base import (
@@ -57,6 +58,7 @@ from kirim.store.base import (
 )
 from kirim.store.feed_changes import FeedChanges
 from kirim.store.sequence import Operation
+from kirim.topics import Subscription, TopicEvent, TopicInfo
 
 T = TypeVar("T")
 
@@ -329,6 +331,58 @@ class SQLStore:
     ) -> list[EnqueueResult]:
         op = intake.enqueue_request(items, key, token, now, respond, fingerprint)
         return await self._op(op)
+
+    # -- topics (kirim.store.topics) -----------------------------------------------
+
+    async def subscribe(self, topic: str, recipient_id: str, *, now: float) -> Subscription:
+        return await self._op(topics.subscribe(topic, recipient_id, now))
+
+    async def unsubscribe(self, topic: str, recipient_id: str, *, now: float) -> bool:
+        return await self._op(topics.unsubscribe(topic, recipient_id, now))
+
+    async def topics_of(self, recipient_id: str) -> list[str]:
+        return await self._read(topics.topics_of(recipient_id))
+
+    async def subscribers(
+        self, topic: str, *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        return await self._read(topics.subscribers(topic, after, limit))
+
+    async def list_topics(self, *, limit: int = 100) -> list[TopicInfo]:
+        return await self._read(topics.list_topics(limit))
+
+    async def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
+        return await self._read(topics.topic_info(topic, recent), snapshot=True)
+
+    async def record_topic_event(
+        self, topic: str, type: str, event_id: str, data_json: str, *, now: float
+    ) -> TopicEvent:
+        return await self._op(topics.record_event(topic, type, event_id, data_json, now))
+
+    async def claim_topic_event(
+        self, *, worker_id: str, now: float, lease: float
+    ) -> TopicEvent | None:
+        return await self._op(topics.claim_event(worker_id, now, lease))
+
+    async def topic_batch(self, event: TopicEvent, *, limit: int) -> list[str]:
+        return await self._read(topics.batch_of(event, limit))
+
+    async def expand_topic_batch(
+        self,
+        event: TopicEvent,
+        token: str,
+        recipients: Sequence[str],
+        items: Sequence[NewDelivery],
+        *,
+        last: bool,
+        now: float,
+        lease: float,
+    ) -> list[EnqueueResult] | None:
+        op = topics.expand_batch(event, token, recipients, items, last=last, given=now, lease=lease)
+        return await self._op(op)
+
+    async def topic_events_expanding(self) -> int:
+        return await self._read(topics.expanding())
 
     # -- recipients' preferences and addresses ------------------------------------
 

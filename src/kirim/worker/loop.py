@@ -32,7 +32,7 @@ from kirim.errors import StoreError
 from kirim.observe import tracing
 from kirim.observe.logging import get_logger
 from kirim.providers.base import Message, Sent
-from kirim.store.base import Claim, QueueStats, WaitsForJobs, WorkerStore
+from kirim.store.base import Claim, QueueStats, Topics, WaitsForJobs, WorkerStore
 from kirim.store.retention import PruneResult
 from kirim.worker.burst import BurstProgress
 from kirim.worker.checkpoint import Checkpoint
@@ -42,6 +42,7 @@ from kirim.worker.delivery import Deliverer
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
+from kirim.worker.topics import Plan, TopicExpander
 
 if TYPE_CHECKING:
     from kirim.model import AttemptStatus
@@ -71,6 +72,7 @@ class Worker:
         policies: Mapping[str, TypePolicy] | None = None,
         digests: Mapping[str, Compose] | None = None,
         on_feed: FeedListener | None = None,
+        topics: Plan | None = None,
     ) -> None:
         """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
         global OpenTelemetry SDK provider when one is set, else none (the worker's spans
@@ -79,7 +81,9 @@ class Worker:
         their recipients' preferences (a preference changed since the enqueue wins).
         ``digests``: the digest types (name -> compose function, ``kirim.store.base.
         Compose``), whose deliveries are sealed before they are sent. ``on_feed``: told
-        of each inbox message a commit wrote (``Kirim.on_feed_change``)."""
+        of each inbox message a commit wrote (``Kirim.on_feed_change``). ``topics``: plans
+        a batch of a topic event's subscribers (``kirim.worker.topics``; None: this
+        worker expands no topic events)."""
         self._on_feed = on_feed
         self.store = store
         self.channels = dict(channels)
@@ -131,6 +135,10 @@ class Worker:
         )
         self._heartbeat = Heartbeat(self.context)
         self._reaper = Reaper(self.context)
+        self.topics = None if topics is None else TopicExpander(
+            cast(Topics, store), topics, worker_id=self.worker_id, clock=self.clock,
+            lease=self.settings.lease, poll_interval=self.settings.poll_interval, log=self.log,
+        )  # fmt: skip
 
     @property
     def checkpoints(self) -> Checkpoint | None:
@@ -173,6 +181,8 @@ class Worker:
         background = [asyncio.create_task(self._heartbeat.run())]
         if not burst:
             background.append(asyncio.create_task(self._reaper.run()))
+        if self.topics is not None and not burst:  # a burst expands in its own loop
+            background.append(asyncio.create_task(self.topics.run(self._stopping)))
         store = self.store
         if _listens(store) and not burst:
             await cast(WaitsForJobs, store).wait_for_jobs(
@@ -182,6 +192,8 @@ class Worker:
             while not self._stopping.is_set():
                 if burst:
                     await self.reap()
+                    if self.topics is not None:
+                        await self.topics.step_safely()
                 claimed = await self.claim_and_start()
                 if claimed:
                     continue
@@ -252,11 +264,15 @@ class Worker:
         try:
             unfinished = await self.store.in_flight()
             due_in = await self.store.next_due_in(now=self.clock.now())
+            expanding = self.topics is not None and not await self.topics.nothing_left()
         except StoreError as exc:  # the store is away: not done, try again later
             self.log.error("store_unavailable", error=str(exc))
             await self.clock.sleep(self.settings.poll_interval)
             return False
         if due_in is not None and due_in <= 0:
+            return False
+        if expanding:  # a topic's fan-out is under way
+            await self.clock.sleep(self.settings.poll_interval)
             return False
         await self._say_waiting(done=not unfinished)
         if unfinished:

@@ -1,0 +1,296 @@
+"""Topics in a ``full`` schedule: a topic workload drawn per seed, its driver and its
+invariant (docs/topics.md).
+
+``draw`` (from a generator of its own, so the rest of a seed's world stays as it
+was) gives some worlds a topic plan: subscribers (the world's recipients and a few of
+the topic's own), subscribe and unsubscribe steps at seeded times, before, between
+and during the fan-outs, and events of a type without a digest to a topic, some given
+again later (a retried topic event). The workers expand in small batches (1 to 3
+subscribers), paced by a virtual delay before each batch is planned, so that crashes,
+stalls and the fault plan's ``expand_topic_batch`` store faults (``faults``: failing
+before the commit, or committing and losing the answer) land in the middle of a
+fan-out.
+
+The driver is sequential: each step's call returns before the next begins, so its own
+model of who is subscribed when an event's ``notify_topic`` returns is the set as of
+the event's commit (``TopicTruth``).
+
+``topic_fanout_exactly_once`` judges the ledger after the run:
+
+- every recipient subscribed as of a topic event's commit has a delivery of it on
+  each of the type's channels (a suppressed one counts: preferences are judged by
+  the other invariants), and nobody else has any (one who subscribed after the
+  commit, during the fan-out, gets none; one who unsubscribed after it still gets
+  it): a fan-out still unfinished at the end is a loss;
+- no (event, recipient, channel, address) has two deliveries (a batch done twice
+  adds nothing);
+- an event given again is answered with the event first recorded, not created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kirim.explore.faults import Fault
+from kirim.explore.invariants import Ledger, Violation
+
+NAME = "topic_fanout_exactly_once"
+TOPICS = ("project:1", "project:2")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SubStep:
+    """The driver subscribes (``on``) or unsubscribes ``recipient`` at ``at``."""
+
+    at: float
+    topic: str
+    recipient: str
+    on: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicSend:
+    """The application's ``notify_topic`` at ``at`` (``again``: a retry of an event
+    given before)."""
+
+    at: float
+    topic: str
+    type: str
+    event_id: str
+    data: dict[str, Any]
+    again: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicsPlan:
+    """A world's topic workload."""
+
+    subscribers: tuple[str, ...]
+    steps: tuple[SubStep | TopicSend, ...]
+    #: subscribers per batch, and virtual seconds before each batch's commit
+    batch: int
+    pace: float
+
+    def deliveries(self, channels: int) -> int:
+        """At most how many deliveries the fan-outs make (for the run's bounds)."""
+        events = sum(1 for s in self.steps if isinstance(s, TopicSend) and not s.again)
+        return events * len(self.subscribers) * channels
+
+
+def draw(seed: int, types: Sequence[Any], people: Sequence[str]) -> TopicsPlan | None:
+    """The topic workload of a world, or None (most worlds, and those whose types all
+    digest: a digest's delivery gathers several events, judged by the digest checks)."""
+    rng = random.Random(f"world:{seed}:topics")
+    plain = [t.name for t in types if "digest" not in t.table]
+    if not plain or rng.random() < 0.6:
+        return None
+    own = tuple(f"t{i}" for i in range(1, rng.randint(2, 6) + 1))
+    subscribers = tuple(people) + own
+    steps: list[SubStep | TopicSend] = []
+    for who in subscribers:
+        if rng.random() < 0.7:
+            steps.append(SubStep(at=-1.0, topic=TOPICS[0], recipient=who, on=True))
+        if rng.random() < 0.3:
+            steps.append(SubStep(at=-1.0, topic=TOPICS[1], recipient=who, on=True))
+    sends: list[TopicSend] = []
+    for i in range(1, rng.randint(1, 3) + 1):
+        sends.append(
+            TopicSend(
+                at=rng.uniform(0.0, 20.0),
+                topic=rng.choice(TOPICS),
+                type=rng.choice(plain),
+                event_id=f"tev{i}",
+                data={"n": 100 + i, "topic": rng.choice(("a", "b"))},
+            )
+        )
+    for _ in range(rng.randint(2, 8)):  # changes around and during the fan-outs
+        near = rng.choice(sends).at + rng.uniform(-2.0, 6.0)
+        steps.append(
+            SubStep(
+                at=max(0.0, near),
+                topic=rng.choice(TOPICS),
+                recipient=rng.choice(subscribers),
+                on=rng.random() < 0.5,
+            )
+        )
+    if rng.random() < 0.5:
+        first = rng.choice(sends)
+        sends.append(
+            TopicSend(
+                at=first.at + rng.uniform(0.5, 15.0),
+                topic=first.topic,
+                type=first.type,
+                event_id=first.event_id,
+                data=first.data,
+                again=True,
+            )
+        )
+    steps += sends
+    return TopicsPlan(
+        subscribers=subscribers,
+        steps=tuple(sorted(steps, key=lambda s: s.at)),
+        batch=rng.choice((1, 2, 3)),
+        pace=rng.choice((0.0, 0.5, 2.0)),
+    )
+
+
+def faults(seed: int, plan: TopicsPlan | None, *, hosts: Sequence[str]) -> list[Fault]:
+    """Faults aimed at the fan-outs: a worker killed while one runs, and a batch's
+    store call failing before its commit or after it (the answer lost)."""
+    if plan is None:
+        return []
+    rng = random.Random(f"plan:{seed}:topics")
+    sends = [s for s in plan.steps if isinstance(s, TopicSend)]
+    out: list[Fault] = []
+    if rng.random() < 0.5:
+        at = rng.choice(sends).at + rng.uniform(0.0, 3.0 * plan.pace + 1.0)
+        out.append(Fault(kind="crash", host=rng.choice(list(hosts)), at=at))
+    if rng.random() < 0.6:
+        out.append(
+            Fault(
+                kind="store",
+                host=rng.choice(list(hosts)),
+                at=rng.choice(sends).at,
+                method="expand_topic_batch",
+                nth=rng.randint(1, 3),
+                mode=rng.choice(("fail", "ack_lost")),
+            )
+        )
+    return out
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One ``notify_topic`` of the driver and what it expected."""
+
+    step: TopicSend
+    #: who was subscribed to its topic when it returned (the driver's own model)
+    expected: frozenset[str]
+    id: int
+    created: bool
+
+
+@dataclass(slots=True)
+class TopicTruth:
+    events: list[EventRecord] = field(default_factory=list)
+
+
+class TopicDriver:
+    """Runs a world's topic steps through the engine's verbs, keeping ``TopicTruth``."""
+
+    def __init__(self, plan: TopicsPlan, note: Callable[..., None]) -> None:
+        self.plan = plan
+        self.truth = TopicTruth()
+        self.note = note
+        self.model: dict[str, set[str]] = {t: set() for t in TOPICS}
+
+    async def step(self, app: Any, step: SubStep | TopicSend) -> None:
+        if isinstance(step, SubStep):
+            if step.on:
+                await app.subscribe(step.topic, step.recipient)
+                self.model[step.topic].add(step.recipient)
+            else:
+                await app.unsubscribe(step.topic, step.recipient)
+                self.model[step.topic].discard(step.recipient)
+            verb = "subscribe" if step.on else "unsubscribe"
+            self.note(f"topic_{verb} {step.topic} {step.recipient}", host="S")
+            return
+        event = await app.notify_topic(
+            step.type, step.topic, dict(step.data), event_id=step.event_id
+        )
+        expected = frozenset(self.model[step.topic])
+        self.truth.events.append(
+            EventRecord(step=step, expected=expected, id=event.id, created=event.created)
+        )
+        self.note(
+            f"topic_event {step.topic} {step.event_id} id={event.id} mark={event.mark} "
+            f"created={event.created} expected={','.join(sorted(expected))}",
+            host="S",
+        )
+
+    async def wait_done(self, app: Any) -> None:
+        """Until every fan-out is done (the run's bound judges one that never is)."""
+        while await app.store.topic_events_expanding():  # noqa: ASYNC110 (polls the store)
+            await asyncio.sleep(1.0)
+
+
+def pace(plan: TopicsPlan) -> Callable[[Any, Sequence[str]], Any]:
+    """The expander's hook for each batch read, before it is planned (its recipients'
+    preferences read) and recorded: a virtual delay, so that the fan-out spans the
+    changes of subscriptions and the faults around it (``liveness`` judges a
+    deferral by the preferences in force from its delivery's commit: the planning
+    stays right before the commit, as ``notify_event``'s)."""
+
+    async def wait(event: Any, batch: Sequence[str]) -> None:
+        if plan.pace:
+            await asyncio.sleep(plan.pace)
+
+    return wait
+
+
+def check_topics(
+    ledger: Ledger, truth: TopicTruth, channels_of: Callable[[str], Sequence[str]]
+) -> list[Violation]:
+    """``topic_fanout_exactly_once`` (the module's text). ``channels_of``: a type's
+    channels."""
+    out: list[Violation] = []
+    firsts: dict[tuple[str, str, str], EventRecord] = {}
+    for record in truth.events:
+        s = record.step
+        key = (s.type, s.event_id, s.topic)
+        first = firsts.get(key)
+        if first is None:
+            firsts[key] = record
+            if not record.created:
+                out.append(
+                    Violation(
+                        name=NAME, delivery=None, detail=f"{s.event_id} to {s.topic}: not created"
+                    )
+                )
+        elif record.created or record.id != first.id:
+            out.append(
+                Violation(
+                    name=NAME,
+                    delivery=None,
+                    detail=f"{s.event_id} to {s.topic} given again made another",
+                )
+            )
+    by_event: dict[str, list[dict[str, Any]]] = {}
+    for d in ledger.deliveries:
+        by_event.setdefault(str(d["event_id"]), []).append(d)
+    for (type_name, event_id, topic), record in firsts.items():
+        rows = by_event.get(event_id, [])
+        twice = Counter((d["recipient_id"], d["channel"], d["recipient"]) for d in rows)
+        for (who, channel, address), n in sorted(twice.items()):
+            if n > 1:
+                out.append(
+                    Violation(
+                        name=NAME,
+                        delivery=None,
+                        detail=f"{event_id}: {n} deliveries to {who} {channel} {address}",
+                    )
+                )
+        got = {(d["recipient_id"], d["channel"]) for d in rows}
+        want = {(r, c) for r in record.expected for c in channels_of(type_name)}
+        for who, channel in sorted(want - got):
+            out.append(
+                Violation(
+                    name=NAME,
+                    delivery=None,
+                    detail=f"{event_id} to {topic}: {who} subscribed, no {channel} delivery",
+                )
+            )
+        for who, channel in sorted(got - want):
+            out.append(
+                Violation(
+                    name=NAME,
+                    delivery=None,
+                    detail=f"{event_id} to {topic}: {who} not subscribed, got {channel}",
+                )
+            )
+    return out

@@ -1,0 +1,117 @@
+"""The engine's verbs on topics (``kirim.topics``, docs/topics.md): what the library,
+``kirim topics`` and ``/v1/topics`` call.
+
+``notify_topic`` is a verb of its own rather than a ``topic=`` argument of
+``notify_event``: ``notify_event`` records every delivery in the caller's
+transaction and returns them, while a topic event returns at once with its mark and
+its deliveries are made later, batch by batch, by the workers; one call with two
+such different answers would be harder to use rightly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kirim.errors import InvalidNotification
+from kirim.notify import fanout
+from kirim.preferences import check_recipient_id
+from kirim.topics import Subscription, TopicEvent, TopicInfo, check_topic
+from kirim.validation import BadValue
+
+if TYPE_CHECKING:
+    from kirim.clock import Clock
+    from kirim.config import Config
+    from kirim.store.base import NewDelivery, Store
+
+
+class TopicBook:
+    """Mixed into ``Kirim``: its store, clock and the event intake."""
+
+    if TYPE_CHECKING:
+        config: Config
+        store: Store
+        clock: Clock
+
+        def prepare_event(
+            self, type: str, recipients: Any, data: Mapping[str, Any], *, event_id: str
+        ) -> fanout.Event: ...
+
+        def address_channels(self) -> frozenset[str]: ...
+
+    async def subscribe(self, topic: str, recipient_id: str) -> Subscription:
+        """Subscribe the recipient to the topic (``created`` False: it was already).
+        Events to the topic recorded after this returns reach the recipient; BadValue
+        for a topic or recipient id kirim cannot store."""
+        return await self.store.subscribe(
+            check_topic(topic), check_recipient_id(recipient_id), now=self.clock.now()
+        )
+
+    async def unsubscribe(self, topic: str, recipient_id: str) -> bool:
+        """End the recipient's subscription (False: it had none). A fan-out of an event
+        recorded before this still reaches the recipient."""
+        return await self.store.unsubscribe(
+            check_topic(topic), check_recipient_id(recipient_id), now=self.clock.now()
+        )
+
+    async def topics_of(self, recipient_id: str) -> list[str]:
+        """The topics the recipient is subscribed to."""
+        return await self.store.topics_of(check_recipient_id(recipient_id))
+
+    async def subscribers(
+        self, topic: str, *, after: str | None = None, limit: int = 100
+    ) -> list[str]:
+        """A page of the topic's subscribers, by id after ``after``."""
+        return await self.store.subscribers(check_topic(topic), after=after, limit=limit)
+
+    async def list_topics(self, *, limit: int = 100) -> list[TopicInfo]:
+        """Topics by name, each with its subscriber count."""
+        return await self.store.list_topics(limit=limit)
+
+    async def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
+        """The topic, its subscriber count and its ``recent`` latest events (None:
+        nobody ever subscribed or sent to it)."""
+        return await self.store.topic_info(check_topic(topic), recent=recent)
+
+    async def notify_topic(
+        self, type: str, topic: str, data: Mapping[str, Any], *, event_id: str
+    ) -> TopicEvent:
+        """An event of a notification type to everyone subscribed to ``topic`` when it
+        commits (its mark). Returns the topic event recorded; the workers make its
+        deliveries, batch by batch, as ``notify_event`` would for each subscriber
+        (preferences, addresses, throttles and digests apply; keys
+        ``default_key(event_id, recipient, channel)``). The same type, event id and
+        topic again return the event recorded first (``created`` False) and add
+        nothing. The data and templates are checked first, rendered for one
+        placeholder recipient: ``InvalidNotification`` (``RenderError``) and nothing
+        is written."""
+        try:
+            name = check_topic(topic)
+        except BadValue as exc:
+            raise InvalidNotification(str(exc)) from None
+        event = self.prepare_event(type, [f"topic:{name}"], data, event_id=event_id)
+        return await self.store.record_topic_event(
+            name, event.type.name, event.event_id, event.data_json, now=self.clock.now()
+        )
+
+    async def plan_topic_batch(
+        self, event: TopicEvent, recipients: Sequence[str]
+    ) -> list[NewDelivery]:
+        """The deliveries of one batch of a topic event's subscribers, planned as
+        ``notify_event`` plans them (nothing written): the worker's fan-out
+        (``kirim.worker.topics``) records them with the batch."""
+        prepared = self.prepare_event(
+            event.type, list(recipients), json.loads(event.data_json), event_id=event.event_id
+        )
+        prefs = await self.store.preferences_of(prepared.recipient_ids)
+        addresses = await self.store.addresses_of(prepared.recipient_ids)
+        planned = fanout.plan(
+            prepared,
+            prefs,
+            now=self.clock.now(),
+            max_attempts=self.config.max_attempts,
+            addresses=addresses,
+            needs_address=self.address_channels(),
+        )
+        return [p.delivery for p in planned]

@@ -1,0 +1,76 @@
+"""The topic workload of the explorer: its worlds, and its invariant can fail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import kirim.store.topics
+from kirim.explore.scenario import Settings, run_schedule
+from kirim.explore.topics import NAME, TopicSend
+from kirim.explore.world import World
+from kirim.store.sequence import Operation, Query
+from kirim.topics import TopicEvent
+
+#: the worlds with a topic workload among the first seeds
+TOPIC_SEEDS = [s for s in range(400) if World.draw(s).topics is not None]
+
+
+def _caught(seeds: list[int]) -> int | None:
+    for seed in seeds:
+        outcome = run_schedule(Settings.draw(seed, workload="full"))
+        if any(v.name == NAME for v in outcome.violations):
+            return seed
+    return None
+
+
+def test_some_worlds_draw_topics_with_changes_and_retries() -> None:
+    """Among the first seeds some worlds fan out to topics, with subscriptions changing
+    during a run, an event given again, and batches of one to three."""
+    plans = [World.draw(s).topics for s in TOPIC_SEEDS]
+    assert len(plans) > 50
+    steps = [step for p in plans if p is not None for step in p.steps]
+    assert any(isinstance(s, TopicSend) and s.again for s in steps)
+    assert any(not isinstance(s, TopicSend) and not s.on and s.at >= 0 for s in steps)
+    assert {p.batch for p in plans if p is not None} == {1, 2, 3}
+
+
+def test_the_topic_worlds_hold() -> None:
+    """Over a budget of topic worlds no invariant fails (crashes, store faults on the
+    batches and retried events included)."""
+    failing = {}
+    for seed in TOPIC_SEEDS[:25]:
+        outcome = run_schedule(Settings.draw(seed, workload="full"))
+        if outcome.violations:
+            failing[seed] = [str(v) for v in outcome.violations][:2]
+    assert failing == {}
+
+
+def test_mutation_fan_out_ignores_the_mark_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fan-out that reads the subscribers as they are now, not at its mark, is caught
+    within 200 seeds."""
+    original = kirim.store.topics.batch_of
+
+    def live_now(event: TopicEvent, limit: int) -> Operation[list[str]]:
+        args = {"topic": event.topic, "after": event.cursor or "", "limit": limit}
+        rows = yield Query("subscribers_now", args)
+        return [str(r["recipient_id"]) for r in rows]
+
+    monkeypatch.setattr(kirim.store.topics, "batch_of", live_now)
+    assert original is not live_now
+    assert _caught([s for s in TOPIC_SEEDS if s < 200]) is not None
+
+
+def test_mutation_fan_out_done_after_its_first_batch_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fan-out that calls itself done after its first batch (the rest of its
+    subscribers lost) is caught within 200 seeds."""
+    original = kirim.store.topics.expand_batch
+
+    def done_early(*args: Any, last: bool, **kwargs: Any) -> Any:
+        return original(*args, last=True, **kwargs)
+
+    monkeypatch.setattr(kirim.store.topics, "expand_batch", done_early)
+    assert _caught([s for s in TOPIC_SEEDS if s < 200]) is not None
