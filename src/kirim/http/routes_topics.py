@@ -19,6 +19,7 @@ from starlette.responses import Response
 from kirim import limits
 from kirim.errors import InvalidNotification
 from kirim.http.auth import require_token
+from kirim.http.bodies import json_body
 from kirim.http.errors import JSON, ApiError, detail, responses
 from kirim.http.models import (
     SubscribersOut,
@@ -27,7 +28,7 @@ from kirim.http.models import (
     TopicOut,
     TopicsOut,
 )
-from kirim.http.routes_notifications import is_json, json_response, parse_json, read_body
+from kirim.http.routes_notifications import json_response
 from kirim.http.routes_recipients import RecipientId, recipient
 from kirim.http.service import service
 from kirim.topics import check_topic
@@ -177,9 +178,7 @@ async def post_topic_event(request: Request, topic: TopicName) -> Response:
     the event recorded first, and nothing more)."""
     name = _topic(topic)
     svc = service(request)
-    if not is_json(request.headers.get("content-type")):
-        raise ApiError(415, "unsupported_media_type", "send the body as application/json")
-    raw = parse_json(await read_body(request, min(MAX_TOPIC_EVENT_BODY, svc.max_body_bytes)))
+    raw = await json_body(request, min(MAX_TOPIC_EVENT_BODY, svc.max_body_bytes))
     if (
         not isinstance(raw, dict)
         or set(raw) - {"type", "event_id", "data"}
