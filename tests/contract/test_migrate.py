@@ -131,6 +131,7 @@ def test_check_as_json(database_url: str) -> None:
         "0009_recipient_addresses",
         "0010_inbox",
         "0011_feed_changes",
+        "0012_lean_ledger",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

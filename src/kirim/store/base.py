@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.retention import PruneResult
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
