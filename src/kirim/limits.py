@@ -96,8 +96,8 @@ EVENT_REQUEST_KEY = 6 + TYPE.bytes + 1 + EVENT_ID.bytes
 INDEXES: dict[str, int] = {
     "kirim_deliveries_key": max(KEY.bytes, 64),  # explicit, else sha256 hex
     "kirim_deliveries_event": EVENT_ID.bytes,
-    "kirim_deliveries_message": CHANNEL.bytes + MESSAGE_ID.bytes,
-    "kirim_attempts_message": MESSAGE_ID.bytes,
+    "kirim_message_ids_pkey": MESSAGE_ID.bytes,
+    "kirim_message_ids_message": MESSAGE_ID.bytes,
     "kirim_requests_pkey": max(KEY.bytes, EVENT_REQUEST_KEY),
     "kirim_confirmations_delivery": MESSAGE_ID.bytes,
     "kirim_confirmations_message": MESSAGE_ID.bytes,

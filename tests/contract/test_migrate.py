@@ -132,6 +132,7 @@ def test_check_as_json(database_url: str) -> None:
         "0010_inbox",
         "0011_feed_changes",
         "0012_topics",
+        "0013_lean_ledger",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

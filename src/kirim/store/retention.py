@@ -347,6 +347,7 @@ def _prune_deliveries(
     n_jobs = yield Query("prune_delete_jobs", args, count=True)
     n_requests = yield Query("prune_delete_requests", args, count=True)
     yield Query("prune_delete_confirmations", args, count=True)
+    yield Query("prune_delete_message_ids", args, count=True)
     n_deliveries = yield Query("prune_delete_deliveries", args, count=True)
     marked = sorted(d.idempotency_key for d in gone if d.idempotency_key in digests)
     if marked:  # their events' data goes next (bounded), then the digests

@@ -189,6 +189,7 @@ class Ledger:
                 return
             values = {
                 "request_id": outcome.provider_request_id,
+                "delivery_id": delivery_id,
                 "status": str(outcome.status),
                 "message_id": rules.first_of(
                     outcome.provider_message_id, row["provider_message_id"]
@@ -222,7 +223,26 @@ class Ledger:
         if self._changed_jobs:
             items = [self._changed_jobs[i] for i in sorted(self._changed_jobs)]
             steps.append(Query("write_jobs", {"items": items}, count=True))
+        if ids := self._message_ids():
+            items = [{"delivery_id": d, "message_id": m} for d, m in sorted(ids)]
+            steps.append(Query("write_message_ids", {"items": items}, count=True))
         return (*steps, *more)
+
+    def _message_ids(self) -> set[tuple[int, str]]:
+        """The (delivery, provider message id) pairs the changed rows hold: written to
+        the side table callbacks find deliveries by (once each: a pair it has already
+        is skipped there)."""
+        found = {
+            (int(v["delivery_id"]), v["message_id"])
+            for v in self._changed_attempts.values()
+            if v["message_id"] is not None
+        }
+        found.update(
+            (i, v["provider_message_id"])
+            for i, v in self._changed_deliveries.items()
+            if v["provider_message_id"] is not None
+        )
+        return found
 
 
 #: an attempt's statuses that its outcome may still settle (``complete``)
@@ -282,6 +302,7 @@ def _job_values(j: Job) -> dict[str, Any]:
 def _attempt_values(a: Attempt) -> dict[str, Any]:
     return {
         "request_id": a.provider_request_id,
+        "delivery_id": a.delivery_id,
         "status": str(a.status),
         "message_id": a.provider_message_id,
         "error": a.error,

@@ -7,14 +7,21 @@
 -- delivery's, an attempt's, or one an earlier callback confirmed), else by the
 -- idempotency key the callback carries (%(key)s, may be null). The best match first. A
 -- delivery is %(channel)s's when it is of that channel or one of its attempts went to that
--- channel's provider (a fallback: failover, docs/channels.md).
+-- channel's provider (a fallback: failover, docs/channels.md). The message ids the
+-- deliveries and attempts recorded are found through kirim_message_ids (written once;
+-- no index names the columns a finish sets), and checked on the rows as they are.
 SELECT id, rank FROM (
-    SELECT d.id, 1 AS rank FROM kirim_deliveries d
-    WHERE d.provider_message_id = %(message_id)s AND (d.channel = %(channel)s OR EXISTS (
+    SELECT d.id, 1 AS rank FROM kirim_message_ids m
+    JOIN kirim_deliveries d ON d.id = m.delivery_id
+    WHERE m.message_id = %(message_id)s AND d.provider_message_id = %(message_id)s
+      AND (d.channel = %(channel)s OR EXISTS (
         SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = d.id AND a.provider = %(channel)s))
     UNION ALL
-    SELECT a.delivery_id, 2 FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
-    WHERE a.provider_message_id = %(message_id)s AND coalesce(a.provider, d.channel) = %(channel)s
+    SELECT a.delivery_id, 2 FROM kirim_message_ids m
+    JOIN kirim_attempts a ON a.delivery_id = m.delivery_id
+    JOIN kirim_deliveries d ON d.id = a.delivery_id
+    WHERE m.message_id = %(message_id)s AND a.provider_message_id = %(message_id)s
+      AND coalesce(a.provider, d.channel) = %(channel)s
     UNION ALL
     SELECT c.delivery_id, 3 FROM kirim_confirmations c
     JOIN kirim_deliveries d ON d.id = c.delivery_id
@@ -67,3 +74,15 @@ FOR UPDATE SKIP LOCKED;
 -- name: forget_kept_callbacks
 -- Kept callbacks applied, or kept too long.
 DELETE FROM kirim_callback_inbox WHERE id = ANY (%(ids)s::bigint[]);
+
+-- name: write_message_ids
+-- The provider message ids a transition recorded, one row per (delivery, message id),
+-- written once (callback_find reads them).
+INSERT INTO kirim_message_ids (delivery_id, message_id)
+SELECT u.delivery_id, u.message_id
+FROM unnest(%(i_delivery_id)s::bigint[], %(i_message_id)s::text[]) AS u (delivery_id, message_id)
+ON CONFLICT DO NOTHING;
+
+-- name: prune_delete_message_ids
+-- The message ids of these deliveries (retention).
+DELETE FROM kirim_message_ids WHERE delivery_id = ANY (%(ids)s::bigint[]);

@@ -18,7 +18,9 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
        (SELECT delivery_id FROM kirim_attempts ORDER BY id DESC LIMIT 1) AS attempt;
 
 -- name: prune_candidates
--- Up to %(limit)s deliveries finished before %(before)s (the oldest first), with no
+-- Up to %(limit)s deliveries finished before %(before)s (the lowest ids first: the
+-- primary key's order; no index names status or updated_at, which every transition
+-- changes: migration 0012), with no
 -- active job, no attempt that may still land, nor one of the newest ids (%(newest)s),
 -- nor a digest whose window is not closed (it ended at or after %(closed)s); no locks
 -- (judged again under them).
@@ -32,7 +34,7 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                     AND (a.settles_at IS NULL OR a.settles_at > %(now)s::float8))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
                   WHERE g.key = d.idempotency_key AND g.window_end >= %(closed)s::float8)
-ORDER BY d.updated_at, d.id
+ORDER BY d.id
 LIMIT %(limit)s;
 
 -- name: prune_count

@@ -10,6 +10,11 @@
 -- statement that must see rows committed by a transaction it waited for (an intent, a
 -- late success) reads them in a later statement of the same transaction, after the
 -- lock: one statement sees one snapshot.
+--
+-- Index lookups at any table size: a set of rows is named by `= ANY (array)` on an
+-- indexed column (the primary key, the request id), also where the statement joins the
+-- set's records (unnest), so that the planner takes the index whatever its statistics
+-- say (a hash join over a scan of the whole table would cost a batch the table's size).
 
 -- name: due_jobs
 -- Lock up to %(limit)s due jobs (skipping those another claim holds), oldest first,
@@ -28,6 +33,7 @@ SELECT d.*,
        j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
        j.created_at AS job_created_at, j.updated_at AS job_updated_at
 FROM due j JOIN kirim_deliveries d ON d.id = j.delivery_id
+WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM due))
 ORDER BY d.id
 FOR NO KEY UPDATE OF d;
 
@@ -44,13 +50,16 @@ FROM (
     FROM kirim_deliveries d
     WHERE d.id = ANY (%(ids)s::bigint[])
 ) c
-LEFT JOIN kirim_attempts a ON a.delivery_id = c.claimed_id
+LEFT JOIN kirim_attempts a
+  ON a.delivery_id = c.claimed_id AND a.delivery_id = ANY (%(ids)s::bigint[])
 ORDER BY c.claimed_id, a.id;
 
 -- name: lock_jobs
 -- Lock the jobs of these deliveries, and these jobs.
 SELECT * FROM kirim_jobs
-WHERE delivery_id = ANY (%(delivery_ids)s::bigint[]) OR id = ANY (%(job_ids)s::bigint[])
+WHERE id = ANY (ARRAY(SELECT k.id FROM kirim_jobs k
+                      WHERE k.delivery_id = ANY (%(delivery_ids)s::bigint[]))
+                || %(job_ids)s::bigint[])
 ORDER BY id
 FOR NO KEY UPDATE;
 
@@ -83,7 +92,8 @@ FROM unnest(
     %(i_request_id)s::text[], %(i_status)s::text[], %(i_message_id)s::text[],
     %(i_error)s::text[], %(i_completed_at)s::float8[]
 ) AS u (request_id, status, message_id, error, completed_at)
-WHERE a.provider_request_id = u.request_id AND a.status IN ('requested', 'unknown');
+WHERE a.provider_request_id = u.request_id AND a.status IN ('requested', 'unknown')
+  AND a.provider_request_id = ANY (%(i_request_id)s::text[]);
 
 -- name: write_deliveries
 -- Deliveries as the transition left them.
@@ -101,7 +111,7 @@ FROM unnest(
     %(i_reason)s::text[], %(i_updated_at)s::float8[]
 ) AS u (id, status, doubt, claim_token, claimed_by, claim_expires_at,
     provider_message_id, last_error, sent_at, released_at, reason, updated_at)
-WHERE d.id = u.id;
+WHERE d.id = u.id AND d.id = ANY (%(i_id)s::bigint[]);
 
 -- name: write_jobs
 -- Jobs as the transition left them.
@@ -117,7 +127,7 @@ FROM unnest(
     %(i_updated_at)s::float8[]
 ) AS u (id, status, run_at, attempts, lease_owner, lease_token, lease_expires_at,
     last_error, updated_at)
-WHERE j.id = u.id;
+WHERE j.id = u.id AND j.id = ANY (%(i_id)s::bigint[]);
 
 -- name: insert_jobs
 -- New jobs (an operator's retry).
@@ -149,6 +159,7 @@ FROM (
         send_deadline, settles_at, provider)
     JOIN kirim_deliveries d
       ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+     AND d.id = ANY (%(i_delivery_id)s::bigint[])
     ORDER BY d.id
     FOR SHARE OF d
 ) l
@@ -166,6 +177,7 @@ UPDATE kirim_jobs j SET lease_expires_at = %(until)s::float8, updated_at = %(now
 FROM unnest(%(i_job_id)s::bigint[], %(i_delivery_id)s::bigint[], %(i_token)s::text[])
      AS u (job_id, delivery_id, token)
 WHERE j.id = u.job_id AND j.lease_token = u.token AND j.status = 'running'
+  AND j.id = ANY (%(i_job_id)s::bigint[])
 RETURNING j.id, j.lease_token;
 
 -- name: extend_claims
@@ -173,7 +185,8 @@ RETURNING j.id, j.lease_token;
 UPDATE kirim_deliveries d SET claim_expires_at = %(until)s::float8
 FROM unnest(%(i_job_id)s::bigint[], %(i_delivery_id)s::bigint[], %(i_token)s::text[])
      AS u (job_id, delivery_id, token)
-WHERE d.id = u.delivery_id AND d.claim_token = u.token;
+WHERE d.id = u.delivery_id AND d.claim_token = u.token
+  AND d.id = ANY (%(i_delivery_id)s::bigint[]);
 
 -- name: notify
 -- Wake the workers that listen (delivered at commit).

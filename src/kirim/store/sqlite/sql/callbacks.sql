@@ -7,14 +7,21 @@
 -- delivery's, an attempt's, or one an earlier callback confirmed), else by the
 -- idempotency key the callback carries (:key, may be null). The best match first. A
 -- delivery is :channel's when it is of that channel or one of its attempts went to that
--- channel's provider (a fallback: failover, docs/channels.md).
+-- channel's provider (a fallback: failover, docs/channels.md). The message ids the
+-- deliveries and attempts recorded are found through kirim_message_ids (written once;
+-- no index names the columns a finish sets), and checked on the rows as they are.
 SELECT id, rank FROM (
-    SELECT d.id, 1 AS rank FROM kirim_deliveries d
-    WHERE d.provider_message_id = :message_id AND (d.channel = :channel OR EXISTS (
+    SELECT d.id, 1 AS rank FROM kirim_message_ids m
+    JOIN kirim_deliveries d ON d.id = m.delivery_id
+    WHERE m.message_id = :message_id AND d.provider_message_id = :message_id
+      AND (d.channel = :channel OR EXISTS (
         SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = d.id AND a.provider = :channel))
     UNION ALL
-    SELECT a.delivery_id, 2 FROM kirim_attempts a JOIN kirim_deliveries d ON d.id = a.delivery_id
-    WHERE a.provider_message_id = :message_id AND coalesce(a.provider, d.channel) = :channel
+    SELECT a.delivery_id, 2 FROM kirim_message_ids m
+    JOIN kirim_attempts a ON a.delivery_id = m.delivery_id
+    JOIN kirim_deliveries d ON d.id = a.delivery_id
+    WHERE m.message_id = :message_id AND a.provider_message_id = :message_id
+      AND coalesce(a.provider, d.channel) = :channel
     UNION ALL
     SELECT c.delivery_id, 3 FROM kirim_confirmations c
     JOIN kirim_deliveries d ON d.id = c.delivery_id
@@ -63,3 +70,13 @@ SELECT * FROM kirim_callback_inbox ORDER BY received_at, id LIMIT coalesce(:limi
 -- name: forget_kept_callbacks
 -- Kept callbacks applied, or kept too long.
 DELETE FROM kirim_callback_inbox WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: write_message_ids
+-- The provider message ids a transition recorded, one row per (delivery, message id),
+-- written once (callback_find reads them; executemany).
+INSERT OR IGNORE INTO kirim_message_ids (delivery_id, message_id)
+VALUES (:delivery_id, :message_id);
+
+-- name: prune_delete_message_ids
+-- The message ids of these deliveries (retention).
+DELETE FROM kirim_message_ids WHERE delivery_id IN (SELECT value FROM json_each(:ids));

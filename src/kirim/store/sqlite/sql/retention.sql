@@ -14,13 +14,12 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
        (SELECT delivery_id FROM kirim_attempts ORDER BY id DESC LIMIT 1) AS attempt;
 
 -- name: prune_candidates
--- Up to :limit deliveries finished before :before (the oldest first), with no active
--- job and no attempt that may still land, nor one of the newest ids (:newest), nor a
--- digest whose window is not closed (it ended at or after :closed). INDEXED
--- BY: without statistics the planner would take kirim_deliveries_status, then read and
--- sort every finished delivery (seconds on a ledger of a million, under the write lock).
+-- Up to :limit deliveries finished before :before (the lowest ids first: the rowid's
+-- order; no index names status or updated_at, which every transition changes:
+-- migration 0012), with no active job and no attempt that may still land, nor one of
+-- the newest ids (:newest), nor a digest whose window is not closed (it ended at or
+-- after :closed).
 SELECT d.id, d.idempotency_key FROM kirim_deliveries AS d
-    INDEXED BY kirim_deliveries_finished
 WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < :before
   AND d.id NOT IN (SELECT value FROM json_each(:newest))
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
@@ -30,7 +29,7 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                     AND (a.settles_at IS NULL OR a.settles_at > :now))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
                   WHERE g.key = d.idempotency_key AND g.window_end >= :closed)
-ORDER BY d.updated_at, d.id
+ORDER BY d.id
 LIMIT :limit;
 
 -- name: prune_count
@@ -44,7 +43,7 @@ SELECT COUNT(*) AS deliveries,
        SUM((SELECT COUNT(*) FROM kirim_digests g WHERE g.key = d.idempotency_key)) AS digests,
        SUM((SELECT COUNT(*) FROM kirim_digest_events e
             WHERE e.digest_key = d.idempotency_key AND e.pruned_at IS NULL)) AS digest_events
-FROM kirim_deliveries AS d INDEXED BY kirim_deliveries_finished
+FROM kirim_deliveries AS d
 WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < :before
   AND d.id NOT IN (SELECT value FROM json_each(:newest))
   AND NOT EXISTS (SELECT 1 FROM kirim_jobs j
