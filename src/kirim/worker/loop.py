@@ -39,6 +39,7 @@ from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.context import FeedListener, InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer
+from kirim.worker.flows import RunAdvancer
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
@@ -131,6 +132,7 @@ class Worker:
         )
         self._heartbeat = Heartbeat(self.context)
         self._reaper = Reaper(self.context)
+        self._runs = RunAdvancer(self.context)
 
     @property
     def checkpoints(self) -> Checkpoint | None:
@@ -182,6 +184,7 @@ class Worker:
             while not self._stopping.is_set():
                 if burst:
                     await self.reap()
+                await self._runs.tick()
                 claimed = await self.claim_and_start()
                 if claimed:
                     continue
@@ -199,6 +202,7 @@ class Worker:
     async def run_once(self) -> int:
         """Reap, claim one batch, and process it to the end. For tests and tools."""
         await self.reap()
+        await self._runs.tick()
         claimed = await self.claim_and_start()
         await self.drain()
         return claimed
