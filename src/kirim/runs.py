@@ -28,6 +28,7 @@ from typing import Any
 
 from kirim.model import DeliveryStatus, Doubt
 from kirim.notify.steps import Branch, Step
+from kirim.views import iso
 
 log = logging.getLogger("kirim.runs")
 
@@ -208,8 +209,83 @@ def _holds(condition: str, state: StepState) -> bool:
     }[condition]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRun:
+    """What an event of a workflow type did for one recipient."""
+
+    recipient_id: str
+    run_id: int
+    key: str
+    created: bool
+    status: RunStatus
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "recipient_id": self.recipient_id,
+            "run_id": self.run_id,
+            "key": self.key,
+            "created": self.created,
+            "status": str(self.status),
+        }
+
+
+# -- the operator's view: a run as its steps on one timeline ------------------------------
+
+
+def timeline(run: Run) -> list[dict[str, Any]]:
+    """Each step of ``run``, in order: ``state`` (what it did, or ``waits``, ``next``,
+    ``to come``, ``canceled``), when, and why (``kirim run show``, the dashboard)."""
+    done = {s.index: s for s in run.recorded}
+    out = []
+    for i, step in enumerate(run.steps):
+        entry: dict[str, Any] = {"index": i, **step.to_json()}
+        r = done.get(i)
+        if r is not None:
+            waits = (
+                r.outcome is StepOutcome.WAITED
+                and run.status is RunStatus.WAITING
+                and run.cursor == i + 1
+            )
+            entry.update(
+                state="waits" if waits else str(r.outcome),
+                at=iso(r.at),
+                until=iso(r.until),
+                why=r.why,
+                delivery_id=r.delivery_id,
+                delivery_status=None if r.delivery_status is None else str(r.delivery_status),
+                doubt=None if r.delivery_doubt is None else str(r.delivery_doubt),
+            )
+        elif run.status is RunStatus.WAITING and i == run.cursor:
+            entry.update(state="next", until=iso(run.next_at), why="due then")
+        elif run.status is RunStatus.CANCELED:
+            entry.update(state="canceled", why=run.why)
+        else:
+            entry.update(state="to come")
+        out.append(entry)
+    return out
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """A run as one JSON object: the CLI's, the API's and the dashboard's."""
+    return {
+        "id": run.id,
+        "key": run.key,
+        "type": run.type,
+        "event_id": run.event_id,
+        "recipient_id": run.recipient_id,
+        "status": str(run.status),
+        "why": run.why,
+        "next_at": iso(run.next_at),
+        "claimed_by": run.claimed_by,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "steps": timeline(run),
+    }
+
+
 __all__ = [
     "Decision",
+    "EventRun",
     "Run",
     "RunClaim",
     "RunStatus",
@@ -217,6 +293,8 @@ __all__ = [
     "StepOutcome",
     "StepState",
     "decide",
+    "run_json",
     "run_key",
     "step_key",
+    "timeline",
 ]

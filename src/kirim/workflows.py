@@ -12,13 +12,12 @@ had the same value of its ``cancel_key`` (``cancel_by_event``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kirim.errors import NotFound
 from kirim.keys import canonical_json, payload_hash
 from kirim.notify.steps import Send
-from kirim.runs import Run, RunStatus, run_key
+from kirim.runs import EventRun, Run, run_key
 from kirim.store.flows import Canceled, NewRun, Started
 from kirim.views import iso
 
@@ -28,26 +27,6 @@ if TYPE_CHECKING:
     from kirim.notify.fanout import Event
     from kirim.notify.types import NotificationType
     from kirim.store.base import Store
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EventRun:
-    """What an event of a workflow type did for one recipient."""
-
-    recipient_id: str
-    run_id: int
-    key: str
-    created: bool
-    status: RunStatus
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "recipient_id": self.recipient_id,
-            "run_id": self.run_id,
-            "key": self.key,
-            "created": self.created,
-            "status": str(self.status),
-        }
 
 
 def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:

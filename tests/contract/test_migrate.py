@@ -131,6 +131,7 @@ def test_check_as_json(database_url: str) -> None:
         "0009_recipient_addresses",
         "0010_inbox",
         "0011_feed_changes",
+        "0012_workflows",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True
@@ -155,6 +156,9 @@ STORE_COMMANDS: list[list[str]] = [
     ["status", "1"],
     ["list"],
     ["cancel", "1"],
+    ["run", "show", "1"],
+    ["run", "cancel", "1"],
+    ["run", "list"],
     ["reconcile", "1"],
     ["dead-letter", "list"],
     ["dead-letter", "retry", "1"],

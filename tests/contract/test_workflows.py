@@ -221,3 +221,44 @@ async def test_cancel_after_a_request_may_have_left_is_held(
         assert record.delivery.doubt is Doubt.HELD
     finally:
         await app.close()
+
+
+async def test_kirim_run_show_and_cancel(app: Kirim, clock: ManualClock, database_url: str) -> None:
+    """``kirim run show`` prints the run's steps on one timeline (what ran, what waits
+    until when, what comes next); ``kirim run cancel`` cancels it, and again exits 1."""
+    import asyncio
+    import json
+
+    from click.testing import CliRunner, Result
+
+    from kirim.cli import main
+
+    run_id = await _run(app)
+    await drain(app)
+
+    class Runner:
+        async def invoke(self, cli: object, args: list[str]) -> Result:
+            return await asyncio.to_thread(CliRunner().invoke, main, args)
+
+    runner = Runner()
+    shown = await runner.invoke(main, ["--database", database_url, "run", "show", str(run_id)])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert "waiting" in lines[0]
+    assert "sent  delivery" in lines[1]
+    assert "waits  until" in lines[2]
+    assert "to come" in lines[4]
+    as_json = await runner.invoke(
+        main, ["--database", database_url, "status", f"run:{run_id}", "--json"]
+    )
+    assert [s["state"] for s in json.loads(as_json.output)["steps"]] == [
+        "sent",
+        "waits",
+        "next",
+        "to come",
+    ]
+    done = await runner.invoke(main, ["--database", database_url, "run", "cancel", str(run_id)])
+    assert done.exit_code == 0, done.output
+    assert "not canceled" in done.output  # the inbox message was sent already
+    again = await runner.invoke(main, ["--database", database_url, "run", "cancel", str(run_id)])
+    assert again.exit_code == 1

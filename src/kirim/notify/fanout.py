@@ -47,7 +47,7 @@ from kirim.validation import BadValue, check_text, shown
 from kirim.views import iso
 
 if TYPE_CHECKING:
-    from kirim.workflows import EventRun
+    from kirim.runs import EventRun
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
