@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kirim import runs
-from kirim.errors import NotSettled
+from kirim.errors import NotSettled, StoreError
 from kirim.keys import canonical_json
 from kirim.model import DeliveryStatus, Doubt
 from kirim.notify.steps import Branch, Delay, Send, step_from_json
@@ -204,12 +204,12 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
 
     def record(index: int, outcome: StepOutcome, why: str, **more: Any) -> Operation[None]:
         args = {"delivery_id": None, "until_at": None, **more}
-        inserted = yield Query(
-            "insert_run_step",
-            {"run_id": run_id, "idx": index, "outcome": outcome, "why": why, "now": now, **args},
-        )
+        if outcome in (StepOutcome.THEN, StepOutcome.ELSE):
+            inserted = yield from record_decision(run_id, index, outcome, why, now)
+        else:
+            inserted = yield from _insert_step(run_id, index, outcome, why, now, args)
         if not inserted:  # recorded before: a fenced writer cannot get here
-            raise AssertionError(f"run {run_id}: step {index} recorded twice")
+            raise StoreError(f"run {run_id}: step {index} was recorded already; try again")
         recorded.append(
             RunStep(
                 index=index,
@@ -283,6 +283,25 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
         updated_at=now,
     )
     return Advanced(run=after, recorded=tuple(recorded))
+
+
+def _insert_step(
+    run_id: int, index: int, outcome: StepOutcome, why: str, now: float, args: Mapping[str, Any]
+) -> Operation[bool]:
+    inserted = yield Query(
+        "insert_run_step",
+        {"run_id": run_id, "idx": index, "outcome": outcome, "why": why, "now": now, **args},
+    )
+    return bool(inserted)
+
+
+def record_decision(
+    run_id: int, index: int, outcome: StepOutcome, why: str, now: float
+) -> Operation[bool]:
+    """A branch's decision, recorded once, in the transaction that checked the claim
+    (the explorer's mutation check skips it: ``tests/explore/test_flows.py``)."""
+    args = {"delivery_id": None, "until_at": None}
+    return (yield from _insert_step(run_id, index, outcome, why, now, args))
 
 
 def _index_of(run: Run, name: str | None) -> int:
