@@ -40,14 +40,26 @@ from kirim.notify.steps import Branch, Delay, Send
 from kirim.notify.types import NotificationType, parse_type
 from kirim.providers.base import Message, Sent
 from kirim.providers.inbox import InboxProvider
-from kirim.runs import Run, RunStatus, StepOutcome, StepState, in_doubt, step_key
+from kirim.runs import Run, RunClaim, RunStatus, StepOutcome, StepState, in_doubt, step_key
 from kirim.store.flows import Canceled
 from kirim.worker import WorkerSettings
 
 LEASE = 30.0
 SETTINGS = WorkerSettings(lease=LEASE, backoff_base=1.0, backoff_max=2.0)
 CONDITIONS = ("unread", "read", "seen", "unseen", "sent", "failed", "in_doubt", "data")
-ACTIONS = ("tick", "tick", "tick", "wait", "read", "seen", "cancel_event", "cancel_run", "crash")
+ACTIONS = (
+    "tick",
+    "tick",
+    "tick",
+    "wait",
+    "read",
+    "seen",
+    "cancel_event",
+    "cancel_run",
+    "crash",
+    "stall",
+    "resume",
+)
 
 
 class Clock:
@@ -164,6 +176,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.cancel_run": lambda w: any(a == "cancel_run" for a, _ in w.actions),
     "action.cancel_event": lambda w: any(a == "cancel_event" for a, _ in w.actions),
     "action.crash": lambda w: any(a == "crash" for a, _ in w.actions),
+    "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
     "race.cancel_in_request": lambda w: w.race_cancel,
 }
 
@@ -215,8 +228,9 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         email.on_request = race
         sms.on_request = race
         workers = [app.worker(settings=SETTINGS, worker_id=f"w{k}") for k in range(2)]
+        stalled: list[RunClaim] = []
         for n, (kind, who) in enumerate(world.actions):
-            await _act(app, clock, workers[n % 2], kind, who, runs, cancels)
+            await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
         for _ in range(12):  # time enough for everything to settle
             clock.t += 4000
             for w in workers:
@@ -239,6 +253,7 @@ async def _act(
     who: int,
     runs: list[int],
     cancels: list[tuple[float, Canceled]],
+    stalled: list[RunClaim],
 ) -> None:
     if kind == "tick":
         await worker.run_once()
@@ -256,6 +271,15 @@ async def _act(
     elif kind == "crash":  # a worker claims due runs and dies; its leases expire
         await app.store.claim_runs(worker_id="ghost", now=clock.now(), lease=LEASE, limit=5)
         clock.t += LEASE + 1
+    elif kind == "stall":  # a worker claims due runs and freezes past its lease
+        stalled += await app.store.claim_runs(
+            worker_id="stalled", now=clock.now(), lease=LEASE, limit=5
+        )
+        clock.t += LEASE + 1
+    elif kind == "resume":  # ... and comes back: its claims may have been taken over
+        for claim in stalled:
+            await app.store.advance_run(claim.run.id, claim.token, now=clock.now())
+        stalled.clear()
 
 
 async def _check(
