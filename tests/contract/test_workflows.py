@@ -6,6 +6,7 @@ step whose request may have left is ``canceled (held)``, never called unsent."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -262,3 +263,22 @@ async def test_kirim_run_show_and_cancel(app: Kirim, clock: ManualClock, databas
     assert "not canceled" in done.output  # the inbox message was sent already
     again = await runner.invoke(main, ["--database", database_url, "run", "cancel", str(run_id)])
     assert again.exit_code == 1
+
+
+async def test_the_dashboard_shows_a_run_as_its_steps(app: Kirim, clock: ManualClock) -> None:
+    """/dashboard/runs/N: each step with its state, the send linked to its
+    notification's page; a run that does not exist is a 404 page."""
+    from http_kit import api_on
+    from kirim.config import ServeSettings
+
+    run_id = await _run(app)
+    await drain(app)
+    async with api_on(app, settings=ServeSettings(allowed_hosts=("testserver",))) as api:
+        page = await api.client.get(f"/dashboard/runs/{run_id}", headers={"Authorization": ""})
+        assert page.status_code == 200
+        states = re.findall(r'class="step" data-state="([^"]+)"', page.text)
+        assert states == ["sent", "waits", "next", "to come"]
+        run = await app.must_get_run(run_id)
+        assert f'href="/dashboard/notifications/{run.recorded[0].delivery_id}"' in page.text
+        missing = await api.client.get("/dashboard/runs/999", headers={"Authorization": ""})
+        assert missing.status_code == 404
