@@ -19,11 +19,18 @@ class RunAdvancer:
 
     def __init__(self, context: WorkerContext) -> None:
         self.context = context
+        self._last: float | None = None
 
-    async def tick(self) -> int:
+    async def tick(self, *, force: bool = False) -> int:
         """Claim the due runs and advance each: how many were claimed (0 when the store
-        does not answer; the next turn tries again)."""
+        does not answer; the next turn tries again). At most once per poll interval
+        (a claim is a write: a busy worker's turns must not each take the write lock),
+        unless ``force`` (``run_once``)."""
         ctx = self.context
+        now = ctx.monotonic()
+        if not force and self._last is not None and now - self._last < ctx.settings.poll_interval:
+            return 0
+        self._last = now
         try:
             claims = await ctx.store.claim_runs(
                 worker_id=ctx.worker_id,

@@ -202,7 +202,7 @@ class Worker:
     async def run_once(self) -> int:
         """Reap, claim one batch, and process it to the end. For tests and tools."""
         await self.reap()
-        await self._runs.tick()
+        await self._runs.tick(force=True)
         claimed = await self.claim_and_start()
         await self.drain()
         return claimed
