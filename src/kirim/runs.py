@@ -10,7 +10,8 @@ or a retried step creates nothing twice, and a branch is decided once.
 A run's status moves only along ``EDGES`` (the store checks every change it writes):
 ``waiting`` (for its next step, due at ``next_at``) to ``done`` (the worker, past its
 last step or at a false branch without ``else``) or ``canceled`` (an operator, or a
-``cancel_on`` event).
+``cancel_on`` event); ``done`` to ``canceled`` when a delivery of its last steps had
+not gone yet and the cancellation stopped it.
 
 ``decide`` is the one rule of a branch: the condition on an earlier step's delivery
 (its status, doubt, and for the inbox its feed row's read and seen marks) or on the
@@ -53,6 +54,8 @@ class StepOutcome(enum.StrEnum):
 EDGES: tuple[tuple[RunStatus, RunStatus, str], ...] = (
     (RunStatus.WAITING, RunStatus.DONE, "worker"),
     (RunStatus.WAITING, RunStatus.CANCELED, "operator, cancel_on event"),
+    # every step taken, but a delivery of its last steps had not gone: it is canceled
+    (RunStatus.DONE, RunStatus.CANCELED, "operator, cancel_on event"),
 )
 
 

@@ -282,3 +282,41 @@ async def test_the_dashboard_shows_a_run_as_its_steps(app: Kirim, clock: ManualC
         assert f'href="/dashboard/notifications/{run.recorded[0].delivery_id}"' in page.text
         missing = await api.client.get("/dashboard/runs/999", headers={"Authorization": ""})
         assert missing.status_code == 404
+
+
+async def test_a_step_not_settled_when_canceled_is_canceled_once_it_settles(
+    database_url: str, clock: ManualClock
+) -> None:
+    """A cancellation while the step's earlier request may still land names it (not
+    settled) and comes back: once the request is settled, a worker cancels the
+    delivery (held) before its retry is sent."""
+    email = FlakyProvider(idempotent=False, script=["accept_then_timeout"])
+    channels = {"email": Channel(name="email", provider=email, on_unknown=OnUnknown.RETRY)}
+    once = parse_type(
+        "once",
+        {"templates": {"email": {"subject": "s", "body": "b"}}, "steps": [{"send": "email"}]},
+    )
+    app = Kirim(
+        Config(database=database_url, max_attempts=3), channels=channels, clock=clock, types=[once]
+    )
+    await app.open(migrate=True)
+    try:
+        result = await app.notify_event("once", ["u1"], {}, event_id="x")
+        run_id = result.runs[0].run_id
+        worker = app.worker(settings=SETTINGS)
+        await worker.run_once()  # sent, the answer lost: a retry is due, the request unsettled
+        canceled = await app.cancel_run(run_id)
+        assert len(canceled.left) == 1, canceled
+        (delivery_id,) = canceled.left
+        assert "not settled" in canceled.left[delivery_id]
+        clock.advance(200)  # the request is settled now; the retry is due too
+        await worker.run_once()  # the run comes back first and cancels the delivery
+        await worker.run_once()
+        record = await app.get(delivery_id)
+        assert record is not None
+        assert record.delivery.status is DeliveryStatus.CANCELED
+        assert record.delivery.doubt is Doubt.HELD
+        assert len(email.requests) == 1  # the retry never went
+        assert (await app.must_get_run(run_id)).next_at is None
+    finally:
+        await app.close()

@@ -192,8 +192,14 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
         return None
     row = rows[0]
     run = run_from(row)
-    if run.status is not RunStatus.WAITING or run.claim_token != token:
+    if run.claim_token != token or run.status is RunStatus.DONE:
         return None
+    if run.status is RunStatus.CANCELED:  # back to cancel what had not settled
+        _c, _h, _left, again = yield from _cancel_deliveries(run_id, now)
+        update = _released(run, RunStatus.CANCELED, run.why, now)
+        update["next_at"] = now + RECHECK if again else None
+        yield Query("update_run", update, count=True)
+        return Advanced(run=replace(run, next_at=update["next_at"], claim_token=None), recorded=())
     messages: Mapping[str, Mapping[str, str]] = json.loads(row["messages"])
     done = yield Query("run_steps", {"run_id": run_id})
     deliveries = {int(r["idx"]): r["delivery_id"] for r in done}
@@ -389,8 +395,12 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
     if not rows:
         return None
     run = run_from(rows[0])
-    if run.over:
+    if run.status is RunStatus.CANCELED:
         return Canceled(run=run, changed=False)
+    if run.status is RunStatus.DONE:  # every step taken: its last deliveries may not have gone
+        canceled, held, left, again = yield from _cancel_deliveries(run_id, now)
+        if not (canceled or held or again):
+            return Canceled(run=run, changed=False, left=left)
     runs.check(run_id, str(run.status), str(RunStatus.CANCELED), "cancel")
     yield Query(
         "update_run",
@@ -407,28 +417,18 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
         },
         count=True,
     )
-    steps = yield Query("run_steps", {"run_id": run_id})
-    canceled: list[int] = []
-    held: list[int] = []
-    left: dict[int, str] = {}
-    for s in steps:
-        if s["delivery_id"] is None or not int(s["delivery_id"]):
-            continue
-        delivery_id = int(s["delivery_id"])
-        try:
-            done = yield from transitions.cancel(delivery_id, now)
-        except NotSettled:
-            left[delivery_id] = "an earlier request is not settled yet: it may still arrive"
-            continue
-        if not done:
-            left[delivery_id] = f"{s['delivery_status']}: in flight or at rest, not canceled"
-            continue
-        [state] = yield Query("step_delivery_state", {"id": delivery_id})
-        (held if state["doubt"] == str(Doubt.HELD) else canceled).append(delivery_id)
+    if run.status is RunStatus.WAITING:
+        canceled, held, left, again = yield from _cancel_deliveries(run_id, now)
+    if again:  # some may still be sent (not settled, in flight): cancel them once they settle
+        yield Query(
+            "update_run",
+            {**_released(run, RunStatus.CANCELED, why, now), "next_at": now + RECHECK},
+            count=True,
+        )
     after = replace(
         run,
         status=RunStatus.CANCELED,
-        next_at=None,
+        next_at=now + RECHECK if again else None,
         why=why,
         claim_token=None,
         claimed_by=None,
@@ -436,6 +436,56 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
         updated_at=now,
     )
     return Canceled(run=after, changed=True, canceled=tuple(canceled), held=tuple(held), left=left)
+
+
+def _released(run: Run, status: RunStatus, why: str | None, now: float) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "status": str(status),
+        "cursor": run.cursor,
+        "next_at": None,
+        "why": why,
+        "claim_token": None,
+        "claimed_by": None,
+        "claim_expires_at": None,
+        "now": now,
+    }
+
+
+def _cancel_deliveries(
+    run_id: int, now: float
+) -> Operation[tuple[list[int], list[int], dict[int, str], bool]]:
+    """Cancel each delivery of a canceled run's steps that may be: the canceled, the
+    held, the others with why, and whether one may still be sent (a request not
+    settled, one in flight, a retry due): then the run comes back to cancel it."""
+    steps = yield Query("run_steps", {"run_id": run_id})
+    canceled: list[int] = []
+    held: list[int] = []
+    left: dict[int, str] = {}
+    again = False
+    for s in steps:
+        if s["delivery_id"] is None or not int(s["delivery_id"]):
+            continue
+        delivery_id = int(s["delivery_id"])
+        if s["delivery_status"] == str(DeliveryStatus.CANCELED):
+            continue
+        try:
+            done = yield from transitions.cancel(delivery_id, now)
+        except NotSettled:
+            left[delivery_id] = "an earlier request is not settled yet: canceled once it is"
+            again = True
+            continue
+        if not done:
+            status = s["delivery_status"]
+            if status in (str(DeliveryStatus.PENDING), str(DeliveryStatus.PROCESSING)):
+                left[delivery_id] = f"{status}: in flight, it may reach the user; canceled after"
+                again = True
+            else:
+                left[delivery_id] = f"{status}: at rest, not canceled"
+            continue
+        [state] = yield Query("step_delivery_state", {"id": delivery_id})
+        (held if state["doubt"] == str(Doubt.HELD) else canceled).append(delivery_id)
+    return canceled, held, left, again
 
 
 def to_cancel(type: str, value: str) -> Operation[list[int]]:

@@ -7,7 +7,8 @@
 -- none twice. It keeps its type's steps as they were (steps), the event's data, and
 -- each send step's message rendered when the event was recorded (messages: channel ->
 -- recipient, payload, payload_hash). cursor: the next step; next_at: when it is due
--- (NULL once the run is over). A worker claims a due run with a lease and a fencing
+-- (NULL once the run is over; a canceled run's while one of its deliveries may still be
+-- sent, so that a worker comes back to cancel it). A worker claims a due run with a lease and a fencing
 -- token (claim_token, claimed_by, claim_expires_at), as it claims a job.
 CREATE TABLE kirim_runs (
     id               bigserial PRIMARY KEY,
@@ -30,8 +31,8 @@ CREATE TABLE kirim_runs (
     created_at       double precision NOT NULL,
     updated_at       double precision NOT NULL
 );
-CREATE INDEX kirim_runs_due ON kirim_runs (next_at) WHERE status = 'waiting';
-CREATE INDEX kirim_runs_cancel ON kirim_runs (type, cancel_value) WHERE status = 'waiting';
+CREATE INDEX kirim_runs_due ON kirim_runs (next_at) WHERE next_at IS NOT NULL;
+CREATE INDEX kirim_runs_cancel ON kirim_runs (type, cancel_value) WHERE status <> 'canceled';
 
 -- What became of each step of a run, once: the primary key is (run, step), and only
 -- the holder of the run's claim writes it (fenced in the same transaction).

@@ -23,14 +23,15 @@ SELECT * FROM kirim_runs WHERE id = %(id)s::bigint;
 SELECT * FROM kirim_runs WHERE id = %(id)s::bigint FOR UPDATE;
 
 -- name: claim_runs
--- Claim up to :limit due runs not claimed (or whose claim expired), each with a token
+-- Claim up to :limit due runs not claimed (or whose claim expired: a waiting run's next
+-- step, a canceled run's deliveries not settled when it was canceled), each with a token
 -- of its own (:token, then its id).
 UPDATE kirim_runs
 SET claim_token = %(token)s || ':' || id, claimed_by = %(worker)s,
     claim_expires_at = %(now)s::float8 + %(lease)s::float8, updated_at = %(now)s::float8
 WHERE id IN (
     SELECT id FROM kirim_runs
-    WHERE status = 'waiting' AND next_at <= %(now)s::float8
+    WHERE status IN ('waiting', 'canceled') AND next_at <= %(now)s::float8
       AND (claim_expires_at IS NULL OR claim_expires_at <= %(now)s::float8)
     ORDER BY next_at, id
     LIMIT %(limit)s::int
@@ -69,9 +70,10 @@ FROM kirim_deliveries d LEFT JOIN kirim_feed f ON f.delivery_id = d.id
 WHERE d.id = %(id)s::bigint;
 
 -- name: runs_to_cancel
--- The waiting runs of a type whose event had this cancellation value.
+-- The runs of a type whose event had this cancellation value, not canceled already
+-- (a done run's last deliveries may not have gone).
 SELECT id FROM kirim_runs
-WHERE type = %(type)s AND cancel_value = %(value)s AND status = 'waiting'
+WHERE type = %(type)s AND cancel_value = %(value)s AND status <> 'canceled'
 ORDER BY id;
 
 -- name: list_runs

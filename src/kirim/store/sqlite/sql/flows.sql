@@ -23,14 +23,15 @@ SELECT * FROM kirim_runs WHERE id = :id;
 SELECT * FROM kirim_runs WHERE id = :id;
 
 -- name: claim_runs
--- Claim up to :limit due runs not claimed (or whose claim expired), each with a token
+-- Claim up to :limit due runs not claimed (or whose claim expired: a waiting run's next
+-- step, a canceled run's deliveries not settled when it was canceled), each with a token
 -- of its own (:token, then its id).
 UPDATE kirim_runs
 SET claim_token = :token || ':' || id, claimed_by = :worker,
     claim_expires_at = :now + :lease, updated_at = :now
 WHERE id IN (
     SELECT id FROM kirim_runs
-    WHERE status = 'waiting' AND next_at <= :now
+    WHERE status IN ('waiting', 'canceled') AND next_at <= :now
       AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
     ORDER BY next_at, id
     LIMIT :limit
@@ -68,9 +69,10 @@ FROM kirim_deliveries d LEFT JOIN kirim_feed f ON f.delivery_id = d.id
 WHERE d.id = :id;
 
 -- name: runs_to_cancel
--- The waiting runs of a type whose event had this cancellation value.
+-- The runs of a type whose event had this cancellation value, not canceled already
+-- (a done run's last deliveries may not have gone).
 SELECT id FROM kirim_runs
-WHERE type = :type AND cancel_value = :value AND status = 'waiting'
+WHERE type = :type AND cancel_value = :value AND status <> 'canceled'
 ORDER BY id;
 
 -- name: list_runs
