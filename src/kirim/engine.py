@@ -358,7 +358,7 @@ class Kirim(AddressBook, Feeds, Runs):
                     f"type {event.type.name!r} is a workflow: its events are recorded "
                     "by the library's notify_event, without connection (not yet over HTTP)"
                 )
-            runs = await self.start_runs(event)
+            runs = await self._start_runs(event)
             await self.cancel_by_event(event.type.name, event.data)
             return EventResult(
                 type=event.type.name, event_id=event.event_id, deliveries=(), runs=runs

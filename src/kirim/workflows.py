@@ -85,7 +85,7 @@ class Runs:
         clock: Clock
         types: Mapping[str, NotificationType]
 
-    async def start_runs(self, event: Event) -> tuple[EventRun, ...]:
+    async def _start_runs(self, event: Event) -> tuple[EventRun, ...]:
         """The runs of an event of a workflow type, started once each."""
         items = plan_runs(event, self.config.max_attempts)
         return event_runs(await self.store.start_runs(items, now=self.clock.now()))
