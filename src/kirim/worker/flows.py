@@ -39,7 +39,15 @@ class RunAdvancer:
                 limit=BATCH,
             )
             for claim in claims:
-                done = await ctx.store.advance_run(claim.run.id, claim.token, now=ctx.clock.now())
+                try:
+                    done = await ctx.store.advance_run(
+                        claim.run.id, claim.token, now=ctx.clock.now()
+                    )
+                except StoreError:
+                    raise
+                except Exception as exc:  # one run's fault stops neither the worker nor others
+                    ctx.log.error("run_advance_failed", run_id=claim.run.id, error=repr(exc))
+                    continue
                 if done is None:
                     ctx.log.warning("run_claim_lost", run_id=claim.run.id)
                     continue
