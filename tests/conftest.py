@@ -27,9 +27,11 @@ class _Edges(logging.Handler):
         self.unknown: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        d = record.__dict__
         if record.getMessage() == "unknown_edge":
-            d = record.__dict__
             self.unknown.append(f"{d['source']} -> {d['target']} (delivery {d['delivery_id']})")
+        elif record.getMessage() == "unknown_run_edge":  # kirim.runs.EDGES
+            self.unknown.append(f"{d['source']} -> {d['target']} (run {d['run_id']})")
 
 
 @pytest.fixture(autouse=True)
@@ -37,12 +39,14 @@ def edges_known() -> Iterator[_Edges]:
     """Every test fails when the store wrote a change of status that is not an edge of
     kirim.machine.EDGES (the table and the code cannot drift apart)."""
     handler = _Edges()
-    logger = logging.getLogger("kirim.machine")
-    logger.addHandler(handler)
+    loggers = [logging.getLogger("kirim.machine"), logging.getLogger("kirim.runs")]
+    for logger in loggers:
+        logger.addHandler(handler)
     try:
         yield handler
     finally:
-        logger.removeHandler(handler)
+        for logger in loggers:
+            logger.removeHandler(handler)
     assert not handler.unknown, f"not an edge of kirim.machine.EDGES: {handler.unknown}"
 
 

@@ -63,6 +63,7 @@ from kirim.topic_book import TopicBook
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
+from kirim.workflows import Runs
 
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
@@ -98,7 +99,7 @@ class NotifyRequest:
     send_after: SendAfter = None
 
 
-class Kirim(AddressBook, Feeds, TopicBook):
+class Kirim(AddressBook, Feeds, TopicBook, Runs):
     """Notifications on one store, with the channels of one configuration."""
 
     def __init__(
@@ -349,7 +350,20 @@ class Kirim(AddressBook, Feeds, TopicBook):
         recorded in one transaction. ``request`` (the HTTP service's key and lock token,
         with ``respond``: the status and body to keep for replays, and ``fingerprint``:
         the body's): that request's row is completed in the same transaction, or
-        released when a key was reused."""
+        released when a key was reused. A workflow type's event starts one run per
+        recipient instead (``kirim.workflows``), and an event a type names in
+        ``cancel_on`` cancels that type's matching runs."""
+        if event.type.steps:
+            if connection is not None or request is not None:
+                raise InvalidNotification(
+                    f"type {event.type.name!r} is a workflow: its events are recorded "
+                    "by the library's notify_event, without connection (not yet over HTTP)"
+                )
+            runs = await self._start_runs(event)
+            await self.cancel_by_event(event.type.name, event.data)
+            return EventResult(
+                type=event.type.name, event_id=event.event_id, deliveries=(), runs=runs
+            )
         prefs = await self.store.preferences_of(event.recipient_ids)
         addresses = await self.store.addresses_of(event.recipient_ids)
         now = self.clock.now()
@@ -387,6 +401,7 @@ class Kirim(AddressBook, Feeds, TopicBook):
             )
         for p, result in zip(planned, results, strict=True):
             self._recorded(p.delivery, result, connection)
+        await self.cancel_by_event(event.type.name, event.data)
         return result_of(results)
 
     def render(

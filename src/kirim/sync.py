@@ -28,7 +28,9 @@ from kirim.notify.types import NotificationType
 from kirim.observe.metrics import Metrics
 from kirim.operations import By, Page
 from kirim.preferences import Preferences
+from kirim.runs import Run
 from kirim.store.base import ActivityBucket, CallbackResult, NewDelivery
+from kirim.store.flows import Canceled
 from kirim.sync_connection import async_view
 from kirim.topics import Subscription, TopicEvent, TopicInfo
 from kirim.worker import Worker, WorkerSettings
@@ -322,6 +324,22 @@ class SyncKirim:
     def feed_action(self, recipient_id: str, item_id: int, action: FeedAction | str) -> FeedItem:
         """``Kirim.feed_action``."""
         return self._run(self.app.feed_action(recipient_id, item_id, action))
+
+    def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
+        """``Kirim.cancel_by_event``."""
+        return self._run(self.app.cancel_by_event(event, data))
+
+    def get_run(self, run_id: int) -> Run | None:
+        """``Kirim.get_run``."""
+        return self._run(self.app.get_run(run_id))
+
+    def must_get_run(self, run_id: int) -> Run:
+        """``Kirim.must_get_run``."""
+        return self._run(self.app.must_get_run(run_id))
+
+    def cancel_run(self, run_id: int, *, why: str = "canceled by an operator") -> Canceled:
+        """``Kirim.cancel_run``."""
+        return self._run(self.app.cancel_run(run_id, why=why))
 
     def mark_feed(
         self, recipient_id: str, state: FeedMark | str, ids: Sequence[int] | None = None

@@ -133,6 +133,7 @@ def test_check_as_json(database_url: str) -> None:
         "0011_feed_changes",
         "0012_topics",
         "0013_lean_ledger",
+        "0014_workflows",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True
@@ -157,6 +158,9 @@ STORE_COMMANDS: list[list[str]] = [
     ["status", "1"],
     ["list"],
     ["cancel", "1"],
+    ["run", "show", "1"],
+    ["run", "cancel", "1"],
+    ["run", "list"],
     ["reconcile", "1"],
     ["dead-letter", "list"],
     ["dead-letter", "retry", "1"],

@@ -16,8 +16,11 @@ import pytest
 from kirim.engine import NotifyRequest
 from kirim.errors import StoreError
 from kirim.inbox import FeedAction, FeedFilter, FeedMark, FeedMessage
+from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, CallbackStatus, DeliveryStatus, JobStatus
+from kirim.notify.steps import Delay, Send
 from kirim.preferences import Preferences
+from kirim.runs import RunStatus, StepOutcome
 from kirim.store import base, intake, open_store
 from kirim.store.base import (
     SCHEMA_VERSION,
@@ -31,6 +34,7 @@ from kirim.store.base import (
     RequestState,
     StoredResponse,
 )
+from kirim.store.flows import NewRun
 from kirim.store.sequence import Query
 from kirim.testing import ManualClock
 
@@ -978,6 +982,118 @@ async def test_op_topic_events_expanding(make_app, clock) -> None:
     assert await app.store.topic_events_expanding() == 0
     await app.store.record_topic_event("t", "ty", "e", "{}", now=clock.now())
     assert await app.store.topic_events_expanding() == 1
+
+
+# -- workflow runs (kirim.store.flows) ------------------------------------------------
+
+
+def _new_run(key: str = "r1", cancel_value: str | None = "o1") -> NewRun:
+    steps = [Send(channel="push", name="push"), Delay(seconds=60, name="wait")]
+    return NewRun(
+        key=key,
+        type="flow",
+        event_id="e",
+        recipient_id="u",
+        steps_json=canonical_json([st.to_json() for st in steps]),
+        data_json="{}",
+        messages={"push": {"recipient": "u", "payload": "{}", "payload_hash": payload_hash("{}")}},
+        max_attempts=3,
+        cancel_value=cancel_value,
+    )
+
+
+async def _claimed_run(app):
+    (started,) = await app.store.start_runs([_new_run()], now=app.clock.now())
+    (claim,) = await app.store.claim_runs(worker_id="w1", now=app.clock.now(), lease=10, limit=5)
+    return started.run, claim
+
+
+async def test_op_start_runs(make_app) -> None:
+    """A run is started once per key; the same key again returns it, not created."""
+    app = await make_app()
+    (first,) = await app.store.start_runs([_new_run()], now=app.clock.now())
+    (again,) = await app.store.start_runs([_new_run()], now=app.clock.now())
+    assert first.created
+    assert not again.created
+    assert again.run.id == first.run.id
+    assert again.run.status is RunStatus.WAITING
+
+
+async def test_op_claim_runs(make_app, clock) -> None:
+    """A due run is claimed once until its lease expires; then again, with a new token."""
+    app = await make_app()
+    _run, claim = await _claimed_run(app)
+    assert await app.store.claim_runs(worker_id="w2", now=clock.now(), lease=10, limit=5) == []
+    clock.advance(11)
+    (again,) = await app.store.claim_runs(worker_id="w2", now=clock.now(), lease=10, limit=5)
+    assert again.token != claim.token
+    assert again.run.claimed_by == "w2"
+
+
+async def test_op_advance_run(make_app, clock) -> None:
+    """The holder of the claim takes the send and delay steps, once; a stale token
+    writes nothing."""
+    app = await make_app()
+    run, claim = await _claimed_run(app)
+    assert await app.store.advance_run(run.id, "stale", now=clock.now()) is None
+    done = await app.store.advance_run(run.id, claim.token, now=clock.now())
+    assert done is not None
+    assert [st.outcome for st in done.recorded] == [StepOutcome.SENT, StepOutcome.WAITED]
+    assert done.run.next_at == clock.now() + 60
+    assert await app.store.advance_run(run.id, claim.token, now=clock.now()) is None
+    assert (await app.store.counts())["deliveries"] == {"pending": 1}
+
+
+async def test_op_cancel_run(make_app, clock) -> None:
+    """A run is canceled with its step's delivery not yet sent; once."""
+    app = await make_app()
+    run, claim = await _claimed_run(app)
+    done = await app.store.advance_run(run.id, claim.token, now=clock.now())
+    assert done is not None
+    canceled = await app.store.cancel_run(run.id, why="test", now=clock.now())
+    assert canceled is not None
+    assert canceled.changed
+    assert canceled.canceled == (done.recorded[0].delivery_id,)
+    again = await app.store.cancel_run(run.id, why="test", now=clock.now())
+    assert again is not None
+    assert not again.changed
+    assert await app.store.cancel_run(999, why="test", now=clock.now()) is None
+
+
+async def test_op_runs_to_cancel(make_app, clock) -> None:
+    """The waiting runs of a type with one cancellation value."""
+    app = await make_app()
+    await app.store.start_runs([_new_run("a"), _new_run("b", "o2")], now=clock.now())
+    found = await app.store.runs_to_cancel("flow", "o1")
+    assert len(found) == 1
+    assert await app.store.runs_to_cancel("other", "o1") == []
+
+
+async def test_op_get_run(make_app, clock) -> None:
+    """A run with its recorded steps and what their deliveries are now."""
+    app = await make_app()
+    run, claim = await _claimed_run(app)
+    await app.store.advance_run(run.id, claim.token, now=clock.now())
+    found = await app.store.get_run(run.id)
+    assert found is not None
+    assert found.recorded[0].delivery_status is DeliveryStatus.PENDING
+    assert await app.store.get_run(999) is None
+
+
+async def test_op_list_runs(make_app, clock) -> None:
+    """The newest runs first, of one status or all."""
+    app = await make_app()
+    await app.store.start_runs([_new_run("a"), _new_run("b")], now=clock.now())
+    listed = await app.store.list_runs()
+    assert [r.key for r in listed] == ["b", "a"]
+    assert await app.store.list_runs(status=RunStatus.DONE) == []
+
+
+async def test_op_run_counts(make_app, clock) -> None:
+    """Runs per status."""
+    app = await make_app()
+    await app.store.start_runs([_new_run("a"), _new_run("b")], now=clock.now())
+    assert await app.store.run_counts() == {"waiting": 2}
 
 
 # -- every operation has its case -----------------------------------------------------

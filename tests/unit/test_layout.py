@@ -31,6 +31,7 @@ CORE = {
     "observe",
     "preferences",
     "providers",
+    "runs",
     "store",
     "text",
     "timeline",
@@ -47,6 +48,7 @@ LAYER = {
     "engine": 2,
     "address_book": 2,  # the engine's verbs on addresses
     "feeds": 2,  # the engine's verbs on recipients' feeds (the inbox)
+    "workflows": 2,  # the engine's verbs on workflow runs
     "sync": 2,
     "sync_connection": 2,  # a caller's sync psycopg connection, for SyncKirim
     "operations": 2,

@@ -137,8 +137,16 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
       kirim status key:48291 --json
       kirim status event:order-48291
       kirim status order-48291-push --json | jq '.attempts[].status'
+      kirim status run:7           # a workflow run's steps (kirim run show 7)
     """
     state.setup_logging()
+    if key_or_id.startswith("run:"):  # a workflow run, as its steps (kirim.cli.runs)
+        from kirim.cli.runs import show_run
+
+        if not key_or_id[4:].isdigit() or int(key_or_id[4:]) < 1:
+            raise click.BadParameter("run:N takes a run's id", param_hint="KEY_OR_ID")
+        show_run(state, int(key_or_id[4:]), as_json)
+        return
     event = key_or_id.startswith("event:")
     value, by = runner.delivery_ref(key_or_id)
     if event:

@@ -102,6 +102,8 @@ KirimGroup.lazy = {
     "migrate": ("kirim.cli.migrate", "migrate"),
     # `kirim import-keys`: another system's sent keys as tombstones (docs/adopting.md)
     "import-keys": ("kirim.cli.import_keys", "import_keys"),
+    # `kirim run`: workflow runs as their steps on one timeline (docs/workflows.md)
+    "run": ("kirim.cli.runs", "run"),
 }
 
 

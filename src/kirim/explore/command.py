@@ -141,7 +141,7 @@ def _factory(spec: str | None) -> Any:
 )
 @click.option(
     "--workload",
-    type=click.Choice(list(WORKLOADS)),
+    type=click.Choice([*WORKLOADS, "flows"]),
     default="notify",
     show_default=True,
     help="What the driver does: plain notify calls (notify); events of a plain and a "
@@ -151,7 +151,8 @@ def _factory(spec: str | None) -> Any:
     "windows, rates, failure classes and callbacks, 0-3 types with windows, throttles "
     "and digests, preferences and quiet hours that change, workers that differ, "
     "operator retries, cancels, reconciles and prunes (full; adds the checks of "
-    "kirim.explore.checks, liveness among them).",
+    "kirim.explore.checks, liveness among them); or workflow runs with steps, delays, "
+    "branches, crashes and cancellations (flows: kirim.explore.flows, SQLite).",
 )
 @click.option(
     "--database",
@@ -244,6 +245,8 @@ def explore(
             for v in outcome.violations:
                 click.echo(f"VIOLATION {v}")
         raise SystemExit(1 if outcome.violations else 0)
+    if workload == "flows":  # workflow runs (kirim.explore.flows), a world per seed
+        raise SystemExit(_flows(range(start, start + seeds), as_json))
     if provider_factory is not None:
         _factory(provider_factory)  # fail early on a bad spec
     fixed: dict[str, Any] = {
@@ -296,3 +299,26 @@ def explore(
             for line in summary.shortest:
                 click.echo(line)
     raise SystemExit(1 if summary.failing else 0)
+
+
+def _flows(seeds: range, as_json: bool) -> int:
+    """``--workload flows``: each seed's world played and checked; 1 on a violation."""
+    from kirim.explore import flows
+    from kirim.observe.logging import configure
+
+    configure(fmt="logfmt", level="error")  # the workers' own warnings: not the report
+    results = flows.run_seeds(seeds)
+    bad = [r for r in results if r.violations]
+    if as_json:
+        shown = [{"seed": r.seed, "violations": r.violations, "reported": r.reported} for r in bad]
+        click.echo(json.dumps({"seeds": len(results), "failed": shown}, indent=1))
+    else:
+        for r in bad:
+            for v in r.violations:
+                click.echo(f"seed {r.seed}: VIOLATION {v}")
+        reported = sum(len(r.reported) for r in results)
+        click.echo(
+            f"flows: {len(results)} seeds, {sum(r.runs for r in results)} runs, "
+            f"{len(bad)} with a violation, {reported} reported"
+        )
+    return 1 if bad else 0

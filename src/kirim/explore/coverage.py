@@ -180,6 +180,13 @@ IRRELEVANT: dict[str, str] = {
     "Channel.provider": "the provider model stands in for every provider (its knobs are "
     "provider.*)",
     "NotificationType.name": "a label; the world names its types",
+    # workflows are drawn by their own workload (kirim.explore.flows, FLOW_KNOBS, each
+    # of which tests/explore/test_flows.py checks takes more than one value)
+    "NotificationType.steps": "drawn by the flows workload (explore/flows.py FLOW_KNOBS: "
+    "the first send's channel, the delay, the branch's condition, on_doubt, else)",
+    "NotificationType.cancel_on": "drawn by the flows workload (FLOW_KNOBS cancel_on, with "
+    "cancellations by event racing the steps they cancel)",
+    "NotificationType.cancel_key": "drawn by the flows workload with cancel_on (FLOW_KNOBS)",
     "NotificationType.default_locale": "which template variant renders: checked by the "
     "template tests; no effect on when or how often a delivery goes",
     "Preferences.recipient_id": "an identity; the world draws 2 or 3 recipients",

@@ -16,6 +16,7 @@ from kirim.engine import Kirim
 from kirim.http import (
     bulk,
     dashboard,
+    dashboard_runs,
     errors,
     routes_addresses,
     routes_callbacks,
@@ -127,6 +128,7 @@ def create_app(
     app.include_router(routes_events.router)
     app.include_router(bulk.router)
     app.include_router(dashboard.router)
+    app.include_router(dashboard_runs.router)
     css = _static("dashboard.css")
     inbox_js = _static("kirim-inbox.js")
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kirim import limits
 from kirim.addresses import Address
@@ -45,6 +45,9 @@ from kirim.preferences import Preferences, Reason, Verdict, decide
 from kirim.store.base import DigestEvent, NewDelivery, Throttle
 from kirim.validation import BadValue, check_text, shown
 from kirim.views import iso
+
+if TYPE_CHECKING:
+    from kirim.runs import EventRun
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
@@ -147,13 +150,18 @@ class EventResult:
     type: str
     event_id: str
     deliveries: tuple[EventDelivery, ...]
+    #: a workflow type's event: one run per recipient instead (``kirim.workflows``)
+    runs: tuple[EventRun, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "type": self.type,
             "event_id": self.event_id,
             "deliveries": [d.to_json() for d in self.deliveries],
         }
+        if self.runs:
+            out["runs"] = [r.to_json() for r in self.runs]
+        return out
 
 
 # -- checking and rendering ------------------------------------------------------------

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from kirim.errors import ConfigError
 from kirim.notify.shapes import JSON_PARTS, check_json_part
+from kirim.notify.steps import Step, parse_cancel, parse_steps
 from kirim.notify.templates import PARTS, check_syntax, normalize_locale
 from kirim.preferences import TypePolicy, Window
 from kirim.validation import DAY, BadValue, Number, require_duration
@@ -51,6 +52,9 @@ _KEYS = {
     "window",
     "throttle",
     "digest",
+    "steps",
+    "cancel_on",
+    "cancel_key",
 }
 
 
@@ -101,6 +105,12 @@ class NotificationType:
     window: Window | None = None
     throttle: ThrottleRule | None = None
     digest: DigestRule | None = None
+    #: a workflow (``kirim.notify.steps``): one run per recipient instead of one
+    #: delivery per channel (empty: no workflow)
+    steps: tuple[Step, ...] = ()
+    #: events that cancel this type's runs whose event had the same ``cancel_key`` value
+    cancel_on: tuple[str, ...] = ()
+    cancel_key: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME.fullmatch(self.name):
@@ -133,6 +143,10 @@ class NotificationType:
                 f"{where}: throttle and digest together (a digest already sends one "
                 "delivery per window: drop the throttle)"
             )
+        if self.steps and (self.throttle is not None or self.digest is not None):
+            raise ConfigError(f"{where}: steps with a throttle or a digest are not supported")
+        if self.cancel_on and not self.steps:
+            raise ConfigError(f"{where}: cancel_on cancels a workflow's runs: give steps")
         if self.throttle is not None and self.throttle.per == "key" and not self.throttle.key:
             raise ConfigError(f'{where}.throttle: per = "key" needs key = "a data field"')
 
@@ -226,6 +240,8 @@ def parse_type(
         defaults = spec.get("defaults", {})
         if not isinstance(defaults, Mapping):
             raise ConfigError(f"{prefix}.defaults must be a table of channel = true/false")
+        steps = () if "steps" not in spec else parse_steps(spec["steps"], list(templates), prefix)
+        cancel_on, cancel_key = parse_cancel(spec, prefix)
         return NotificationType(
             name=name,
             templates={ch: Templates(parts=p, locales=v) for ch, (p, v) in templates.items()},
@@ -235,6 +251,9 @@ def parse_type(
             window=None if "window" not in spec else parse_window(spec["window"], prefix),
             throttle=None if "throttle" not in spec else _throttle(spec["throttle"], prefix),
             digest=None if "digest" not in spec else _digest(spec["digest"], prefix),
+            steps=steps,
+            cancel_on=cancel_on,
+            cancel_key=cancel_key,
         )
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None

@@ -45,11 +45,13 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
+    from kirim.runs import Run, RunClaim, RunStatus
     from kirim.store.feed_changes import FeedChanges
+    from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
     from kirim.topics import Subscription, TopicEvent, TopicInfo
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -935,6 +937,45 @@ class Topics(Protocol):
 
     async def topic_events_expanding(self) -> int:
         """How many topic events are still expanding."""
+
+
+class Workflows(Protocol):
+    """Workflow runs (``kirim.store.flows``, schema version 14): started by an event,
+    advanced by a worker under its claim, canceled by an operator or an event."""
+
+    async def start_runs(self, items: Sequence[NewRun], *, now: float) -> list[Started]:
+        """Start each run once per key (one transaction); a run given again as it is."""
+        ...
+
+    async def claim_runs(
+        self, *, worker_id: str, now: float, lease: float, limit: int
+    ) -> list[RunClaim]:
+        """Claim up to ``limit`` due runs, each with a lease and a fresh token."""
+        ...
+
+    async def advance_run(self, run_id: int, token: str, *, now: float) -> Advanced | None:
+        """Take the run's due steps, each recorded once, fenced by ``token`` (None: the
+        claim no longer holds, nothing written)."""
+        ...
+
+    async def cancel_run(self, run_id: int, *, why: str, now: float) -> Canceled | None:
+        """Cancel a run and its deliveries that may be canceled (None: no such run)."""
+        ...
+
+    async def runs_to_cancel(self, type: str, value: str) -> list[int]:
+        """The waiting runs of ``type`` whose cancellation value is ``value``."""
+        ...
+
+    async def get_run(self, run_id: int) -> Run | None:
+        """A run with its recorded steps and what their deliveries are now."""
+        ...
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        """The newest runs, of one status or all."""
+        ...
+
+    async def run_counts(self) -> dict[str, int]:
+        """Runs per status."""
         ...
 
 
@@ -957,7 +998,7 @@ class Prunes(Protocol):
         ...
 
 
-class WorkerStore(Queue, Notifications, Prunes, Protocol):
+class WorkerStore(Queue, Notifications, Prunes, Workflows, Protocol):
     """What a worker calls: the queue, digests and provider rates, and retention; and
     whether it can ``wait_for_jobs`` (``WaitsForJobs``)."""
 
@@ -976,6 +1017,7 @@ class Store(
     FeedStore,
     Prunes,
     Topics,
+    Workflows,
     Protocol,
 ):
     """Every role: ``kirim.store.sql.SQLStore`` (``SQLiteStore``, ``PostgresStore``)."""

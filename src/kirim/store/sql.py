@@ -18,11 +18,13 @@ from kirim.errors import StoreError
 from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
 from kirim.preferences import Preferences, TypePolicy
+from kirim.runs import Run, RunClaim, RunStatus
 from kirim.store import (
     addresses,
     digests,
     feed,
     feed_changes,
+    flows,
     imports,
     intake,
     rates,
@@ -469,6 +471,36 @@ class SQLStore:
         self, channel: str, rate: float, *, now: float, within: float | None = None
     ) -> float:
         return await self._op(rates.take_slot(channel, rate, now, within))
+
+    # -- workflow runs (``kirim.store.flows``) ----------------------------------------
+
+    async def start_runs(self, items: Sequence[flows.NewRun], *, now: float) -> list[flows.Started]:
+        if not items:
+            return []
+        return await self._op(flows.start(items, now))
+
+    async def claim_runs(
+        self, *, worker_id: str, now: float, lease: float, limit: int
+    ) -> list[RunClaim]:
+        return await self._op(flows.claim(worker_id, now, lease, limit))
+
+    async def advance_run(self, run_id: int, token: str, *, now: float) -> flows.Advanced | None:
+        return await self._op(flows.advance(run_id, token, now))
+
+    async def cancel_run(self, run_id: int, *, why: str, now: float) -> flows.Canceled | None:
+        return await self._op(flows.cancel(run_id, why, now))
+
+    async def runs_to_cancel(self, type: str, value: str) -> list[int]:
+        return await self._read(flows.to_cancel(type, value))
+
+    async def get_run(self, run_id: int) -> Run | None:
+        return await self._read(flows.get(run_id), snapshot=True)
+
+    async def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[Run]:
+        return await self._read(flows.list_runs(status, limit))
+
+    async def run_counts(self) -> dict[str, int]:
+        return await self._read(flows.counts())
 
     # -- retention ----------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.context import FeedListener, InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer
+from kirim.worker.flows import RunAdvancer
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
@@ -139,6 +140,7 @@ class Worker:
             cast(Topics, store), topics, worker_id=self.worker_id, clock=self.clock,
             lease=self.settings.lease, poll_interval=self.settings.poll_interval, log=self.log,
         )  # fmt: skip
+        self._runs = RunAdvancer(self.context)
 
     @property
     def checkpoints(self) -> Checkpoint | None:
@@ -194,6 +196,7 @@ class Worker:
                     await self.reap()
                     if self.topics is not None:
                         await self.topics.step_safely()
+                await self._runs.tick()
                 claimed = await self.claim_and_start()
                 if claimed:
                     continue
@@ -211,6 +214,7 @@ class Worker:
     async def run_once(self) -> int:
         """Reap, claim one batch, and process it to the end. For tests and tools."""
         await self.reap()
+        await self._runs.tick(force=True)
         claimed = await self.claim_and_start()
         await self.drain()
         return claimed

@@ -1,4 +1,4 @@
--- kirim schema version 12 (PostgreSQL): a lean ledger. Same tables and names as SQLite.
+-- kirim schema version 13 (PostgreSQL): a lean ledger. Same tables and names as SQLite.
 --
 -- upgrade: stop: the callbacks now find a delivery by its provider message id in a
 --   side table that only the newer kirim writes: a message id an older worker records

@@ -1,4 +1,4 @@
--- kirim schema version 12 (SQLite): a lean ledger. Same tables and names as PostgreSQL.
+-- kirim schema version 13 (SQLite): a lean ledger. Same tables and names as PostgreSQL.
 --
 -- upgrade: stop: the callbacks now find a delivery by its provider message id in a
 --   side table that only the newer kirim writes: a message id an older worker records

@@ -1,0 +1,87 @@
+-- Workflow runs and their steps (kirim.store.flows). Lock order: the run, then the
+-- deliveries of its steps. SQLite holds the write lock for the whole transaction.
+
+-- name: insert_run
+-- A run, once per key (no row: the run exists already).
+INSERT INTO kirim_runs (key, type, event_id, recipient_id, status, cursor, next_at, steps,
+                        data, messages, max_attempts, cancel_value, created_at, updated_at)
+VALUES (:key, :type, :event_id, :recipient_id, 'waiting', 0, :now, :steps, :data,
+        :messages, :max_attempts, :cancel_value, :now, :now)
+ON CONFLICT (key) DO NOTHING
+RETURNING *;
+
+-- name: run_by_key
+-- A run by its key.
+SELECT * FROM kirim_runs WHERE key = :key;
+
+-- name: run_by_id
+-- A run by its id.
+SELECT * FROM kirim_runs WHERE id = :id;
+
+-- name: lock_run
+-- A run, its row locked (SQLite: the transaction's write lock).
+SELECT * FROM kirim_runs WHERE id = :id;
+
+-- name: claim_runs
+-- Claim up to :limit due runs not claimed (or whose claim expired: a waiting run's next
+-- step, a canceled run's deliveries not settled when it was canceled), each with a token
+-- of its own (:token, then its id).
+UPDATE kirim_runs
+SET claim_token = :token || ':' || id, claimed_by = :worker,
+    claim_expires_at = :now + :lease, updated_at = :now
+WHERE id IN (
+    SELECT id FROM kirim_runs
+    WHERE status IN ('waiting', 'canceled') AND next_at <= :now
+      AND (claim_expires_at IS NULL OR claim_expires_at <= :now)
+    ORDER BY next_at, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: run_steps
+-- The recorded steps of a run, with what their deliveries are now.
+SELECT s.*, d.status AS delivery_status, d.doubt AS delivery_doubt
+FROM kirim_run_steps s LEFT JOIN kirim_deliveries d ON d.id = s.delivery_id
+WHERE s.run_id = :run_id
+ORDER BY s.idx;
+
+-- name: insert_run_step
+-- What became of one step of a run (no row: it was recorded already).
+INSERT INTO kirim_run_steps (run_id, idx, outcome, why, delivery_id, until_at, created_at)
+VALUES (:run_id, :idx, :outcome, :why, :delivery_id, :until_at, :now)
+ON CONFLICT (run_id, idx) DO NOTHING
+RETURNING run_id;
+
+-- name: update_run
+-- A run's status, next step and claim, written by the holder of its claim (or by a
+-- cancel, which took the run's lock).
+UPDATE kirim_runs
+SET status = :status, cursor = :cursor, next_at = :next_at, why = :why,
+    claim_token = :claim_token, claimed_by = :claimed_by,
+    claim_expires_at = :claim_expires_at, updated_at = :now
+WHERE id = :id;
+
+-- name: step_delivery_state
+-- What a branch reads of a step's delivery: its status and doubt, and its message in
+-- the feed (the inbox), read and seen.
+SELECT d.status, d.doubt, f.id AS feed_id, f.read_at, f.seen_at
+FROM kirim_deliveries d LEFT JOIN kirim_feed f ON f.delivery_id = d.id
+WHERE d.id = :id;
+
+-- name: runs_to_cancel
+-- The runs of a type whose event had this cancellation value, not canceled already
+-- (a done run's last deliveries may not have gone).
+SELECT id FROM kirim_runs
+WHERE type = :type AND cancel_value = :value AND status <> 'canceled'
+ORDER BY id;
+
+-- name: list_runs
+-- The newest runs (of one status, or all).
+SELECT * FROM kirim_runs
+WHERE (:status IS NULL OR status = :status)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: run_counts
+-- Runs per status.
+SELECT status, count(*) AS n FROM kirim_runs GROUP BY status;
