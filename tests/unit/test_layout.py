@@ -36,6 +36,7 @@ CORE = {
     "text",
     "timeline",
     "tokens",
+    "topics",
     "validation",
     "version",
     "views",
@@ -49,6 +50,7 @@ LAYER = {
     "address_book": 2,  # the engine's verbs on addresses
     "feeds": 2,  # the engine's verbs on recipients' feeds (the inbox)
     "workflows": 2,  # the engine's verbs on workflow runs
+    "topic_book": 2,  # the engine's verbs on topics and their subscribers
     "sync": 2,
     "sync_connection": 2,  # a caller's sync psycopg connection, for SyncKirim
     "operations": 2,
