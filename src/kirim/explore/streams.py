@@ -25,7 +25,7 @@ import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kirim.engine import Kirim
 from kirim.errors import NotFound
@@ -35,6 +35,9 @@ from kirim.explore.trace import Trace
 from kirim.explore.world import FeedAct, StreamPlan, World
 from kirim.inbox import iso
 from kirim.live import FeedHub
+
+if TYPE_CHECKING:
+    from sse_starlette import ServerSentEvent
 
 NAME = "stream_faithful"
 MARKS = ("seen_at", "read_at", "archived_at")
@@ -52,6 +55,10 @@ class Browser:
     arrivals: Counter[int] = field(default_factory=Counter)
     #: the messages it holds: id -> (seen_at, read_at, archived_at) as the API says them
     held: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+
+    def hear(self, event: ServerSentEvent) -> None:
+        """One event of a stream, as the browser reads it off the wire."""
+        self.tell(str(event.event), int(str(event.id)), json.loads(str(event.data)))
 
     def tell(self, kind: str, event_id: int, data: dict[str, Any]) -> None:
         self.last = event_id
@@ -89,7 +96,7 @@ class Readers:
 
         async def session(recipient: str, after: int, browser: Browser) -> None:
             async for ev in events(hub, recipient, after):
-                browser.tell(str(ev.event), int(str(ev.id)), json.loads(str(ev.data)))
+                browser.hear(ev)
 
         async def follow(plan: StreamPlan, browser: Browser) -> None:
             for opens, closes in plan.sessions:
@@ -138,13 +145,14 @@ class Readers:
         hub = self._hub
         if hub is None:
             return
+        from kirim.http.routes_feed_stream import change_event as sse_event
+
         for b in self.browsers:
             after = 0 if b.last is None else b.last
             while True:
                 batch = await hub.read(b.recipient, after)
                 for c in batch.changes:
-                    data = {"id": c.item_id} if c.item is None else c.item.to_json()
-                    b.tell(c.kind, c.seq, data)
+                    b.hear(sse_event(c))  # the event a stream would have sent
                 after = batch.last
                 if not batch.more:
                     break

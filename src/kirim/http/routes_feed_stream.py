@@ -70,7 +70,8 @@ def hub_of(request: Request) -> FeedHub:
     return hub
 
 
-def _event(change: FeedChange) -> ServerSentEvent:
+def change_event(change: FeedChange) -> ServerSentEvent:
+    """The event a stream sends for one change of the feed."""
     if change.item is None:
         data: dict[str, Any] = {"id": change.item_id}
     else:
@@ -127,7 +128,7 @@ async def _events(
             woke.clear()
             batch = await hub.read(recipient_id, after)
             for change in batch.changes:
-                yield _event(change)
+                yield change_event(change)
             if batch.changes or first:
                 yield ServerSentEvent(
                     data=json.dumps(batch.counts.to_json()),
