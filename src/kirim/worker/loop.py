@@ -40,6 +40,7 @@ from kirim.worker.context import FeedListener, InFlight, WorkerContext
 from kirim.worker.decisions import Decisions
 from kirim.worker.delivery import Deliverer
 from kirim.worker.flows import RunAdvancer
+from kirim.worker.heap import frozen_heap
 from kirim.worker.leases import Heartbeat, Reaper
 from kirim.worker.settings import WorkerSettings, default_worker_id
 from kirim.worker.stats import WorkerStats
@@ -173,7 +174,12 @@ class Worker:
         self._wake.set()
 
     async def run(self, *, burst: bool = False) -> WorkerStats:
-        """Work until ``stop()`` (or, with ``burst``, until no work is left anywhere)."""
+        """Work until ``stop()`` (or, with ``burst``, until no work is left anywhere),
+        with the heap as it was before frozen out of the collector's passes (``heap``)."""
+        with frozen_heap():
+            return await self._run(burst=burst)
+
+    async def _run(self, *, burst: bool) -> WorkerStats:
         self.log.info(
             "worker_started",
             concurrency=self.settings.concurrency,

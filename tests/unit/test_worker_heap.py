@@ -1,0 +1,46 @@
+"""The worker's heap: what was allocated before ``Worker.run`` is frozen out of the
+cyclic collector's full passes while it runs, and put back when the last one ends."""
+
+from __future__ import annotations
+
+import gc
+
+from kirim.providers.base import Message, Sent
+from kirim.testing import FlakyProvider
+from kirim.worker.heap import frozen_heap
+from kirim.worker.settings import WorkerSettings
+
+
+def test_the_heap_is_frozen_while_a_worker_runs_and_given_back_after() -> None:
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == before
+
+
+def test_nested_runs_give_the_heap_back_only_when_the_last_ends() -> None:
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        frozen = gc.get_freeze_count()
+        with frozen_heap():  # a second worker in the same process (tests, the explorer)
+            assert gc.get_freeze_count() >= frozen
+        assert gc.get_freeze_count() >= frozen
+    assert gc.get_freeze_count() == before
+
+
+async def test_a_burst_worker_sends_with_the_heap_frozen(make_app) -> None:
+    seen: list[int] = []
+
+    class Watching(FlakyProvider):
+        async def send(self, message: Message) -> Sent:
+            seen.append(gc.get_freeze_count())
+            return await super().send(message)
+
+    app = await make_app(Watching(script=[]))
+    await app.notify("e1", "u", "push", {})
+    before = gc.get_freeze_count()
+    stats = await app.worker(settings=WorkerSettings(poll_interval=0.01)).run(burst=True)
+    assert stats.sent == 1
+    assert seen
+    assert all(n > before for n in seen)
+    assert gc.get_freeze_count() == before
