@@ -28,6 +28,17 @@ def test_nested_runs_give_the_heap_back_only_when_the_last_ends() -> None:
     assert gc.get_freeze_count() == before
 
 
+def test_a_heap_the_process_froze_itself_stays_frozen() -> None:
+    gc.freeze()  # as an application that freezes its heap before it forks
+    try:
+        mine = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() >= mine
+    finally:
+        gc.unfreeze()
+
+
 async def test_a_burst_worker_sends_with_the_heap_frozen(make_app) -> None:
     seen: list[int] = []
 
