@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -58,12 +58,13 @@ from kirim.store.base import (
     Store,
     StoredResponse,
 )
+from kirim.store.event_writes import EventWrite, Request, Written
 from kirim.text import stored_text
 from kirim.topic_book import TopicBook
 from kirim.validation import MAX_EPOCH, BadValue, check_key, check_payload, check_text
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
-from kirim.workflows import Runs
+from kirim.workflows import Runs, event_runs, plan_runs
 
 if TYPE_CHECKING:
     from kirim.observe.metrics import Metrics
@@ -353,20 +354,23 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         released when a key was reused. A workflow type's event starts one run per
         recipient instead (``kirim.workflows``), and an event a type names in
         ``cancel_on`` cancels that type's matching runs."""
+        now = self.clock.now()
+        cancels = self.cancels_of(event.type.name, event.data)
         if event.type.steps:
-            if connection is not None or request is not None:
-                raise InvalidNotification(
-                    f"type {event.type.name!r} is a workflow: its events are recorded "
-                    "by the library's notify_event, without connection (not yet over HTTP)"
-                )
-            runs = await self._start_runs(event)
-            await self.cancel_by_event(event.type.name, event.data)
-            return EventResult(
-                type=event.type.name, event_id=event.event_id, deliveries=(), runs=runs
+            runs = plan_runs(event, self.config.max_attempts)
+            written = await self._write_event(
+                EventWrite(runs=runs, cancels=cancels),
+                [],
+                now,
+                connection,
+                request,
+                respond,
+                fingerprint,
+                lambda w: self._event_result(event, w, [], now),
             )
+            return self._event_result(event, written, [], now)
         prefs = await self.store.preferences_of(event.recipient_ids)
         addresses = await self.store.addresses_of(event.recipient_ids)
-        now = self.clock.now()
         planned = fanout.plan(
             event,
             prefs,
@@ -376,33 +380,70 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
             needs_address=self.address_channels(),
         )
         items = [p.delivery for p in planned]
-
-        def result_of(results: Sequence[EnqueueResult]) -> EventResult:
-            return EventResult(
-                type=event.type.name,
-                event_id=event.event_id,
-                deliveries=tuple(
-                    fanout.outcome(p, r, now=now) for p, r in zip(planned, results, strict=True)
-                ),
-            )
-
-        if request is None:
-            results = await self._enqueue(items, now, connection)
-        else:
-            key, token = request
-
-            def kept(results: Sequence[EnqueueResult]) -> StoredResponse | None:
-                refuse_reused(items)(results)  # raising rolls the event back whole
-                status, body = (respond or _no_response)(result_of(results))
-                return StoredResponse(status_code=status, body=body)
-
-            results = await self.store.enqueue_request(
-                items, key=key, token=token, now=now, respond=kept, fingerprint=fingerprint
-            )
-        for p, result in zip(planned, results, strict=True):
+        written = await self._write_event(
+            EventWrite(deliveries=items, cancels=cancels),
+            items,
+            now,
+            connection,
+            request,
+            respond,
+            fingerprint,
+            lambda w: self._event_result(event, w, planned, now),
+        )
+        for p, result in zip(planned, written.deliveries, strict=True):
             self._recorded(p.delivery, result, connection)
-        await self.cancel_by_event(event.type.name, event.data)
-        return result_of(results)
+        return self._event_result(event, written, planned, now)
+
+    async def _write_event(
+        self,
+        write: EventWrite,
+        items: list[NewDelivery],
+        now: float,
+        connection: Any,
+        request: tuple[str, str] | None,
+        respond: Callable[[EventResult], tuple[int, str]] | None,
+        fingerprint: str | None,
+        result_of: Callable[[Written], EventResult],
+    ) -> Written:
+        """``record_event``'s one transaction (``kirim.store.event_writes``): the
+        store's, the caller's (``connection``), or the HTTP request's (``request``:
+        the response kept in it)."""
+        refuse = refuse_reused(items)
+        if connection is not None:
+            if request is not None:
+                raise InvalidNotification("record_event: a request or a connection, not both")
+            if not getattr(self.store, "enqueues_in", False):
+                raise ConfigError(
+                    "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
+                )
+            written = await cast(EnqueuesIn, self.store).record_event_in(connection, write, now=now)
+            refuse(list(written.deliveries))  # raised before the caller commits
+            return written
+        if request is None:
+            return await self.store.record_event(write, now=now, refuse=refuse)
+        key, token = request
+
+        def kept(w: Written) -> StoredResponse:
+            status, body = (respond or _no_response)(result_of(w))
+            return StoredResponse(status_code=status, body=body)
+
+        asked = Request(key=key, token=token, respond=kept, fingerprint=fingerprint)
+        return await self.store.record_event(replace(write, request=asked), now=now, refuse=refuse)
+
+    @staticmethod
+    def _event_result(
+        event: fanout.Event, written: Written, planned: Sequence[fanout.Planned], now: float
+    ) -> EventResult:
+        return EventResult(
+            type=event.type.name,
+            event_id=event.event_id,
+            deliveries=tuple(
+                fanout.outcome(p, r, now=now)
+                for p, r in zip(planned, written.deliveries, strict=True)
+            ),
+            runs=event_runs(written.runs),
+            canceled_runs=tuple(c.run.id for c in written.canceled),
+        )
 
     def render(
         self,

@@ -18,6 +18,7 @@ from kirim.errors import NotFound
 from kirim.keys import canonical_json, payload_hash
 from kirim.notify.steps import Send
 from kirim.runs import EventRun, Run, run_key
+from kirim.store.event_writes import CancelBy, EventWrite
 from kirim.store.flows import Canceled, NewRun, Started
 from kirim.views import iso
 
@@ -85,25 +86,27 @@ class Runs:
         clock: Clock
         types: Mapping[str, NotificationType]
 
-    async def _start_runs(self, event: Event) -> tuple[EventRun, ...]:
-        """The runs of an event of a workflow type, started once each."""
-        items = plan_runs(event, self.config.max_attempts)
-        return event_runs(await self.store.start_runs(items, now=self.clock.now()))
-
-    async def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
-        """Cancel the waiting runs of every type whose ``cancel_on`` names ``event`` and
-        whose event had the value ``data`` has for the type's ``cancel_key``."""
+    def cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]:
+        """What an event named ``event`` cancels: the waiting runs of every type whose
+        ``cancel_on`` names it, with the value ``data`` has for the type's
+        ``cancel_key``."""
         out = []
         for ntype in self.types.values():
             key = ntype.cancel_key
             if event not in ntype.cancel_on or key is None or data.get(key) is None:
                 continue
-            for run_id in await self.store.runs_to_cancel(ntype.name, str(data[key])):
-                why = f"event {event} ({key} = {data[key]})"
-                done = await self.store.cancel_run(run_id, why=why, now=self.clock.now())
-                if done is not None and done.changed:
-                    out.append(done)
+            why = f"event {event} ({key} = {data[key]})"
+            out.append(CancelBy(type=ntype.name, value=str(data[key]), why=why))
         return out
+
+    async def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
+        """Cancel, in one transaction, what an event named ``event`` with ``data``
+        cancels (``cancels_of``; ``notify_event`` does it in the event's own)."""
+        cancels = self.cancels_of(event, data)
+        if not cancels:
+            return []
+        written = await self.store.record_event(EventWrite(cancels=cancels), now=self.clock.now())
+        return list(written.canceled)
 
     async def get_run(self, run_id: int) -> Run | None:
         return await self.store.get_run(run_id)

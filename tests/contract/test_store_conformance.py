@@ -34,6 +34,7 @@ from kirim.store.base import (
     RequestState,
     StoredResponse,
 )
+from kirim.store.event_writes import CancelBy, EventWrite, Request
 from kirim.store.flows import NewRun
 from kirim.store.sequence import Query
 from kirim.testing import ManualClock
@@ -1067,6 +1068,41 @@ async def test_op_runs_to_cancel(make_app, clock) -> None:
     found = await app.store.runs_to_cancel("flow", "o1")
     assert len(found) == 1
     assert await app.store.runs_to_cancel("other", "o1") == []
+
+
+async def test_op_record_event(make_app, clock) -> None:
+    """An event's deliveries, the runs it cancels and its request's row, in one
+    transaction: what ``refuse`` raises takes all of it back."""
+    app = await make_app()
+    (started,) = await app.store.start_runs([_new_run()], now=clock.now())
+    items = [app.prepare(NotifyRequest(event_id="e", recipient="u", channel="push", payload={}))]
+    cancels = [CancelBy(type="flow", value="o1", why="test")]
+
+    def refuse(results) -> None:
+        raise StoreError("refused")
+
+    write = EventWrite(deliveries=items, cancels=cancels)
+    with pytest.raises(StoreError):
+        await app.store.record_event(write, now=clock.now(), refuse=refuse)
+    assert (await app.store.get_run(started.run.id)).status is RunStatus.WAITING
+    assert await app.store.counts() == {"deliveries": {}, "jobs": {}}
+    begin = [RequestBegin(idempotency_key="k", fingerprint="f", lock_token="t1")]
+    await app.store.handle_requests(begin, [], now=clock.now(), hold=30, respond=lambda r: None)
+
+    def respond(w):
+        return StoredResponse(status_code=201, body=str(len(w.canceled)))
+
+    kept = Request(key="k", token="t1", respond=respond)
+    done = await app.store.record_event(replace(write, request=kept), now=clock.now())
+    assert [d.created for d in done.deliveries] == [True]
+    assert [c.run.id for c in done.canceled] == [started.run.id]
+    assert (await app.store.get_run(started.run.id)).status is RunStatus.CANCELED
+    slots, _ = await app.store.handle_requests(
+        begin, [], now=clock.now(), hold=30, respond=lambda r: None
+    )
+    assert (slots[0].state, slots[0].response) == (RequestState.COMPLETED, "1")
+    again = await app.store.record_event(EventWrite(cancels=cancels), now=clock.now())
+    assert again.canceled == ()
 
 
 async def test_op_get_run(make_app, clock) -> None:

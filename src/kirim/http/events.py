@@ -56,8 +56,9 @@ class EventAnswer:
 
 
 def response_of(result: EventResult) -> tuple[int, str]:
-    """201 when the event made a delivery, 200 when every one existed before."""
-    created = any(d.created for d in result.deliveries)
+    """201 when the event made a delivery (a workflow type's: a run), 200 when every
+    one existed before."""
+    created = any(d.created for d in result.deliveries) or any(r.created for r in result.runs)
     return (201 if created else 200), json.dumps(result.to_json(), ensure_ascii=False)
 
 

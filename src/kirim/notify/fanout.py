@@ -152,6 +152,8 @@ class EventResult:
     deliveries: tuple[EventDelivery, ...]
     #: a workflow type's event: one run per recipient instead (``kirim.workflows``)
     runs: tuple[EventRun, ...] = ()
+    #: the runs this event canceled (a type's ``cancel_on``), in the event's transaction
+    canceled_runs: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -161,6 +163,8 @@ class EventResult:
         }
         if self.runs:
             out["runs"] = [r.to_json() for r in self.runs]
+        if self.canceled_runs:
+            out["canceled_runs"] = list(self.canceled_runs)
         return out
 
 

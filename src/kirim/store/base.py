@@ -46,6 +46,7 @@ from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
     from kirim.runs import Run, RunClaim, RunStatus
+    from kirim.store.event_writes import EventWrite, Written
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
@@ -947,6 +948,14 @@ class Workflows(Protocol):
         """Start each run once per key (one transaction); a run given again as it is."""
         ...
 
+    async def record_event(
+        self, write: EventWrite, *, now: float, refuse: Refuse | None = None
+    ) -> Written:
+        """Record an event in one transaction (``kirim.store.event_writes``): its
+        deliveries or its runs, the runs it cancels, and the HTTP request it answers.
+        What ``refuse`` or the request's ``respond`` raises rolls all of it back."""
+        ...
+
     async def claim_runs(
         self, *, worker_id: str, now: float, lease: float, limit: int
     ) -> list[RunClaim]:
@@ -1045,4 +1054,9 @@ class EnqueuesIn(Protocol):
     ) -> list[EnqueueResult]:
         """Enqueue on ``conn`` (a database connection in a transaction the caller
         commits or rolls back); nothing is committed here."""
+        ...
+
+    async def record_event_in(self, conn: Any, write: EventWrite, *, now: float) -> Written:
+        """``Store.record_event`` on ``conn``, in the caller's open transaction:
+        nothing is committed here."""
         ...

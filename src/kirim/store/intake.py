@@ -257,7 +257,7 @@ def enqueue_request(
     results = yield from enqueue(items, given)
     first = results[0].delivery.id if results else None
     made = fingerprint if any(r.created for r in results) else None
-    yield from _settle([(key, token, respond(results), first, made)], given)
+    yield from settle([(key, token, respond(results), first, made)], given)
     return results
 
 
@@ -270,7 +270,7 @@ def enqueue_requests(
     found = yield from enqueue([items[i].delivery for i in order], given)
     results: dict[int, EnqueueResult] = dict(zip(order, found, strict=True))
     out = [(results[i], respond(results[i])) for i in range(len(items))]
-    settle = [
+    requests = [
         (
             it.delivery.idempotency_key,
             it.lock_token,
@@ -280,11 +280,11 @@ def enqueue_requests(
         )
         for it, (result, kept) in zip(items, out, strict=True)
     ]
-    yield from _settle(settle, given)
+    yield from settle(requests, given)
     return out
 
 
-def _settle(
+def settle(
     requests: Sequence[tuple[str, str, StoredResponse | None, int | None, str | None]],
     given: float,
 ) -> Operation[None]:

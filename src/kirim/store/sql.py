@@ -22,6 +22,7 @@ from kirim.runs import Run, RunClaim, RunStatus
 from kirim.store import (
     addresses,
     digests,
+    event_writes,
     feed,
     feed_changes,
     flows,
@@ -333,6 +334,21 @@ class SQLStore:
     ) -> list[EnqueueResult]:
         op = intake.enqueue_request(items, key, token, now, respond, fingerprint)
         return await self._op(op)
+
+    async def record_event(
+        self, write: event_writes.EventWrite, *, now: float, refuse: Refuse | None = None
+    ) -> event_writes.Written:
+        return await self._op(event_writes.record(write, now, refuse))
+
+    async def record_event_in(
+        self, conn: Any, write: event_writes.EventWrite, *, now: float
+    ) -> event_writes.Written:
+        """``record_event`` inside the caller's open transaction on ``conn``: nothing is
+        committed; all of it exists when, and only if, the caller commits."""
+        if not self.enqueues_in:
+            raise StoreError(f"the {self.dialect} store cannot write in your transaction")
+        driver = cast(EnqueuingIn, self.driver)
+        return await driver.run_in(conn, event_writes.record(write, now))
 
     # -- topics (kirim.store.topics) -----------------------------------------------
 

@@ -1,0 +1,108 @@
+"""An event's writes in one transaction (``Store.record_event``), for both backends.
+
+``notify_event`` records an event as one operation, so that nothing it means is ever
+half written:
+
+- its deliveries (``intake.enqueue``), or, for a workflow type, its runs
+  (``flows.start``);
+- the cancellations it causes: every waiting run of a type whose ``cancel_on`` names
+  the event, with the same value of the type's ``cancel_key`` (``cancel_matching``);
+- the HTTP request it answers, if any: that request's row completed with the response
+  kept for replays, or released (``intake.settle``).
+
+One transaction, the store's (``driver.run``) or the caller's (``connection=``:
+``driver.run_in``): a crash before its commit leaves none of it, so a retry does it
+all; a caller who rolls its transaction back has canceled nothing; and a replayed
+request's kept answer is never the answer of an event whose cancellations were lost.
+
+Lock order: the event's new rows (in key order), then the runs it cancels in id order,
+each with its deliveries (``flows.cancel``), as an operator's cancel takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kirim.model import EnqueueResult
+from kirim.store import flows, intake
+from kirim.store.base import NewDelivery, Refuse, StoredResponse
+from kirim.store.sequence import Operation
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelBy:
+    """Cancel the waiting runs of ``type`` whose cancellation value is ``value``."""
+
+    type: str
+    value: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Written:
+    """What an event's transaction wrote."""
+
+    deliveries: tuple[EnqueueResult, ...] = ()
+    runs: tuple[flows.Started, ...] = ()
+    #: the runs it canceled (those it found over already are left out)
+    canceled: tuple[flows.Canceled, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """The HTTP request an event answers: ``respond`` gives the response to keep for
+    replays (None releases the key); what it raises rolls the whole event back."""
+
+    key: str
+    token: str
+    respond: Callable[[Written], StoredResponse | None]
+    fingerprint: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventWrite:
+    """An event to record: its deliveries or its runs, the cancellations it causes,
+    and the request it answers."""
+
+    deliveries: Sequence[NewDelivery] = ()
+    runs: Sequence[flows.NewRun] = ()
+    cancels: Sequence[CancelBy] = ()
+    request: Request | None = None
+
+
+def record(write: EventWrite, given: float, refuse: Refuse | None = None) -> Operation[Written]:
+    """``Store.record_event``: the event's rows, its cancellations, its request's row.
+    ``refuse`` (a key reused for another notification) raises inside the transaction,
+    after the deliveries and before anything else: the event is rolled back whole."""
+    results = (yield from intake.enqueue(write.deliveries, given)) if write.deliveries else []
+    if refuse is not None:
+        refuse(results)
+    started = (yield from flows.start(write.runs, given)) if write.runs else []
+    canceled = yield from cancel_matching(write.cancels, given)
+    out = Written(deliveries=tuple(results), runs=tuple(started), canceled=tuple(canceled))
+    if write.request is not None:
+        r = write.request
+        created = any(d.created for d in results) or any(s.created for s in started)
+        first = results[0].delivery.id if results else None
+        made = r.fingerprint if created else None
+        yield from intake.settle([(r.key, r.token, r.respond(out), first, made)], given)
+    return out
+
+
+def cancel_matching(cancels: Sequence[CancelBy], given: float) -> Operation[list[flows.Canceled]]:
+    """Cancel the waiting runs each of ``cancels`` names, in run id order (the lock
+    order of concurrent cancellations); a run found over already is left out."""
+    found: dict[int, str] = {}
+    for c in cancels:
+        for run_id in (yield from flows.to_cancel(c.type, c.value)):
+            found.setdefault(run_id, c.why)
+    out = []
+    for run_id in sorted(found):
+        done = yield from flows.cancel(run_id, found[run_id], given)
+        if done is not None and done.changed:
+            out.append(done)
+    return out
+
+
+__all__ = ["CancelBy", "EventWrite", "Request", "Written", "cancel_matching", "record"]

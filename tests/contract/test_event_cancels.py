@@ -1,0 +1,193 @@
+"""An event and the runs it cancels (a type's ``cancel_on``) are one transaction, on
+both backends: a crash after the event's first commit cannot leave a kept HTTP answer
+whose cancellation was lost; an application's rolled-back transaction (``connection=``)
+cancels nothing; a workflow type's events go over HTTP and in the caller's transaction.
+
+The crash is forced, not hoped for: the store's driver is made to die (raise) right
+after the commit of the event's recording, as a process killed there
+would, and the request is then given again."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from http_kit import Api, api_on
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.notify.types import parse_type
+from kirim.providers.inbox import InboxProvider
+from kirim.runs import RunStatus
+from kirim.testing import FlakyProvider, ManualClock
+from pg import fresh_database
+
+ESCALATE = parse_type(
+    "escalate",
+    {
+        "templates": {
+            "inbox": {"title": "Order {{ order_id }} needs you", "body": "Open it."},
+            "email": {"subject": "Order {{ order_id }} needs you", "body": "Open it."},
+        },
+        "cancel_on": ["order_done"],
+        "cancel_key": "order_id",
+        "steps": [{"send": "inbox"}, {"delay": "1h"}, {"send": "email"}],
+    },
+)
+DONE = parse_type("order_done", {"templates": {"inbox": {"title": "Order {{ order_id }} done"}}})
+
+
+class Killed(BaseException):
+    """The process died here (a BaseException: nothing on the way catches it)."""
+
+
+def _app(url: str) -> Kirim:
+    channels = {
+        "inbox": Channel(name="inbox", provider=InboxProvider()),
+        "email": Channel(name="email", provider=FlakyProvider()),
+    }
+    return Kirim(
+        Config(database=url), channels=channels, clock=ManualClock(), types=[ESCALATE, DONE]
+    )
+
+
+@pytest.fixture
+async def api(database_url: str) -> AsyncIterator[Api]:
+    kirim = _app(database_url)
+    await kirim.open(migrate=True)
+    try:
+        async with api_on(kirim) as found:
+            yield found
+    finally:
+        await kirim.close()
+
+
+def _die_after_commits(kirim: Kirim, monkeypatch: pytest.MonkeyPatch, writes: int) -> None:
+    """The ``writes``-th write the store commits from now is the last thing this
+    process does."""
+    driver: Any = kirim.store.driver  # type: ignore[attr-defined]
+    run = driver.run
+    left = [writes]
+
+    async def once(op: Any, *, write: bool = True, snapshot: bool = True) -> Any:
+        result = await run(op, write=write, snapshot=snapshot)
+        left[0] -= write
+        if not left[0]:
+            monkeypatch.setattr(driver, "run", run)
+            raise Killed
+        return result
+
+    monkeypatch.setattr(driver, "run", once)
+
+
+async def _waiting_run(kirim: Kirim) -> int:
+    started = await kirim.notify_event("escalate", ["u1"], {"order_id": "o1"}, event_id="e1")
+    (run,) = started.runs
+    return run.run_id
+
+
+DONE_EVENT = {
+    "type": "order_done",
+    "event_id": "done-o1",
+    "recipients": ["u1"],
+    "data": {"order_id": "o1"},
+}
+
+
+async def test_a_crash_after_the_events_commit_cannot_lose_its_cancellation(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept answer of a replayed request is that of an event whose runs were
+    canceled with it: the event, its cancellations and the answer commit together."""
+    run_id = await _waiting_run(api.kirim)
+    _die_after_commits(api.kirim, monkeypatch, 2)  # 1: the key taken; 2: the event
+    with pytest.raises(Killed):
+        await api.client.post("/v1/events", json=DONE_EVENT, headers={"Idempotency-Key": "k1"})
+    again = await api.client.post("/v1/events", json=DONE_EVENT, headers={"Idempotency-Key": "k1"})
+    assert again.status_code == 201, again.text
+    assert (await api.kirim.must_get_run(run_id)).status is RunStatus.CANCELED
+    assert again.json()["canceled_runs"] == [run_id]
+
+
+async def test_a_refused_event_cancels_nothing(api: Api) -> None:
+    """An event rolled back whole (its key names another notification) takes its
+    cancellations back with it."""
+    run_id = await _waiting_run(api.kirim)
+    first = await api.kirim.notify_event("order_done", ["u1"], {"order_id": "o2"}, event_id="d")
+    assert first.canceled_runs == ()
+    other = {**DONE_EVENT, "event_id": "d", "data": {"order_id": "o1"}}
+    refused = await api.client.post("/v1/events", json=other)
+    assert refused.status_code == 422, refused.text
+    assert (await api.kirim.must_get_run(run_id)).status is RunStatus.WAITING
+
+
+async def test_a_workflow_event_over_http_starts_its_runs_once(api: Api) -> None:
+    """A workflow type's event is recorded over HTTP: its runs, once; a replay
+    answers the same."""
+    body = {"type": "escalate", "event_id": "e1", "recipients": ["u1", "u2"], "data": {}}
+    body["data"] = {"order_id": "o1"}
+    first = await api.client.post("/v1/events", json=body)
+    assert first.status_code == 201, first.text
+    runs = first.json()["runs"]
+    assert sorted(r["recipient_id"] for r in runs) == ["u1", "u2"]
+    assert all(r["created"] for r in runs)
+    again = await api.client.post("/v1/events", json=body)
+    assert again.json() == first.json()
+    under_another_key = await api.client.post(
+        "/v1/events", json=body, headers={"Idempotency-Key": "other"}
+    )
+    assert under_another_key.status_code == 200, under_another_key.text
+    assert [r["created"] for r in under_another_key.json()["runs"]] == [False, False]
+
+
+@pytest.fixture
+async def pg_app(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Kirim, str]]:
+    url = fresh_database(request)
+    kirim = _app(url)
+    await kirim.open(migrate=True)
+    try:
+        yield kirim, url
+    finally:
+        await kirim.close()
+
+
+async def test_a_rolled_back_transaction_cancels_nothing(pg_app: tuple[Kirim, str]) -> None:
+    """``connection=``: the event's cancellations are the caller's transaction's, and
+    go with its rollback; committed, they are there."""
+    kirim, url = pg_app
+    run_id = await _waiting_run(kirim)
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await kirim.notify_event(
+            "order_done", ["u1"], {"order_id": "o1"}, event_id="d1", connection=conn
+        )
+        await conn.rollback()
+    assert (await kirim.must_get_run(run_id)).status is RunStatus.WAITING
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        done = await kirim.notify_event(
+            "order_done", ["u1"], {"order_id": "o1"}, event_id="d1", connection=conn
+        )
+        await conn.commit()
+    assert (await kirim.must_get_run(run_id)).status is RunStatus.CANCELED
+    assert done.canceled_runs == (run_id,)
+
+
+async def test_a_workflow_event_in_the_callers_transaction(pg_app: tuple[Kirim, str]) -> None:
+    """``connection=`` for a workflow type: its runs exist when, and only if, the
+    caller commits."""
+    kirim, url = pg_app
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        gone = await kirim.notify_event(
+            "escalate", ["u1"], {"order_id": "o1"}, event_id="e1", connection=conn
+        )
+        await conn.rollback()
+    assert await kirim.get_run(gone.runs[0].run_id) is None
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        kept = await kirim.notify_event(
+            "escalate", ["u1"], {"order_id": "o1"}, event_id="e1", connection=conn
+        )
+        await conn.commit()
+    found = await kirim.must_get_run(kept.runs[0].run_id)
+    assert found.status is RunStatus.WAITING
