@@ -442,7 +442,7 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
                 for p, r in zip(planned, written.deliveries, strict=True)
             ),
             runs=event_runs(written.runs),
-            canceled_runs=tuple(c.run.id for c in written.canceled),
+            canceled=written.canceled,
         )
 
     def render(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -69,3 +70,33 @@ def test_mutation_branch_record_skipped_is_caught(monkeypatch: pytest.MonkeyPatc
         if any(v.startswith("one_path") for v in result.violations):
             return
     pytest.fail("the skipped branch record was not caught within 200 seeds")
+
+
+def test_mutation_cancels_after_the_events_commit_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event's cancellations in a transaction of their own, after the event's
+    (as kirim did before ``kirim.store.event_writes``): caught within 200 seeds, by an
+    event whose process dies between the two."""
+    import kirim.engine
+    from kirim.store import event_writes
+
+    record = event_writes.record
+
+    def split(write, given, refuse=None):  # type: ignore[no-untyped-def]
+        return record(replace(write, cancels=()), given, refuse)
+
+    original = kirim.engine.Kirim.record_event
+
+    async def then_cancel(self, event, **kwargs):  # type: ignore[no-untyped-def]
+        result = await original(self, event, **kwargs)
+        await self.cancel_by_event(event.type.name, event.data)
+        return result
+
+    monkeypatch.setattr(event_writes, "record", split)
+    monkeypatch.setattr(kirim.engine.Kirim, "record_event", then_cancel)
+    for seed in range(200):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("cancel_atomic") for v in result.violations):
+            return
+    pytest.fail("cancellations committed apart from their event were not caught in 200 seeds")

@@ -13,6 +13,9 @@ asked:
 - ``decided_right``: a branch on read/seen says what the feed said when it decided;
 - ``after_cancel``: nothing made after a committed cancellation, and nothing sent
   after it unless the cancellation named the delivery (in flight, or held);
+- ``cancel_atomic``: an ``order_done`` event (``cancel_via``: recorded as such, or by
+  a process that dies right after its first commit) is never committed without the
+  cancellation of the run it cancels, and given again it makes nothing twice;
 - ``liveness``: once every worker has run with time enough, every run is over,
   unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported).
 
@@ -118,6 +121,10 @@ class FlowWorld:
     recipients: int
     race_cancel: bool  # a cancellation from inside a request it races
     actions: tuple[tuple[str, int], ...] = field(default=())
+    #: how a cancel_event comes: the library's cancel_by_event, an ``order_done`` event
+    #: (its cancellations in its transaction), or such an event whose process dies
+    #: right after its first commit
+    cancel_via: str = "library"
 
     @classmethod
     def draw(cls, seed: int) -> FlowWorld:
@@ -138,6 +145,7 @@ class FlowWorld:
             actions=tuple(
                 (rng.choice(ACTIONS), rng.randrange(n)) for _ in range(rng.randint(3, 14))
             ),
+            cancel_via=rng.choice(CANCEL_VIA),
         )
 
     def type(self) -> NotificationType:
@@ -162,6 +170,9 @@ class FlowWorld:
 
 
 CHANNELS = ("inbox", "email", "sms")
+CANCEL_VIA = ("library", "event", "event_killed")
+#: the plain type whose events cancel a world's runs (``cancel_on``)
+DONE = parse_type("order_done", {"templates": {"inbox": {"title": "done {{ order }}"}}})
 
 #: what a world draws, read from it (each must take more than one value over the seeds)
 FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
@@ -178,6 +189,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.crash": lambda w: any(a == "crash" for a, _ in w.actions),
     "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
     "race.cancel_in_request": lambda w: w.race_cancel,
+    "cancel_event.via": lambda w: w.cancel_via,
 }
 
 
@@ -200,7 +212,7 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         "sms": Channel(name="sms", provider=sms),
     }
     config = Config(database=f"sqlite:///{directory / 'flows.db'}", max_attempts=3)
-    app = Kirim(config, channels=channels, clock=clock, types=[world.type()])
+    app = Kirim(config, channels=channels, clock=clock, types=[world.type(), DONE])
     await app.open(migrate=True)
     out = Outcome(seed=world.seed)
     cancels: list[tuple[float, Canceled]] = []
@@ -230,7 +242,10 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         workers = [app.worker(settings=SETTINGS, worker_id=f"w{k}") for k in range(2)]
         stalled: list[RunClaim] = []
         for n, (kind, who) in enumerate(world.actions):
-            await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
+            if kind == "cancel_event":
+                await _cancel_event(app, clock, world, n, who, runs, cancels, out)
+            else:
+                await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
         for _ in range(12):  # time enough for everything to settle
             clock.t += 4000
             for w in workers:
@@ -263,9 +278,6 @@ async def _act(
         page = await app.feed(f"u{who}")
         for item in page.items:
             await app.feed_action(f"u{who}", item.id, kind)
-    elif kind == "cancel_event":
-        for c in await app.cancel_by_event("order_done", {"order": f"o{who}"}):
-            cancels.append((clock.now(), c))
     elif kind == "cancel_run":
         cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
     elif kind == "crash":  # a worker claims due runs and dies; its leases expire
@@ -280,6 +292,81 @@ async def _act(
         for claim in stalled:
             await app.store.advance_run(claim.run.id, claim.token, now=clock.now())
         stalled.clear()
+
+
+class Killed(BaseException):
+    """The process died (nothing on the way catches it)."""
+
+
+async def _cancel_event(
+    app: Kirim,
+    clock: Clock,
+    world: FlowWorld,
+    n: int,
+    who: int,
+    runs: list[int],
+    cancels: list[tuple[float, Canceled]],
+    out: Outcome,
+) -> None:
+    """An ``order_done`` of order ``o{who}`` (``world.cancel_via``). Its run, waiting
+    before, is canceled once the event's first commit is made (``cancel_atomic``): an
+    event is never recorded without the cancellations it causes."""
+    data = {"order": f"o{who}"}
+    if world.cancel_via == "library":
+        cancels += [(clock.now(), c) for c in await app.cancel_by_event("order_done", data)]
+        return
+    waited = (await app.must_get_run(runs[who])).status is RunStatus.WAITING
+    event_id = f"done-{n}"
+    if world.cancel_via == "event":
+        done = await app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
+        cancels += [(clock.now(), c) for c in done.canceled]
+        await _check_atomic(app, world, event_id, runs[who], waited, out)
+        return
+    written = await _killed_after_first_commit(
+        app, app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
+    )
+    cancels += [(clock.now(), c) for c in getattr(written, "canceled", ())]
+    await _check_atomic(app, world, event_id, runs[who], waited, out)
+    # the caller, told nothing, gives the event again: it makes nothing twice
+    again = await app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
+    if any(d.created for d in again.deliveries):
+        out.violations.append(f"cancel_atomic: event {event_id} given again made a delivery")
+
+
+async def _check_atomic(
+    app: Kirim, world: FlowWorld, event_id: str, run_id: int, waited: bool, out: Outcome
+) -> None:
+    recorded = await app.records(limit=1000)
+    made = any(r.delivery.event_id == event_id for r in recorded.records)
+    canceled = (await app.must_get_run(run_id)).status is RunStatus.CANCELED
+    if world.cancel_on and waited and made and not canceled:
+        out.violations.append(
+            f"cancel_atomic: event {event_id} committed, run {run_id} it cancels still waits"
+        )
+
+
+async def _killed_after_first_commit(app: Kirim, call: Any) -> Any:
+    """Await ``call`` in a process that dies right after the store's first committed
+    write; what that write's operation returned (None: it died before any)."""
+    driver: Any = app.store.driver  # type: ignore[attr-defined]
+    run = driver.run
+    seen: list[Any] = []
+
+    async def dying(op: Any, *, write: bool = True, snapshot: bool = True) -> Any:
+        result = await run(op, write=write, snapshot=snapshot)
+        if write:
+            seen.append(result)
+            raise Killed
+        return result
+
+    driver.run = dying
+    try:
+        await call
+    except Killed:
+        pass
+    finally:
+        driver.run = run
+    return seen[0] if seen else None
 
 
 async def _check(

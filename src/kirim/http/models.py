@@ -412,12 +412,30 @@ class EventDeliveryOut(BaseModel):
     digest: str | None = Field(description="The digest stream it went into.")
 
 
+class EventRunOut(BaseModel):
+    """The workflow run an event of a type with steps started for one recipient."""
+
+    recipient_id: str
+    run_id: int
+    key: str
+    created: bool
+    status: str
+
+
 class EventOut(BaseModel):
-    """The deliveries one event made (or had made before)."""
+    """The deliveries one event made (or had made before); a workflow type's event:
+    its runs instead (``deliveries`` empty)."""
 
     type: str
     event_id: str
     deliveries: list[EventDeliveryOut]
+    runs: list[EventRunOut] | None = Field(
+        default=None, description="A workflow type's runs, one per recipient."
+    )
+    canceled_runs: list[int] | None = Field(
+        default=None,
+        description="The runs this event canceled (a type's cancel_on), in its transaction.",
+    )
 
 
 class AddressOut(BaseModel):

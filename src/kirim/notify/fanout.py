@@ -48,6 +48,7 @@ from kirim.views import iso
 
 if TYPE_CHECKING:
     from kirim.runs import EventRun
+    from kirim.store.flows import Canceled
 
 #: the most deliveries (recipients x channels) one event fans out to
 MAX_DELIVERIES = 10_000
@@ -153,7 +154,12 @@ class EventResult:
     #: a workflow type's event: one run per recipient instead (``kirim.workflows``)
     runs: tuple[EventRun, ...] = ()
     #: the runs this event canceled (a type's ``cancel_on``), in the event's transaction
-    canceled_runs: tuple[int, ...] = ()
+    canceled: tuple[Canceled, ...] = ()
+
+    @property
+    def canceled_runs(self) -> tuple[int, ...]:
+        """The ids of the runs this event canceled."""
+        return tuple(c.run.id for c in self.canceled)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
