@@ -25,7 +25,8 @@ def run() -> None:
 @pass_state
 def show(state: State, run_id: int, as_json: bool) -> None:
     """Show a run as its steps on one timeline: what ran (each send with its
-    delivery's status now), what waits until when, what was skipped and why.
+    delivery's status now), what waits until when (a delay until a time of the
+    recipient's day: in their local time and zone), what was skipped and why.
 
     \b
     Example:
