@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kirim import day_time
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Step
+from kirim.notify.steps import Branch, Delay, Step
 from kirim.views import iso
 
 log = logging.getLogger("kirim.runs")
@@ -237,7 +238,9 @@ class EventRun:
 
 def timeline(run: Run) -> list[dict[str, Any]]:
     """Each step of ``run``, in order: ``state`` (what it did, or ``waits``, ``next``,
-    ``to come``, ``canceled``), when, and why (``kirim run show``, the dashboard)."""
+    ``to come``, ``canceled``), when, and why (``kirim run show``, the dashboard); an
+    until-delay's end also as the recipient's clock read it (``local_until``:
+    ``2026-12-03 09:00 CET (Europe/Berlin)``)."""
     done = {s.index: s for s in run.recorded}
     out = []
     for i, step in enumerate(run.steps):
@@ -258,6 +261,9 @@ def timeline(run: Run) -> list[dict[str, Any]]:
                 delivery_status=None if r.delivery_status is None else str(r.delivery_status),
                 doubt=None if r.delivery_doubt is None else str(r.delivery_doubt),
             )
+            if isinstance(step, Delay) and step.until is not None and r.until is not None:
+                zone = day_time.zone_in(r.why) or day_time.zone_of(None, step.zone)
+                entry["local_until"] = f"{day_time.local_text(r.until, zone)} ({zone})"
         elif run.status is RunStatus.WAITING and i == run.cursor:
             entry.update(state="next", until=iso(run.next_at), why="due then")
         elif run.status is RunStatus.CANCELED:

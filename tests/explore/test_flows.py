@@ -100,3 +100,39 @@ def test_mutation_cancels_after_the_events_commit_is_caught(
         if any(v.startswith("cancel_atomic") for v in result.violations):
             return
     pytest.fail("cancellations committed apart from their event were not caught in 200 seeds")
+
+
+def test_mutation_until_read_without_the_dst_rule_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A delay until 02:30 read naively (a skipped time taken with the offset before
+    the jump: an hour late) is caught by delay_end within 200 seeds."""
+    from datetime import UTC, datetime, timedelta
+
+    import kirim.day_time
+
+    def naive(now: float, at: kirim.day_time.DayTime, zone_name: str) -> float:
+        tz = kirim.day_time.zone(zone_name)
+        today = datetime.fromtimestamp(now, UTC).astimezone(tz).date()
+        days = (today + timedelta(days=n) for n in range(3))
+        found = (datetime.combine(d, at.clock, tzinfo=tz).timestamp() for d in days)
+        return next(t for t in found if t >= now)
+
+    monkeypatch.setattr(kirim.day_time, "next_instant", naive)
+    for seed in range(200):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("delay_end") for v in result.violations):
+            return
+    pytest.fail("an until-delay read without the DST rule was not caught within 200 seeds")
+
+
+def test_mutation_until_in_the_wrong_zone_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An until-delay that ignores the recipient's zone (reads UTC) is caught."""
+    import kirim.day_time
+
+    monkeypatch.setattr(kirim.day_time, "zone_of", lambda mine, step: "UTC")
+    for seed in range(200):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("delay_end") for v in result.violations):
+            return
+    pytest.fail("an until-delay in the wrong zone was not caught within 200 seeds")

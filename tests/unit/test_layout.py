@@ -22,6 +22,7 @@ CORE = {
     "machine",
     "channels",
     "clock",
+    "day_time",
     "errors",
     "feed_tokens",
     "inbox",

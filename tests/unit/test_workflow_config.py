@@ -10,7 +10,7 @@ import pytest
 
 from kirim.errors import ConfigError
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Delay, Send
+from kirim.notify.steps import Branch, Delay, Send, step_from_json
 from kirim.notify.types import parse_type
 from kirim.runs import StepState, decide
 
@@ -56,6 +56,14 @@ def test_the_escalation_parses_into_its_steps() -> None:
         ([{"send": "inbox"}, {"branch": "read", "step": "inbox", "else": "inbox"}], {}, "later"),
         ([{"send": "inbox"}, {"branch": "read", "step": "inbox", "on_doubt": "x"}], {}, "on_doubt"),
         ([{"send": "inbox", "wait": 1}], {}, "unknown key(s) wait"),
+        ([{"send": "inbox"}, {"delay": {"until": "25:00"}}], {}, "24-hour time HH:MM"),
+        ([{"send": "inbox"}, {"delay": {"until": "9am"}}], {}, "not '9am'"),
+        ([{"send": "inbox"}, {"delay": {"until": 9}}], {}, "24-hour time HH:MM"),
+        ([{"send": "inbox"}, {"delay": "1h", "until": "09:00"}], {}, "not both"),
+        ([{"send": "inbox"}, {"delay": {"until": "09:00", "seconds": 5}}], {}, "not both"),
+        ([{"send": "inbox"}, {"delay": {"zone": "UTC"}}], {}, "needs until"),
+        ([{"send": "inbox"}, {"delay": {"until": "09:00", "tz": "UTC"}}], {}, "unknown key(s) tz"),
+        ([{"send": "inbox"}, {"delay": {"until": "09:00", "zone": "Mars/Base"}}], {}, "zone is"),
         ([{"send": "inbox"}], {"cancel_on": ["done"]}, "cancel_on needs cancel_key"),
         ([{"send": "inbox"}], {"cancel_key": "id"}, "cancel_key without cancel_on"),
         ([{"send": "inbox"}], {"throttle": {"limit": 1, "window": "1h"}}, "throttle or a digest"),
@@ -66,6 +74,23 @@ def test_each_mistake_is_a_config_error_naming_it(steps: Any, more: Any, message
     with pytest.raises(ConfigError, match=r"types\.flow") as raised:
         _type(steps, **more)
     assert message in str(raised.value)
+
+
+def test_a_delay_until_a_time_of_the_recipients_day() -> None:
+    """delay = { until = "09:00" } (zone: for recipients without one), kept in a run's
+    JSON as it was."""
+    t = _type(
+        [
+            {"send": "inbox"},
+            {"delay": {"until": "09:00"}},
+            {"delay": {"until": "18:30", "zone": "Europe/Berlin"}, "name": "evening"},
+            {"send": "email"},
+        ]
+    )
+    assert t.steps[1] == Delay(seconds=0.0, name="delay1", until="09:00")
+    assert t.steps[2] == Delay(seconds=0.0, name="evening", until="18:30", zone="Europe/Berlin")
+    for step in t.steps:
+        assert step_from_json(step.to_json()) == step
 
 
 def test_cancel_on_without_steps_is_refused() -> None:

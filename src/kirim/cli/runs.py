@@ -25,7 +25,8 @@ def run() -> None:
 @pass_state
 def show(state: State, run_id: int, as_json: bool) -> None:
     """Show a run as its steps on one timeline: what ran (each send with its
-    delivery's status now), what waits until when, what was skipped and why.
+    delivery's status now), what waits until when (a delay until a time of the
+    recipient's day: in their local time and zone), what was skipped and why.
 
     \b
     Example:
@@ -59,7 +60,9 @@ def _line(step: dict[str, Any]) -> str:
     kind = step["kind"]
     what = {
         "send": f"send {step.get('channel')}",
-        "delay": f"delay {step.get('seconds', 0):g}s",
+        "delay": f"delay until {step['time_of_day']}"
+        if step.get("time_of_day")
+        else f"delay {step.get('seconds', 0):g}s",
         "branch": f"branch {step.get('condition')}"
         + (f" on {step['step']}" if step.get("step") else ""),
     }[kind]
@@ -67,7 +70,10 @@ def _line(step: dict[str, Any]) -> str:
     if step.get("delivery_id") is not None:
         doubt = f" ({step['doubt']})" if step.get("doubt") else ""
         parts.append(f"delivery {step['delivery_id']} {step.get('delivery_status')}{doubt}")
-    if step.get("until"):
+    if step.get("local_until"):
+        verb = "waits until" if step["state"] == "waits" else "until"
+        parts.append(f"{verb} {step['local_until']}  ({step['until']})")
+    elif step.get("until"):
         parts.append(f"until {step['until']}")
     if step.get("at"):
         parts.append(f"at {step['at']}")

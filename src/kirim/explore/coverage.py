@@ -183,7 +183,8 @@ IRRELEVANT: dict[str, str] = {
     # workflows are drawn by their own workload (kirim.explore.flows, FLOW_KNOBS, each
     # of which tests/explore/test_flows.py checks takes more than one value)
     "NotificationType.steps": "drawn by the flows workload (explore/flows.py FLOW_KNOBS: "
-    "the first send's channel, the delay, the branch's condition, on_doubt, else)",
+    "the first send's channel, the delay (a duration, or until a time of the recipient's "
+    "day with its zone, near DST edges), the branch's condition, on_doubt, else)",
     "NotificationType.cancel_on": "drawn by the flows workload (FLOW_KNOBS cancel_on, with "
     "cancellations by event racing the steps they cancel)",
     "NotificationType.cancel_key": "drawn by the flows workload with cancel_on (FLOW_KNOBS)",

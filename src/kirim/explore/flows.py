@@ -16,8 +16,15 @@ asked:
 - ``cancel_atomic``: an ``order_done`` event (``cancel_via``: recorded as such, or by
   a process that dies right after its first commit) is never committed without the
   cancellation of the run it cancels, and given again it makes nothing twice;
+- ``delay_end``: a delay's recorded end is its start plus its duration, or for a
+  delay until a time of the recipient's day the first instant from its start at
+  which the recipient's clock read that time (their zone as it was when the step
+  started, else the step's, else UTC; read by brute force, ``explore.localtime``),
+  DST edges included; no later step was taken, and no later send asked of a
+  provider, before it;
 - ``liveness``: once every worker has run with time enough, every run is over,
-  unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported).
+  unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported);
+  a run past a delay took its next step.
 
 ``FLOW_KNOBS`` names what a world draws; ``tests/explore/test_flows.py`` checks each
 takes more than one value over its seeds, and the mutation checks (the branch record
@@ -27,10 +34,12 @@ skipped) are caught within 200 seeds.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import time, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +47,11 @@ from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.errors import AmbiguousFailure, PermanentFailure
+from kirim.explore import localtime
 from kirim.model import DeliveryStatus, OnUnknown
 from kirim.notify.steps import Branch, Delay, Send
 from kirim.notify.types import NotificationType, parse_type
+from kirim.preferences import Preferences
 from kirim.providers.base import Message, Sent
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import Run, RunClaim, RunStatus, StepOutcome, StepState, in_doubt, step_key
@@ -62,14 +73,30 @@ ACTIONS = (
     "crash",
     "stall",
     "resume",
+    "move",
+)
+#: the zones a recipient (or an until-delay's step) names; None: none
+ZONES = (None, "Europe/Berlin", "America/New_York")
+#: times of day an until-delay waits for: 02:30 is skipped in spring and repeated in
+#: autumn in Berlin, skipped in spring in New York; 01:30 is repeated in New York
+UNTIL = ("09:00", "02:30", "01:30")
+START = 1_800_000_000.0
+#: where a world's clock starts: an ordinary day, or the evening before the clocks
+#: change (2027: Berlin 28 March and 31 October, New York 14 March and 7 November)
+STARTS = (
+    START,
+    1_806_177_600.0,  # 2027-03-27 20:00 UTC
+    1_804_968_000.0,  # 2027-03-13 20:00 UTC
+    1_824_926_400.0,  # 2027-10-30 20:00 UTC
+    1_825_531_200.0,  # 2027-11-06 20:00 UTC
 )
 
 
 class Clock:
     """The world's one time line (every worker's and the store's)."""
 
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
+    def __init__(self, start: float = START) -> None:
+        self.t = start
 
     def now(self) -> float:
         return self.t
@@ -125,11 +152,17 @@ class FlowWorld:
     #: (its cancellations in its transaction), or such an event whose process dies
     #: right after its first commit
     cancel_via: str = "library"
+    #: a delay until this time of the recipient's day instead of ``delay`` (None: not)
+    until: str | None = None
+    until_zone: str | None = None  # the step's zone, for recipients without one
+    zones: tuple[str | None, ...] = ()  # each recipient's zone (None: no preferences)
+    start: float = START
 
     @classmethod
     def draw(cls, seed: int) -> FlowWorld:
         rng = random.Random(seed)
         n = rng.randint(1, 3)
+        until = rng.choice(UNTIL) if rng.random() < 0.5 else None
         return cls(
             seed=seed,
             first=rng.choice(["inbox", "email"]),
@@ -146,6 +179,10 @@ class FlowWorld:
                 (rng.choice(ACTIONS), rng.randrange(n)) for _ in range(rng.randint(3, 14))
             ),
             cancel_via=rng.choice(CANCEL_VIA),
+            until=until,
+            until_zone=rng.choice(ZONES),
+            zones=tuple(rng.choice(ZONES) for _ in range(n)),
+            start=rng.choice(STARTS) if until else START,
         )
 
     def type(self) -> NotificationType:
@@ -157,7 +194,12 @@ class FlowWorld:
         if self.with_else:
             branch["else"] = "last"
         steps: list[dict[str, Any]] = [{"send": self.first, "name": "first"}]
-        if self.delay:
+        if self.until is not None:
+            until: dict[str, Any] = {"until": self.until}
+            if self.until_zone is not None:
+                until["zone"] = self.until_zone
+            steps.append({"delay": until})
+        elif self.delay:
             steps.append({"delay": self.delay})
         steps += [branch, {"send": "sms"}, {"send": "email", "name": "last"}]
         spec: dict[str, Any] = {
@@ -178,6 +220,10 @@ DONE = parse_type("order_done", {"templates": {"inbox": {"title": "done {{ order
 FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "NotificationType.steps.first": lambda w: w.first,
     "NotificationType.steps.delay": lambda w: w.delay,
+    "NotificationType.steps.delay.until": lambda w: w.until,
+    "NotificationType.steps.delay.zone": lambda w: w.until_zone if w.until else "-",
+    "Preferences.timezone": lambda w: w.zones,
+    "clock.dst_edge": lambda w: w.start,
     "NotificationType.steps.branch": lambda w: w.condition,
     "NotificationType.steps.on_doubt": lambda w: w.on_doubt,
     "NotificationType.steps.else": lambda w: w.with_else,
@@ -188,6 +234,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.cancel_event": lambda w: any(a == "cancel_event" for a, _ in w.actions),
     "action.crash": lambda w: any(a == "crash" for a, _ in w.actions),
     "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
+    "action.move_zone": lambda w: any(a == "move" for a, _ in w.actions),
     "race.cancel_in_request": lambda w: w.race_cancel,
     "cancel_event.via": lambda w: w.cancel_via,
 }
@@ -203,7 +250,7 @@ class Outcome:
 
 async def run_world(world: FlowWorld, directory: Path) -> Outcome:
     """Play ``world`` on a fresh SQLite file in ``directory``; its ``Outcome``."""
-    clock = Clock()
+    clock = Clock(world.start)
     email = Provider(clock, list(world.script))
     sms = Provider(clock, [])
     channels = {
@@ -216,7 +263,13 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
     await app.open(migrate=True)
     out = Outcome(seed=world.seed)
     cancels: list[tuple[float, Canceled]] = []
+    #: each recipient's zones over time: (from when, zone)
+    zones: dict[str, list[tuple[float, str | None]]] = {}
     try:
+        for i, zone in enumerate(world.zones):
+            zones[f"u{i}"] = [(clock.now(), zone)]
+            if zone is not None:
+                await app.set_preferences(Preferences(recipient_id=f"u{i}", timezone=zone))
         runs = []
         for i in range(world.recipients):
             done = await app.notify_event(
@@ -242,11 +295,17 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         workers = [app.worker(settings=SETTINGS, worker_id=f"w{k}") for k in range(2)]
         stalled: list[RunClaim] = []
         for n, (kind, who) in enumerate(world.actions):
+            if kind == "move":  # the recipient moves to another zone mid-run
+                now = ZONES[(ZONES.index(zones[f"u{who}"][-1][1]) + 1) % len(ZONES)]
+                zones[f"u{who}"].append((clock.now(), now))
+                prefs = Preferences(recipient_id=f"u{who}", timezone=now)
+                await app.set_preferences(prefs)
+                continue
             if kind == "cancel_event":
                 await _cancel_event(app, clock, world, n, who, runs, cancels, out)
-            else:
-                await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
-        for _ in range(12):  # time enough for everything to settle
+                continue
+            await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
+        for _ in range(12 if world.until is None else 36):  # time enough to settle
             clock.t += 4000
             for w in workers:
                 await w.run_once()
@@ -255,6 +314,7 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         providers = {"email": email, "sms": sms}
         for run in found:
             await _check(app, world, run, providers, cancels, out)
+            _delay_end(run, providers, zones.get(run.recipient_id, [(world.start, None)]), out)
     finally:
         await app.close()
     return out
@@ -447,6 +507,61 @@ async def _check(
                 out.reported.append(f"{tag} waits on a step in doubt (on_doubt = wait)")
                 return
         out.violations.append(f"liveness: {tag} still waits at step {run.cursor}")
+
+
+def _delay_end(
+    run: Run,
+    providers: dict[str, Provider],
+    zones: list[tuple[float, str | None]],
+    out: Outcome,
+) -> None:
+    """A delay's recorded end is what its rule says, and nothing after it came before."""
+    tag = f"run {run.id}"
+    rec = {s.index: s for s in run.recorded}
+    for i, step in enumerate(run.steps):
+        r = rec.get(i)
+        if not isinstance(step, Delay) or r is None:
+            continue
+        if r.until is None:
+            out.violations.append(f"delay_end: {tag} step {i} recorded no end")
+            continue
+        if step.until is None:
+            wanted = {r.at + step.seconds}
+        else:  # the zone as it was when the step started (either, if it moved then)
+            held = [z for t, z in zones if t < r.at][-1:] + [z for t, z in zones if t == r.at]
+            wanted = {
+                _first_from(r.at, step.until, zone or step.zone or "UTC")
+                for zone in (held or [zones[0][1]])
+            }
+        if r.until not in wanted:
+            out.violations.append(
+                f"delay_end: {tag} step {i} ({r.why}) ends at {r.until}, not at {sorted(wanted)}"
+            )
+        for j in range(i + 1, len(run.steps)):
+            later = rec.get(j)
+            if later is not None and later.at < r.until:
+                out.violations.append(f"delay_end: {tag} step {j} taken before the delay's end")
+            s = run.steps[j]
+            if isinstance(s, Send) and s.channel in providers:
+                times = providers[s.channel].at.get(step_key(run.key, j, s.channel), [])
+                if any(t < r.until for t in times):
+                    out.violations.append(f"delay_end: {tag} step {j} sent before the delay's end")
+        if run.status is RunStatus.DONE and i + 1 < len(run.steps) and (i + 1) not in rec:
+            out.violations.append(
+                f"liveness: {tag} done, but step {i + 1} after the delay not taken"
+            )
+
+
+def _first_from(at: float, clock: str, zone: str) -> float:
+    """The explorer's own reading: the first whole minute from ``at`` at which the
+    zone's clock reads ``clock`` or later on some day (``explore.localtime``)."""
+    hours, minutes = (int(p) for p in clock.split(":"))
+    wall = localtime._wall(at, localtime._zone(zone)).date()
+    for offset in range(-1, 3):
+        t = localtime._first_reading(wall + timedelta(days=offset), time(hours, minutes), zone)
+        if t >= at:
+            return t
+    return math.inf
 
 
 async def _state(app: Kirim, run: Run, step: Branch, rec: dict[int, Any]) -> StepState | None:

@@ -18,7 +18,11 @@ Each step is a table with exactly one of ``send``, ``delay`` or ``branch``:
 - ``send = CHANNEL``: one delivery on a channel of the type, rendered from its
   templates when the event is recorded; ``name`` (default: the channel) is what a
   branch names it by.
-- ``delay = DURATION`` (``"90s"``, ``"1h"``, or seconds).
+- ``delay = DURATION`` (``"90s"``, ``"1h"``, or seconds), or ``delay = { until =
+  "09:00" }``: until the next 09:00 of the recipient's day, in their preferences'
+  ``timezone``; for a recipient without one, the step's ``zone`` (an IANA name;
+  default UTC). DST: a time the clocks skip fires at the jump, a repeated one at its
+  first occurrence (``kirim.day_time``).
 - ``branch = CONDITION``: on an earlier send step (``step = NAME``): ``sent``,
   ``delivered``, ``failed``, ``suppressed``, ``in_doubt``, and for the inbox
   ``read``, ``unread``, ``seen``, ``unseen``; or on the event's data:
@@ -36,7 +40,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from kirim.day_time import DayTime
 from kirim.errors import ConfigError
+from kirim.preferences import check_timezone
 from kirim.validation import DAY, BadValue, Number, require_duration
 
 #: the most steps a type may have
@@ -69,11 +75,19 @@ class Send:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delay:
+    """A wait of ``seconds``, or (``until``, then ``seconds`` is 0) until the next
+    ``until`` of the recipient's day, read in ``zone`` when the recipient has none."""
+
     seconds: float
     name: str
+    until: str | None = None
+    zone: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": "delay", "seconds": self.seconds, "name": self.name}
+        out: dict[str, Any] = {"kind": "delay", "seconds": self.seconds, "name": self.name}
+        if self.until is not None:
+            out.update(time_of_day=self.until, zone=self.zone)
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,7 +124,12 @@ def step_from_json(value: Mapping[str, Any]) -> Step:
     if kind == "send":
         return Send(channel=value["channel"], name=value["name"])
     if kind == "delay":
-        return Delay(seconds=float(value["seconds"]), name=value["name"])
+        return Delay(
+            seconds=float(value["seconds"]),
+            name=value["name"],
+            until=value.get("time_of_day"),
+            zone=value.get("zone"),
+        )
     return Branch(
         condition=value["condition"],
         name=value["name"],
@@ -163,6 +182,11 @@ def _step(item: Any, channels: Sequence[str], where: str, index: int) -> Step:
     if len(kinds) != 1:
         raise ConfigError(f"{where}: give exactly one of send, delay, branch")
     kind = kinds[0]
+    if kind == "delay" and "until" in item:
+        raise ConfigError(
+            f'{where}: a delay is a duration or until a time, not both: delay = "1h" or '
+            'delay = { until = "09:00" }'
+        )
     allowed = {"send": {"name"}, "delay": {"name"}, "branch": set(_BRANCH_KEYS)}[kind]
     bad = set(item) - allowed - {kind}
     if bad:
@@ -178,6 +202,8 @@ def _step(item: Any, channels: Sequence[str], where: str, index: int) -> Step:
                 f"({', '.join(channels)}): give its templates"
             )
         return Send(channel=channel, name=name or channel)
+    if kind == "delay" and isinstance(item["delay"], Mapping):
+        return _until(item["delay"], f"{where}.delay", name or f"delay{index}")
     if kind == "delay":
         try:
             seconds = require_duration(f"{where}.delay", item["delay"], DELAY_RULE)
@@ -185,6 +211,28 @@ def _step(item: Any, channels: Sequence[str], where: str, index: int) -> Step:
             raise ConfigError(str(exc)) from None
         return Delay(seconds=seconds, name=name or f"delay{index}")
     return _branch(item, where, name or f"branch{index}")
+
+
+def _until(spec: Mapping[str, Any], where: str, name: str) -> Delay:
+    """``delay = { until = "HH:MM", zone = "Europe/Berlin" }``."""
+    bad = set(spec) - {"until", "zone"}
+    if bad & {"seconds", "after", "for", "duration"}:
+        raise ConfigError(f"{where}: a delay is a duration or until a time, not both")
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(bad))} (until, zone)")
+    if "until" not in spec:
+        raise ConfigError(f'{where}: a delay table needs until = "HH:MM" (or: delay = "1h")')
+    try:
+        until = str(DayTime.parse(spec["until"], f"{where}.until"))
+        zone = spec.get("zone")
+        if zone is not None:
+            try:
+                zone = check_timezone(zone)
+            except BadValue as exc:
+                raise BadValue(f"{where}.zone", exc.reason) from None
+    except BadValue as exc:
+        raise ConfigError(str(exc)) from None
+    return Delay(seconds=0.0, name=name, until=until, zone=zone)
 
 
 _BRANCH_KEYS = ("name", "step", "field", "equals", "else", "on_doubt")

@@ -28,15 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kirim import runs
+from kirim import day_time, runs
 from kirim.errors import NotSettled, StoreError
 from kirim.keys import canonical_json
 from kirim.model import DeliveryStatus, Doubt
 from kirim.notify.steps import Branch, Delay, Send, step_from_json
 from kirim.runs import Run, RunClaim, RunStatus, RunStep, StepOutcome, StepState
-from kirim.store import transitions
+from kirim.store import recipients, transitions
 from kirim.store.retention import key_hash
 from kirim.store.sequence import TIME, Operation, Query
+from kirim.validation import BadValue
 
 #: seconds until a branch on a step not yet settled looks again
 RECHECK = 5.0
@@ -242,11 +243,11 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
             cursor += 1
             continue
         if isinstance(step, Delay):
-            until = now + step.seconds
-            yield from record(cursor, StepOutcome.WAITED, f"{step.seconds:g}s", until_at=until)
+            until, why = yield from _delay_end(run, step, now)
+            yield from record(cursor, StepOutcome.WAITED, why, until_at=until)
             cursor += 1
             next_at = until
-            if step.seconds > 0:
+            if until > now:
                 break
             continue
         decision = yield from _decide(run, step, deliveries)
@@ -289,6 +290,25 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
         updated_at=now,
     )
     return Advanced(run=after, recorded=tuple(recorded))
+
+
+def _delay_end(run: Run, step: Delay, now: float) -> Operation[tuple[float, str]]:
+    """When a delay that starts ``now`` ends, and its why: computed once, recorded
+    with the step (``until_at``), so the run's ``next_at`` never moves after; an
+    until-delay reads the recipient's time zone (their preferences'), else the step's,
+    else UTC (``kirim.day_time``)."""
+    if step.until is None:
+        return now + step.seconds, f"{step.seconds:g}s"
+    prefs = yield from recipients.preferences_of([run.recipient_id])
+    mine = prefs.get(run.recipient_id)
+    zone = day_time.zone_of(None if mine is None else mine.timezone, step.zone)
+    at = day_time.DayTime.parse(step.until)
+    try:
+        until = day_time.next_instant(now, at, zone)
+    except BadValue:  # a zone this host's tz database no longer knows: the step's
+        zone = day_time.zone_of(None, step.zone)
+        until = day_time.next_instant(now, at, zone)
+    return until, day_time.until_why(at, zone)
 
 
 def _insert_step(
