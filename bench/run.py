@@ -149,6 +149,10 @@ def main() -> int:
         [sys.executable, str(HERE / "http_bench.py"), "--requests", str(args.http_requests)],
         check=True,
     )
+    print("\n== Workflow runs to done, both deliveries sent (one worker) ==", flush=True)
+    runs = HERE / "runs.py"
+    subprocess.run([sys.executable, str(runs)], check=True)
+    subprocess.run([sys.executable, str(runs), "--postgres", args.database], check=True)
     return 0
 
 

@@ -1045,6 +1045,21 @@ async def test_op_advance_run(make_app, clock) -> None:
     assert (await app.store.counts())["deliveries"] == {"pending": 1}
 
 
+async def test_op_advance_runs(make_app, clock) -> None:
+    """Each claimed run advanced, in one transaction; a stale token's answer is None
+    and writes nothing; the answers in the order given."""
+    app = await make_app()
+    await app.store.start_runs([_new_run("a"), _new_run("b", "o2")], now=clock.now())
+    claims = await app.store.claim_runs(worker_id="w1", now=clock.now(), lease=10, limit=5)
+    pairs = [(c.run.id, c.token) for c in reversed(claims)] + [(claims[0].run.id, "stale")]
+    done = await app.store.advance_runs(pairs, now=clock.now())
+    assert [d is not None and d.run.id for d in done] == [c.run.id for c in reversed(claims)] + [
+        False
+    ]
+    assert (await app.store.counts())["deliveries"] == {"pending": 2}
+    assert await app.store.advance_runs([], now=clock.now()) == []
+
+
 async def test_op_cancel_run(make_app, clock) -> None:
     """A run is canceled with its step's delivery not yet sent; once."""
     app = await make_app()

@@ -967,6 +967,13 @@ class Workflows(Protocol):
         claim no longer holds, nothing written)."""
         ...
 
+    async def advance_runs(
+        self, claims: Sequence[tuple[int, str]], *, now: float
+    ) -> list[Advanced | None]:
+        """``advance_run`` of each (run id, token) claimed, in one transaction (one
+        commit for a batch); what one raises rolls back all of them."""
+        ...
+
     async def cancel_run(self, run_id: int, *, why: str, now: float) -> Canceled | None:
         """Cancel a run and its deliveries that may be canceled (None: no such run)."""
         ...

@@ -292,6 +292,19 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
     return Advanced(run=after, recorded=tuple(recorded))
 
 
+def advance_many(
+    claims: Sequence[tuple[int, str]], given: float
+) -> Operation[list[Advanced | None]]:
+    """``advance`` of each (run id, token), in one transaction, in run id order (the
+    lock order of every writer of runs: a cancellation takes them so too); the
+    answers in the order given."""
+    done: dict[int, Advanced | None] = {}
+    for i in sorted(range(len(claims)), key=lambda i: claims[i][0]):
+        run_id, token = claims[i]
+        done[i] = yield from advance(run_id, token, given)
+    return [done[i] for i in range(len(claims))]
+
+
 def _delay_end(run: Run, step: Delay, now: float) -> Operation[tuple[float, str]]:
     """When a delay that starts ``now`` ends, and its why: computed once, recorded
     with the step (``until_at``), so the run's ``next_at`` never moves after; an

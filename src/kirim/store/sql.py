@@ -503,6 +503,13 @@ class SQLStore:
     async def advance_run(self, run_id: int, token: str, *, now: float) -> flows.Advanced | None:
         return await self._op(flows.advance(run_id, token, now))
 
+    async def advance_runs(
+        self, claims: Sequence[tuple[int, str]], *, now: float
+    ) -> list[flows.Advanced | None]:
+        if not claims:
+            return []
+        return await self._op(flows.advance_many(claims, now))
+
     async def cancel_run(self, run_id: int, *, why: str, now: float) -> flows.Canceled | None:
         return await self._op(flows.cancel(run_id, why, now))
 

@@ -204,7 +204,7 @@ class Worker:
                         await self.topics.step_safely()
                 await self._runs.tick()
                 claimed = await self.claim_and_start()
-                if claimed:
+                if claimed or self._runs.more:  # more due: no wait for the poll interval
                     continue
                 if burst and not self._tasks and await self._nothing_left():
                     break
