@@ -111,7 +111,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     print(
-        f"{result['backend']}: {result['runs']} runs in {result['seconds']} s ({result['runs_per_s']}/s)"
+        f"{result['backend']}: {result['runs']} runs in {result['seconds']} s "
+        f"({result['runs_per_s']}/s)"
     )
 
 
