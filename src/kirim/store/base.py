@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
-    from kirim.topics import Subscription, TopicEvent, TopicInfo
+    from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
 SCHEMA_VERSION = 14
 
@@ -937,6 +937,11 @@ class Topics(Protocol):
 
     async def topic_events_expanding(self) -> int:
         """How many topic events are still expanding."""
+
+    async def topic_counts(self) -> TopicCounts:
+        """How many topics and live subscriptions, and topic events pending, expanding
+        and done (one snapshot)."""
+        ...
 
 
 class Workflows(Protocol):

@@ -60,7 +60,7 @@ from kirim.store.base import (
 )
 from kirim.store.feed_changes import FeedChanges
 from kirim.store.sequence import Operation
-from kirim.topics import Subscription, TopicEvent, TopicInfo
+from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
 T = TypeVar("T")
 
@@ -385,6 +385,9 @@ class SQLStore:
 
     async def topic_events_expanding(self) -> int:
         return await self._read(topics.expanding())
+
+    async def topic_counts(self) -> TopicCounts:
+        return await self._read(topics.counts(), snapshot=True)
 
     # -- recipients' preferences and addresses ------------------------------------
 

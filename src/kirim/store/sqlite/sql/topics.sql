@@ -97,3 +97,14 @@ WHERE id = :id AND lease_token = :token AND status = 'expanding' AND cursor IS :
 -- name: topic_events_expanding
 -- How many topic events are still expanding.
 SELECT count(*) AS n FROM kirim_topic_events WHERE status = 'expanding';
+
+-- name: topic_counts
+-- Topics, live subscriptions, and topic events pending (no batch yet), expanding, done.
+SELECT (SELECT count(*) FROM kirim_topics) AS topics,
+       (SELECT count(*) FROM kirim_topic_subscriptions WHERE removed_seq IS NULL)
+           AS subscriptions,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'expanding' AND batches = 0)
+           AS pending,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'expanding' AND batches > 0)
+           AS expanding,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'done') AS done;
