@@ -298,6 +298,10 @@ class SyncKirim:
         """``Kirim.topic_info``."""
         return self._run(self.app.topic_info(topic, recent=recent))
 
+    def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """``Kirim.latest_topic_events``."""
+        return self._run(self.app.latest_topic_events(limit=limit))
+
     def topic_counts(self) -> TopicCounts:
         """``Kirim.topic_counts``."""
         return self._run(self.app.topic_counts())

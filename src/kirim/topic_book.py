@@ -74,6 +74,11 @@ class TopicBook:
         nobody ever subscribed or sent to it)."""
         return await self.store.topic_info(check_topic(topic), recent=recent)
 
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """The latest events of every topic, newest first, each with its fan-out's
+        progress."""
+        return await self.store.latest_topic_events(limit=limit)
+
     async def topic_counts(self) -> TopicCounts:
         """How many topics and live subscriptions, and how many topic events are
         pending (no batch yet), expanding and done."""

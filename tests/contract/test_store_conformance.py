@@ -984,6 +984,16 @@ async def test_op_topic_events_expanding(make_app, clock) -> None:
     assert await app.store.topic_events_expanding() == 1
 
 
+async def test_op_latest_topic_events(make_app, clock) -> None:
+    """The latest events of every topic, newest first, up to the limit."""
+    app = await make_app()
+    assert await app.store.latest_topic_events() == []
+    for topic, event_id in (("t", "e1"), ("u", "e2"), ("t", "e3")):
+        await app.store.record_topic_event(topic, "ty", event_id, "{}", now=clock.now())
+    got = await app.store.latest_topic_events(limit=2)
+    assert [(e.topic, e.event_id) for e in got] == [("t", "e3"), ("u", "e2")]
+
+
 async def test_op_topic_counts(make_app, clock) -> None:
     """Topics, live subscriptions, and topic events pending (no batch yet), expanding
     (a batch done, more to come) and done."""

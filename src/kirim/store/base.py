@@ -900,6 +900,10 @@ class Topics(Protocol):
         """One topic, its subscriber count and its ``recent`` latest events."""
         ...
 
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """The latest events of every topic, newest first."""
+        ...
+
     async def record_topic_event(
         self, topic: str, type: str, event_id: str, data_json: str, *, now: float
     ) -> TopicEvent:

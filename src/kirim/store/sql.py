@@ -356,6 +356,9 @@ class SQLStore:
     async def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
         return await self._read(topics.topic_info(topic, recent), snapshot=True)
 
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        return await self._read(topics.latest_events(limit))
+
     async def record_topic_event(
         self, topic: str, type: str, event_id: str, data_json: str, *, now: float
     ) -> TopicEvent:

@@ -162,6 +162,12 @@ def topic_info(topic: str, recent: int) -> Operation[TopicInfo | None]:
     return _info(rows[0], [event_from(e) for e in events])
 
 
+def latest_events(limit: int) -> Operation[list[TopicEvent]]:
+    """The ``limit`` latest topic events of every topic, newest first."""
+    rows = yield Query("latest_topic_events", {"limit": limit})
+    return [event_from(r) for r in rows]
+
+
 def record_event(
     topic: str, type: str, event_id: str, data_json: str, given: float
 ) -> Operation[TopicEvent]:

@@ -65,6 +65,10 @@ FROM kirim_topics t WHERE t.topic = %(topic)s;
 -- The topic's latest events, newest first.
 SELECT * FROM kirim_topic_events WHERE topic = %(topic)s ORDER BY id DESC LIMIT %(limit)s;
 
+-- name: latest_topic_events
+-- The latest events of every topic, newest first.
+SELECT * FROM kirim_topic_events ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: find_topic_event
 -- The event of this type and id to this topic, if recorded.
 SELECT * FROM kirim_topic_events

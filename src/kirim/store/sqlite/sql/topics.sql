@@ -61,6 +61,10 @@ FROM kirim_topics t WHERE t.topic = :topic;
 -- The topic's latest events, newest first.
 SELECT * FROM kirim_topic_events WHERE topic = :topic ORDER BY id DESC LIMIT :limit;
 
+-- name: latest_topic_events
+-- The latest events of every topic, newest first.
+SELECT * FROM kirim_topic_events ORDER BY id DESC LIMIT :limit;
+
 -- name: find_topic_event
 -- The event of this type and id to this topic, if recorded.
 SELECT * FROM kirim_topic_events
