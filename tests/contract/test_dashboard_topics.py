@@ -122,3 +122,20 @@ async def test_one_topics_page_and_a_missing_one(app: Kirim) -> None:
         assert "No topic" in missing.text
         bad = await api.client.get("/dashboard/topics/%20", headers=ANON)
         assert bad.status_code == 404
+
+
+async def test_the_topics_pages_need_a_login_when_protected(app: Kirim) -> None:
+    """A protected dashboard sends a visitor without a token to the login form."""
+    await _seeded(app)
+    async with api_on(app, settings=ServeSettings(protect_dashboard=True)) as api:
+        for path in ("/dashboard/topics", "/dashboard/topics/news"):
+            page = await api.client.get(path, headers=ANON)
+            assert page.status_code == 303
+            assert page.headers["location"].startswith("/dashboard/login?next=")
+            assert (await api.client.get(path)).status_code == 200  # the bearer token
+
+
+async def test_the_topics_page_refuses_a_host_it_does_not_answer(app: Kirim) -> None:
+    """An unprotected dashboard answers only the names of ``allowed_hosts``."""
+    async with api_on(app, settings=ServeSettings(allowed_hosts=("kirim.internal",))) as api:
+        assert (await api.client.get("/dashboard/topics", headers=ANON)).status_code == 403

@@ -147,3 +147,15 @@ def test_status_shows_the_topics_at_a_glance_and_one_topic(db: str) -> None:
     assert as_json == json.loads(kirim(db, "topics", "show", "p", "--json").output)
     assert kirim(db, "status", "topic:nothing").exit_code == 1
     assert kirim(db, "status", "topic:").exit_code == 2
+
+
+def test_a_key_that_begins_with_topic_is_reached_as_key(db: str) -> None:
+    """`kirim status topic:x` is the topic; the delivery keyed ``topic:x`` is
+    `kirim status key:topic:x`."""
+    made = kirim(db, "send", "--event", "e", "--recipient", "r", "--channel", "push",
+                 "--key", "topic:x", "--payload", "{}")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert kirim(db, "status", "topic:x").exit_code == 1  # no topic x
+    found = kirim(db, "status", "key:topic:x", "--json")
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.output)["idempotency_key"] == "topic:x"

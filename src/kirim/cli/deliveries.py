@@ -132,8 +132,9 @@ def status(state: State, key_or_id: str | None, as_json: bool) -> None:
     A missing delivery exits 1. JSON times are ISO-8601 UTC strings.
     run:N shows a workflow run as its steps; topic:T a topic, its subscriber
     count and its latest fan-outs (pending, expanding or done, how far each
-    got). Without KEY_OR_ID: the topics at a glance (how many topics and
-    subscriptions, topic events pending fan-out, expanding and done).
+    got); a key that begins so is key:K. Without KEY_OR_ID: the topics at a
+    glance (how many topics and subscriptions, topic events pending fan-out,
+    expanding and done).
 
     \b
     Examples:
