@@ -32,7 +32,7 @@ from kirim.runs import Run
 from kirim.store.base import ActivityBucket, CallbackResult, NewDelivery
 from kirim.store.flows import Canceled
 from kirim.sync_connection import async_view
-from kirim.topics import Subscription, TopicEvent, TopicInfo
+from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 from kirim.worker import Worker, WorkerSettings
 from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.stats import WorkerStats
@@ -297,6 +297,14 @@ class SyncKirim:
     def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
         """``Kirim.topic_info``."""
         return self._run(self.app.topic_info(topic, recent=recent))
+
+    def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """``Kirim.latest_topic_events``."""
+        return self._run(self.app.latest_topic_events(limit=limit))
+
+    def topic_counts(self) -> TopicCounts:
+        """``Kirim.topic_counts``."""
+        return self._run(self.app.topic_counts())
 
     def notify_topic(
         self, type: str, topic: str, data: Mapping[str, Any], *, event_id: str

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kirim.errors import InvalidNotification
 from kirim.notify import fanout
 from kirim.preferences import check_recipient_id
-from kirim.topics import Subscription, TopicEvent, TopicInfo, check_topic
+from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo, check_topic
 from kirim.validation import BadValue
 
 if TYPE_CHECKING:
@@ -73,6 +73,16 @@ class TopicBook:
         """The topic, its subscriber count and its ``recent`` latest events (None:
         nobody ever subscribed or sent to it)."""
         return await self.store.topic_info(check_topic(topic), recent=recent)
+
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """The latest events of every topic, newest first, each with its fan-out's
+        progress."""
+        return await self.store.latest_topic_events(limit=limit)
+
+    async def topic_counts(self) -> TopicCounts:
+        """How many topics and live subscriptions, and how many topic events are
+        pending (no batch yet), expanding and done."""
+        return await self.store.topic_counts()
 
     async def notify_topic(
         self, type: str, topic: str, data: Mapping[str, Any], *, event_id: str

@@ -33,10 +33,12 @@ from kirim.views import iso
 __all__ = [
     "EDGES",
     "Subscription",
+    "TopicCounts",
     "TopicEvent",
     "TopicEventStatus",
     "TopicInfo",
     "check_topic",
+    "progress",
 ]
 
 
@@ -60,6 +62,14 @@ EDGES: frozenset[tuple[TopicEventStatus | None, TopicEventStatus]] = frozenset(
 def is_edge(source: TopicEventStatus | None, target: TopicEventStatus) -> bool:
     """Whether a topic event may go from ``source`` to ``target``."""
     return (source, target) in EDGES
+
+
+def progress(event: TopicEvent) -> str:
+    """Where the event's fan-out is, as an operator reads it: ``pending`` (expanding, no
+    batch committed yet), ``expanding`` (a batch or more, more to come) or ``done``."""
+    if event.status is TopicEventStatus.DONE:
+        return "done"
+    return "expanding" if event.batches else "pending"
 
 
 def check_topic(topic: object) -> str:
@@ -154,4 +164,25 @@ class TopicInfo:
             "subscribers": self.subscribers,
             "created_at": iso(self.created_at),
             "recent": [e.to_json() for e in self.recent],
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicCounts:
+    """The topics of the ledger at a glance (``kirim status topics``, the dashboard's
+    topics page): how many topics and live subscriptions, and where the topic events'
+    fan-outs are. An event still ``expanding`` is *pending* until its first batch
+    commits (no subscriber fanned out to yet), then *expanding*."""
+
+    topics: int
+    subscriptions: int
+    pending: int
+    expanding: int
+    done: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "topics": self.topics,
+            "subscriptions": self.subscriptions,
+            "events": {"pending": self.pending, "expanding": self.expanding, "done": self.done},
         }

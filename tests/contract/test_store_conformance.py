@@ -985,6 +985,48 @@ async def test_op_topic_events_expanding(make_app, clock) -> None:
     assert await app.store.topic_events_expanding() == 1
 
 
+async def test_op_latest_topic_events(make_app, clock) -> None:
+    """The latest events of every topic, newest first, up to the limit."""
+    app = await make_app()
+    assert await app.store.latest_topic_events() == []
+    for topic, event_id in (("t", "e1"), ("u", "e2"), ("t", "e3")):
+        await app.store.record_topic_event(topic, "ty", event_id, "{}", now=clock.now())
+    got = await app.store.latest_topic_events(limit=2)
+    assert [(e.topic, e.event_id) for e in got] == [("t", "e3"), ("u", "e2")]
+
+
+async def test_op_topic_counts(make_app, clock) -> None:
+    """Topics, live subscriptions, and topic events pending (no batch yet), expanding
+    (a batch done, more to come) and done."""
+    app = await make_app()
+    none = await app.store.topic_counts()
+    assert (none.topics, none.subscriptions, none.pending, none.expanding, none.done) == (
+        0, 0, 0, 0, 0,
+    )  # fmt: skip
+    for who in ("a", "b", "c"):
+        await app.store.subscribe("t", who, now=clock.now())
+    await app.store.unsubscribe("t", "c", now=clock.now())
+    await app.store.subscribe("u", "a", now=clock.now())
+    for event_id in ("e1", "e2", "e3"):
+        await app.store.record_topic_event("t", "ty", event_id, "{}", now=clock.now())
+    first = await app.store.claim_topic_event(worker_id="w1", now=clock.now(), lease=LEASE)
+    assert first is not None
+    assert first.lease_token is not None
+    args = {"now": clock.now(), "lease": LEASE}
+    await app.store.expand_topic_batch(first, first.lease_token, ["a"], [], last=False, **args)
+    second = await app.store.claim_topic_event(worker_id="w2", now=clock.now(), lease=LEASE)
+    assert second is not None
+    assert second.lease_token is not None
+    assert second.id != first.id
+    await app.store.expand_topic_batch(second, second.lease_token, ["a"], [], last=True, **args)
+    got = await app.store.topic_counts()
+    assert got.to_json() == {
+        "topics": 2,
+        "subscriptions": 3,
+        "events": {"pending": 1, "expanding": 1, "done": 1},
+    }
+
+
 # -- workflow runs (kirim.store.flows) ------------------------------------------------
 
 

@@ -1,20 +1,41 @@
 """The workflow workload (``kirim.explore.flows``): its invariants hold over its
-seeds, it reaches what it claims to draw, and a run that skips the branch record is
-caught within 200 seeds."""
+seeds, on SQLite and on PostgreSQL (a bounded lane), it reaches what it claims to
+draw, its saved worlds (tests/explore/seeds/flows/) still reach the edge each was kept
+for, and a run that skips the branch record is caught within 200 seeds."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 import kirim.store.flows
 from kirim.explore import flows
 from kirim.explore.flows import FLOW_KNOBS, FlowWorld
 
 BUDGET = range(int(os.environ.get("KIRIM_FLOWS_BUDGET", "60")))
+#: the PostgreSQL lane's seeds (slower: a database per seed)
+PG_BUDGET = range(int(os.environ.get("KIRIM_FLOWS_PG_BUDGET", "10")))
+SAVED = sorted((Path(__file__).parent / "seeds" / "flows").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> str:
+    """The PostgreSQL server's admin URL (tests/pg.py: skipped without one, failed in
+    CI)."""
+    import pg
+
+    why = pg.reachable()
+    if why is not None:
+        if pg.in_ci():
+            pytest.fail(f"CI is set and PostgreSQL is required: {why}")
+        pytest.skip(f"no PostgreSQL at {pg.ADMIN_URL}: {why}")
+    return pg.ADMIN_URL
 
 
 def test_every_flow_knob_takes_more_than_one_value() -> None:
@@ -136,3 +157,81 @@ def test_mutation_until_in_the_wrong_zone_is_caught(monkeypatch: pytest.MonkeyPa
         if any(v.startswith("delay_end") for v in result.violations):
             return
     pytest.fail("an until-delay in the wrong zone was not caught within 200 seeds")
+
+
+def test_the_invariants_hold_on_postgresql(pg_server: str) -> None:
+    """The same worlds on PostgreSQL (a throw-away database each, copied from a
+    migrated template): no violation, and the runs end as they do on SQLite."""
+    results = flows.run_seeds(PG_BUDGET, database=pg_server)
+    assert [(r.seed, r.violations) for r in results if r.violations] == []
+    on_sqlite = flows.run_seeds(PG_BUDGET)
+    assert [sorted(r.reached) for r in results] == [sorted(r.reached) for r in on_sqlite]
+
+
+def test_the_mutation_is_caught_on_postgresql(
+    pg_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A branch decided but not recorded is caught on PostgreSQL too, within the lane."""
+
+    def skipped(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return True
+        yield  # a generator that yields nothing
+
+    monkeypatch.setattr(kirim.store.flows, "record_decision", skipped)
+    results = flows.run_seeds(PG_BUDGET, database=pg_server)
+    assert any(v.startswith("one_path") for r in results for v in r.violations)
+
+
+def test_kirim_explore_runs_the_flows_workload_on_postgresql(pg_server: str) -> None:
+    """``kirim explore --workload flows --database postgresql://…`` plays the seeds
+    there and says so in its summary."""
+    from kirim.explore.command import explore
+
+    done = CliRunner().invoke(
+        explore, ["--workload", "flows", "--seeds", "3", "--database", pg_server, "--json"]
+    )
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.output) == {"seeds": 3, "failed": []}
+    nowhere = "postgresql://postgres@127.0.0.1:9/none"  # never a silent run on SQLite
+    failed = CliRunner().invoke(
+        explore, ["--workload", "flows", "--seeds", "1", "--database", nowhere]
+    )
+    assert failed.exit_code != 0
+
+
+def test_flows_database_must_be_postgresql() -> None:
+    """A --database that is not a PostgreSQL URL is a usage error for the flows lane."""
+    from kirim.explore.command import explore
+
+    done = CliRunner().invoke(
+        explore, ["--workload", "flows", "--seeds", "1", "--database", "sqlite:///x.db"]
+    )
+    assert done.exit_code == 2
+    assert "postgresql://" in done.output
+
+
+@pytest.mark.parametrize("path", SAVED, ids=[p.stem for p in SAVED])
+def test_saved_world_holds_and_reaches_its_edge(path: Path) -> None:
+    """A saved world (its drawn values, so it plays the same however ``draw`` changes)
+    violates nothing and still reaches what it was kept for."""
+    saved = json.loads(path.read_text())
+    world = FlowWorld.from_json(saved["world"])
+    assert world.to_json() == saved["world"]
+    assert saved["why"]
+    (result,) = flows.run_worlds([world])
+    assert result.violations == []
+    assert set(saved["reaches"]) <= result.reached, sorted(result.reached)
+
+
+def test_saved_worlds_hold_on_postgresql(pg_server: str) -> None:
+    """The saved worlds on PostgreSQL: no violation, the same edges reached."""
+    saved = [json.loads(p.read_text()) for p in SAVED]
+    results = flows.run_worlds([FlowWorld.from_json(s["world"]) for s in saved], database=pg_server)
+    for s, result in zip(saved, results, strict=True):
+        assert result.violations == []
+        assert set(s["reaches"]) <= result.reached
+
+
+def test_there_are_saved_worlds() -> None:
+    """The flows workload keeps saved worlds (a glob that finds none tests nothing)."""
+    assert len(SAVED) >= 5

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 import kirim.store.topics
 from kirim.explore.scenario import Settings, run_schedule
-from kirim.explore.topics import NAME, TopicSend
+from kirim.explore.topics import COUNTS, NAME, TopicSend
 from kirim.explore.world import World
 from kirim.store.sequence import Operation, Query
-from kirim.topics import TopicEvent
+from kirim.topics import TopicCounts, TopicEvent
 
 #: the worlds with a topic workload among the first seeds
 TOPIC_SEEDS = [s for s in range(400) if World.draw(s).topics is not None]
@@ -74,3 +75,24 @@ def test_mutation_fan_out_done_after_its_first_batch_is_caught(
 
     monkeypatch.setattr(kirim.store.topics, "expand_batch", done_early)
     assert _caught([s for s in TOPIC_SEEDS if s < 200]) is not None
+
+
+def test_mutation_topic_counts_miss_topics_without_subscribers_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counts an operator is shown (``kirim status``, the dashboard) that leave out a
+    topic whose subscribers all left, or one only sent to, are caught
+    (``topic_counts_true``) within 200 seeds."""
+    original = kirim.store.topics.counts
+
+    def lying() -> Operation[TopicCounts]:
+        got = yield from original()
+        rows = yield Query("list_topics", {"limit": 10_000})
+        return replace(got, topics=sum(1 for r in rows if int(r["subscribers"]) > 0))
+
+    monkeypatch.setattr(kirim.store.topics, "counts", lying)
+    for seed in [s for s in TOPIC_SEEDS if s < 200]:
+        outcome = run_schedule(Settings.draw(seed, workload="full"))
+        if any(v.name == COUNTS for v in outcome.violations):
+            return
+    pytest.fail("topic counts that miss topics were not caught within 200 seeds")

@@ -98,3 +98,64 @@ def test_every_topics_command_has_help_with_an_example() -> None:
         done = CliRunner().invoke(main, ["topics", name, "--help"])
         assert done.exit_code == 0
         assert "Example" in done.output, name
+
+
+def test_status_shows_the_topics_at_a_glance_and_one_topic(db: str) -> None:
+    """`kirim status` without a delivery counts topics, subscriptions and topic events
+    pending fan-out, expanding and done; `kirim status topic:T` shows one topic with
+    each fan-out's progress."""
+    kirim(db, "topics", "subscribe", "p", "u-1", "u-2")
+    kirim(db, "topics", "subscribe", "q", "u-1")
+
+    async def send() -> None:
+        app = Kirim(load_config("kirim.toml", database=db))
+        await app.open()
+        try:
+            for event_id in ("e-1", "e-2"):
+                await app.notify_topic("news", "p", {"title": "hi"}, event_id=event_id)
+            now = app.clock.now()
+            got = await app.store.claim_topic_event(worker_id="w", now=now, lease=30.0)
+            assert got is not None
+            assert got.lease_token is not None
+            items = await app.plan_topic_batch(got, ["u-1", "u-2"])
+            await app.store.expand_topic_batch(
+                got, got.lease_token, ["u-1", "u-2"], items, last=True, now=now, lease=30.0
+            )
+        finally:
+            await app.close()
+
+    asyncio.run(send())
+    shown = kirim(db, "status")
+    assert shown.exit_code == 0, shown.output
+    assert "topics         2" in shown.output
+    assert "subscriptions  3" in shown.output
+    assert "1 pending fan-out, 0 expanding, 1 done" in shown.output
+    data = json.loads(kirim(db, "status", "--json").output)
+    assert data == {
+        "topics": {
+            "topics": 2,
+            "subscriptions": 3,
+            "events": {"pending": 1, "expanding": 0, "done": 1},
+        }
+    }
+    one = kirim(db, "status", "topic:p")
+    assert one.exit_code == 0, one.output
+    assert "subscribers  2" in one.output
+    assert "e-2  pending  0 recipients in 0 batches" in one.output
+    assert "e-1  done  2 recipients in 1 batches" in one.output
+    as_json = json.loads(kirim(db, "status", "topic:p", "--json").output)
+    assert as_json == json.loads(kirim(db, "topics", "show", "p", "--json").output)
+    assert kirim(db, "status", "topic:nothing").exit_code == 1
+    assert kirim(db, "status", "topic:").exit_code == 2
+
+
+def test_a_key_that_begins_with_topic_is_reached_as_key(db: str) -> None:
+    """`kirim status topic:x` is the topic; the delivery keyed ``topic:x`` is
+    `kirim status key:topic:x`."""
+    made = kirim(db, "send", "--event", "e", "--recipient", "r", "--channel", "push",
+                 "--key", "topic:x", "--payload", "{}")  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert kirim(db, "status", "topic:x").exit_code == 1  # no topic x
+    found = kirim(db, "status", "key:topic:x", "--json")
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.output)["idempotency_key"] == "topic:x"

@@ -18,7 +18,8 @@ from kirim.model import DeliveryStatus, RecordFilter
 from kirim.operations import Page, not_found
 from kirim.store.imports import IMPORTED
 from kirim.text import visible
-from kirim.validation import MAX_ID
+from kirim.topics import check_topic
+from kirim.validation import MAX_ID, BadValue
 from kirim.views import iso
 
 
@@ -117,10 +118,10 @@ def send(
 
 
 @click.command()
-@click.argument("key_or_id")
+@click.argument("key_or_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
-def status(state: State, key_or_id: str, as_json: bool) -> None:
+def status(state: State, key_or_id: str | None, as_json: bool) -> None:
     """Show one delivery, its job and every attempt as a timeline.
 
     KEY_OR_ID is the delivery's idempotency key, else its id, else the event id
@@ -129,6 +130,11 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
     id, nor an id for such a key). An event with several deliveries (one per
     recipient and channel) shows each, newest first (--json: a list of them).
     A missing delivery exits 1. JSON times are ISO-8601 UTC strings.
+    run:N shows a workflow run as its steps; topic:T a topic, its subscriber
+    count and its latest fan-outs (pending, expanding or done, how far each
+    got); a key that begins so is key:K. Without KEY_OR_ID: the topics at a
+    glance (how many topics and subscriptions, topic events pending fan-out,
+    expanding and done).
 
     \b
     Examples:
@@ -138,8 +144,22 @@ def status(state: State, key_or_id: str, as_json: bool) -> None:
       kirim status event:order-48291
       kirim status order-48291-push --json | jq '.attempts[].status'
       kirim status run:7           # a workflow run's steps (kirim run show 7)
+      kirim status topic:project:42  # a topic (kirim topics show project:42)
+      kirim status --json          # the topics at a glance
     """
     state.setup_logging()
+    if key_or_id is None or key_or_id.startswith("topic:"):  # topics (kirim.cli.topics)
+        from kirim.cli.topics import show_counts, show_topic
+
+        if key_or_id is None:
+            show_counts(state, as_json)
+            return
+        try:
+            name = check_topic(key_or_id[6:])
+        except BadValue as exc:
+            raise click.BadParameter(f"topic:T: {exc.reason}", param_hint="KEY_OR_ID") from None
+        show_topic(state, name, 10, as_json)
+        return
     if key_or_id.startswith("run:"):  # a workflow run, as its steps (kirim.cli.runs)
         from kirim.cli.runs import show_run
 

@@ -9,7 +9,7 @@ from kirim import limits
 from kirim.cli import params, render, runner
 from kirim.cli.runner import State, pass_state
 from kirim.text import visible
-from kirim.topics import Subscription, TopicInfo
+from kirim.topics import Subscription, TopicCounts, TopicInfo, progress
 from kirim.views import iso
 
 
@@ -139,10 +139,15 @@ def show_cmd(state: State, topic: str, recent: int, as_json: bool) -> None:
     Example:
       kirim topics show project:42
     """
+    show_topic(state, topic, recent, as_json)
+
+
+def show_topic(state: State, topic: str, recent: int, as_json: bool) -> None:
+    """``kirim topics show`` (and ``kirim status topic:NAME``)."""
     state.setup_logging()
 
     async def go() -> TopicInfo | None:
-        async with state.app() as app:
+        async with state.app(read_only=True) as app:
             return await app.topic_info(topic, recent=recent)
 
     info = runner.run(go)
@@ -158,7 +163,27 @@ def show_cmd(state: State, topic: str, recent: int, as_json: bool) -> None:
     for i, e in enumerate(info.recent):
         head = "fan-outs" if i == 0 else ""
         line = (
-            f"{head:<12} #{e.id} {e.type} {e.event_id}  {e.status}  "
+            f"{head:<12} #{e.id} {e.type} {e.event_id}  {progress(e)}  "
             f"{e.recipients} recipients in {e.batches} batches  (at {iso(e.created_at)})"
         )
         click.echo(visible(line))
+
+
+def show_counts(state: State, as_json: bool) -> None:
+    """``kirim status`` without a delivery: the topics at a glance."""
+    state.setup_logging()
+
+    async def go() -> TopicCounts:
+        async with state.app(read_only=True) as app:
+            return await app.topic_counts()
+
+    counts = runner.run(go)
+    if as_json:
+        render.emit_json({"topics": counts.to_json()})
+        return
+    click.echo(f"topics         {counts.topics}")
+    click.echo(f"subscriptions  {counts.subscriptions}")
+    click.echo(
+        f"topic events   {counts.pending} pending fan-out, {counts.expanding} expanding, "
+        f"{counts.done} done"
+    )

@@ -152,7 +152,8 @@ def _factory(spec: str | None) -> Any:
     "and digests, preferences and quiet hours that change, workers that differ, "
     "operator retries, cancels, reconciles and prunes (full; adds the checks of "
     "kirim.explore.checks, liveness among them); or workflow runs with steps, delays, "
-    "branches, crashes and cancellations (flows: kirim.explore.flows, SQLite).",
+    "branches, crashes and cancellations (flows: kirim.explore.flows; SQLite, or "
+    "PostgreSQL with --database).",
 )
 @click.option(
     "--database",
@@ -246,7 +247,12 @@ def explore(
                 click.echo(f"VIOLATION {v}")
         raise SystemExit(1 if outcome.violations else 0)
     if workload == "flows":  # workflow runs (kirim.explore.flows), a world per seed
-        raise SystemExit(_flows(range(start, start + seeds), as_json))
+        if database is not None and not database.startswith(("postgresql://", "postgres://")):
+            raise click.BadParameter(
+                "the flows lane takes a PostgreSQL server (postgresql://…)",
+                param_hint="--database",
+            )
+        raise SystemExit(_flows(range(start, start + seeds), as_json, database))
     if provider_factory is not None:
         _factory(provider_factory)  # fail early on a bad spec
     fixed: dict[str, Any] = {
@@ -301,13 +307,14 @@ def explore(
     raise SystemExit(1 if summary.failing else 0)
 
 
-def _flows(seeds: range, as_json: bool) -> int:
-    """``--workload flows``: each seed's world played and checked; 1 on a violation."""
+def _flows(seeds: range, as_json: bool, database: str | None) -> int:
+    """``--workload flows``: each seed's world played and checked (on SQLite, or with
+    ``--database`` on PostgreSQL); 1 on a violation."""
     from kirim.explore import flows
     from kirim.observe.logging import configure
 
     configure(fmt="logfmt", level="error")  # the workers' own warnings: not the report
-    results = flows.run_seeds(seeds)
+    results = flows.run_seeds(seeds, database=database)
     bad = [r for r in results if r.violations]
     if as_json:
         shown = [{"seed": r.seed, "violations": r.violations, "reported": r.reported} for r in bad]

@@ -26,6 +26,13 @@ asked:
   unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported);
   a run past a delay took its next step.
 
+A world plays on a fresh SQLite file, or (``run_seeds(database=...)``, ``kirim explore
+--workload flows --database postgresql://…``) on a throw-away PostgreSQL database
+copied from a migrated template (``kirim.explore.pglane.PostgresDatabase``). Worlds
+worth keeping (one that once failed, one that reaches an edge) are saved as their
+drawn values (``FlowWorld.to_json``, tests/explore/seeds/flows/), so they play the
+same world however ``draw`` changes.
+
 ``FLOW_KNOBS`` names what a world draws; ``tests/explore/test_flows.py`` checks each
 takes more than one value over its seeds, and the mutation checks (the branch record
 skipped) are caught within 200 seeds.
@@ -185,6 +192,51 @@ class FlowWorld:
             start=rng.choice(STARTS) if until else START,
         )
 
+    def to_json(self) -> dict[str, Any]:
+        """The world's drawn values (a saved seed; ``from_json`` reads it back)."""
+        return {
+            "seed": self.seed,
+            "first": self.first,
+            "delay": self.delay,
+            "condition": self.condition,
+            "on_doubt": self.on_doubt,
+            "with_else": self.with_else,
+            "cancel_on": self.cancel_on,
+            "on_unknown": str(self.on_unknown),
+            "script": list(self.script),
+            "recipients": self.recipients,
+            "race_cancel": self.race_cancel,
+            "actions": [[kind, who] for kind, who in self.actions],
+            "cancel_via": self.cancel_via,
+            "until": self.until,
+            "until_zone": self.until_zone,
+            "zones": list(self.zones),
+            "start": self.start,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FlowWorld:
+        """The world ``to_json`` gave."""
+        return cls(
+            seed=int(data["seed"]),
+            first=str(data["first"]),
+            delay=float(data["delay"]),
+            condition=str(data["condition"]),
+            on_doubt=str(data["on_doubt"]),
+            with_else=bool(data["with_else"]),
+            cancel_on=bool(data["cancel_on"]),
+            on_unknown=OnUnknown(data["on_unknown"]),
+            script=tuple(str(x) for x in data["script"]),
+            recipients=int(data["recipients"]),
+            race_cancel=bool(data["race_cancel"]),
+            actions=tuple((str(kind), int(who)) for kind, who in data["actions"]),
+            cancel_via=str(data.get("cancel_via", "library")),
+            until=data.get("until"),
+            until_zone=data.get("until_zone"),
+            zones=tuple(data.get("zones", ())),
+            start=float(data.get("start", START)),
+        )
+
     def type(self) -> NotificationType:
         branch: dict[str, Any] = {"branch": self.condition, "on_doubt": self.on_doubt}
         if self.condition == "data":
@@ -246,10 +298,18 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     reported: list[str] = field(default_factory=list)
     runs: int = 0
+    #: what the world reached: ``run:<status>``, ``step:<outcome>``,
+    #: ``branch:<condition>:<outcome>``, ``cancel:left`` /
+    #: ``cancel:held`` (a cancellation that named a delivery it could not simply
+    #: cancel), ``waits_in_doubt`` (a saved seed says what it must still reach)
+    reached: set[str] = field(default_factory=set)
 
 
-async def run_world(world: FlowWorld, directory: Path) -> Outcome:
-    """Play ``world`` on a fresh SQLite file in ``directory``; its ``Outcome``."""
+async def run_world(
+    world: FlowWorld, directory: Path, *, database_url: str | None = None
+) -> Outcome:
+    """Play ``world`` on a fresh SQLite file in ``directory`` (or on the empty database
+    ``database_url``); its ``Outcome``."""
     clock = Clock(world.start)
     email = Provider(clock, list(world.script))
     sms = Provider(clock, [])
@@ -258,7 +318,8 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
         "email": Channel(name="email", provider=email, on_unknown=world.on_unknown),
         "sms": Channel(name="sms", provider=sms),
     }
-    config = Config(database=f"sqlite:///{directory / 'flows.db'}", max_attempts=3)
+    url = database_url or f"sqlite:///{directory / 'flows.db'}"
+    config = Config(database=url, max_attempts=3)
     app = Kirim(config, channels=channels, clock=clock, types=[world.type(), DONE])
     await app.open(migrate=True)
     out = Outcome(seed=world.seed)
@@ -439,6 +500,13 @@ async def _check(
 ) -> None:
     tag = f"run {run.id}"
     rec = {s.index: s for s in run.recorded}
+    out.reached.add(f"run:{run.status}")
+    out.reached.update(f"step:{s.outcome}" for s in run.recorded)
+    out.reached.update(
+        f"branch:{step.condition}:{s.outcome}"
+        for s in run.recorded
+        if isinstance(step := run.steps[s.index], Branch)
+    )
     # one_path: walk the steps as the recorded decisions say
     on_path: set[int] = set()
     i = 0
@@ -485,6 +553,9 @@ async def _check(
     for at, c in cancels:
         if c.run.id != run.id or not c.changed:
             continue
+        out.reached.update(
+            k for k, named in (("cancel:left", c.left), ("cancel:held", c.held)) if named
+        )
         named = set(c.left) | set(c.held)
         for j, r in rec.items():
             if r.at > at:
@@ -505,6 +576,7 @@ async def _check(
             state = await _state(app, run, step, rec)
             if state is not None and in_doubt(state):
                 out.reported.append(f"{tag} waits on a step in doubt (on_doubt = wait)")
+                out.reached.add("waits_in_doubt")
                 return
         out.violations.append(f"liveness: {tag} still waits at step {run.cursor}")
 
@@ -605,13 +677,28 @@ async def _decided_right(
         )
 
 
-def run_seeds(seeds: Iterable[int]) -> list[Outcome]:
-    """Each seed's world played and checked (a fresh database each)."""
+def run_seeds(seeds: Iterable[int], *, database: str | None = None) -> list[Outcome]:
+    """Each seed's world played and checked (a fresh database each: a SQLite file, or
+    with ``database``, a PostgreSQL server, a throw-away database there)."""
+    return run_worlds((FlowWorld.draw(seed) for seed in seeds), database=database)
+
+
+def run_worlds(worlds: Iterable[FlowWorld], *, database: str | None = None) -> list[Outcome]:
+    """Each world played and checked, as ``run_seeds`` does."""
     results = []
-    for seed in seeds:
+    for world in worlds:
         with tempfile.TemporaryDirectory(prefix="kirim-flows-") as tmp:
-            results.append(asyncio.run(run_world(FlowWorld.draw(seed), Path(tmp))))
+            if database is None:
+                results.append(asyncio.run(run_world(world, Path(tmp))))
+                continue
+            from kirim.explore.pglane import PostgresDatabase
+
+            db = PostgresDatabase(database)
+            try:
+                results.append(asyncio.run(run_world(world, Path(tmp), database_url=db.url)))
+            finally:
+                db.dispose()
     return results
 
 
-__all__ = ["FLOW_KNOBS", "FlowWorld", "Outcome", "run_seeds", "run_world"]
+__all__ = ["FLOW_KNOBS", "FlowWorld", "Outcome", "run_seeds", "run_world", "run_worlds"]

@@ -25,6 +25,11 @@ the event's commit (``TopicTruth``).
 - no (event, recipient, channel, address) has two deliveries (a batch done twice
   adds nothing);
 - an event given again is answered with the event first recorded, not created.
+
+``topic_counts_true`` judges what an operator is shown (``kirim status``, the
+dashboard's topics page: ``Store.topic_counts``) once every fan-out is done: as many
+topics as the driver touched (subscribed to, or sent to), as many live subscriptions
+as its model holds, every topic event done and none pending or expanding.
 """
 
 from __future__ import annotations
@@ -38,8 +43,10 @@ from typing import Any
 
 from kirim.explore.faults import Fault
 from kirim.explore.invariants import Ledger, Violation
+from kirim.topics import TopicCounts
 
 NAME = "topic_fanout_exactly_once"
+COUNTS = "topic_counts_true"
 TOPICS = ("project:1", "project:2")
 
 
@@ -178,6 +185,12 @@ class EventRecord:
 @dataclass(slots=True)
 class TopicTruth:
     events: list[EventRecord] = field(default_factory=list)
+    #: the topics the driver subscribed to or sent to (each has its row)
+    touched: set[str] = field(default_factory=set)
+    #: what ``Store.topic_counts`` said once every fan-out was done, and the driver's
+    #: model of the live subscriptions then (None: the run ended first)
+    counts: TopicCounts | None = None
+    live: int = 0
 
 
 class TopicDriver:
@@ -194,6 +207,7 @@ class TopicDriver:
             if step.on:
                 await app.subscribe(step.topic, step.recipient)
                 self.model[step.topic].add(step.recipient)
+                self.truth.touched.add(step.topic)
             else:
                 await app.unsubscribe(step.topic, step.recipient)
                 self.model[step.topic].discard(step.recipient)
@@ -204,6 +218,7 @@ class TopicDriver:
             step.type, step.topic, dict(step.data), event_id=step.event_id
         )
         expected = frozenset(self.model[step.topic])
+        self.truth.touched.add(step.topic)
         self.truth.events.append(
             EventRecord(step=step, expected=expected, id=event.id, created=event.created)
         )
@@ -217,6 +232,8 @@ class TopicDriver:
         """Until every fan-out is done (the run's bound judges one that never is)."""
         while await app.store.topic_events_expanding():  # noqa: ASYNC110 (polls the store)
             await asyncio.sleep(1.0)
+        self.truth.counts = await app.store.topic_counts()
+        self.truth.live = sum(len(m) for m in self.model.values())
 
 
 def pace(plan: TopicsPlan) -> Callable[[Any, Sequence[str]], Any]:
@@ -293,4 +310,19 @@ def check_topics(
                     detail=f"{event_id} to {topic}: {who} not subscribed, got {channel}",
                 )
             )
+    out += _counts(truth, len(firsts))
     return out
+
+
+def _counts(truth: TopicTruth, events: int) -> list[Violation]:
+    """``topic_counts_true`` (the module's text); ``events``: the distinct events."""
+    got = truth.counts
+    if got is None:
+        return []
+    want = TopicCounts(
+        topics=len(truth.touched), subscriptions=truth.live, pending=0, expanding=0, done=events
+    )
+    if got == want:
+        return []
+    detail = f"the operator is shown {got.to_json()}, the truth is {want.to_json()}"
+    return [Violation(name=COUNTS, delivery=None, detail=detail)]

@@ -17,6 +17,7 @@ from kirim.http import (
     bulk,
     dashboard,
     dashboard_runs,
+    dashboard_topics,
     errors,
     routes_addresses,
     routes_callbacks,
@@ -129,6 +130,7 @@ def create_app(
     app.include_router(bulk.router)
     app.include_router(dashboard.router)
     app.include_router(dashboard_runs.router)
+    app.include_router(dashboard_topics.router)
     css = _static("dashboard.css")
     inbox_js = _static("kirim-inbox.js")
 

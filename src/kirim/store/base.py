@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
-    from kirim.topics import Subscription, TopicEvent, TopicInfo
+    from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
 SCHEMA_VERSION = 14
 
@@ -901,6 +901,10 @@ class Topics(Protocol):
         """One topic, its subscriber count and its ``recent`` latest events."""
         ...
 
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        """The latest events of every topic, newest first."""
+        ...
+
     async def record_topic_event(
         self, topic: str, type: str, event_id: str, data_json: str, *, now: float
     ) -> TopicEvent:
@@ -938,6 +942,11 @@ class Topics(Protocol):
 
     async def topic_events_expanding(self) -> int:
         """How many topic events are still expanding."""
+
+    async def topic_counts(self) -> TopicCounts:
+        """How many topics and live subscriptions, and topic events pending, expanding
+        and done (one snapshot)."""
+        ...
 
 
 class Workflows(Protocol):

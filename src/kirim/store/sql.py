@@ -61,7 +61,7 @@ from kirim.store.base import (
 )
 from kirim.store.feed_changes import FeedChanges
 from kirim.store.sequence import Operation
-from kirim.topics import Subscription, TopicEvent, TopicInfo
+from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
 T = TypeVar("T")
 
@@ -372,6 +372,9 @@ class SQLStore:
     async def topic_info(self, topic: str, *, recent: int = 10) -> TopicInfo | None:
         return await self._read(topics.topic_info(topic, recent), snapshot=True)
 
+    async def latest_topic_events(self, *, limit: int = 20) -> list[TopicEvent]:
+        return await self._read(topics.latest_events(limit))
+
     async def record_topic_event(
         self, topic: str, type: str, event_id: str, data_json: str, *, now: float
     ) -> TopicEvent:
@@ -401,6 +404,9 @@ class SQLStore:
 
     async def topic_events_expanding(self) -> int:
         return await self._read(topics.expanding())
+
+    async def topic_counts(self) -> TopicCounts:
+        return await self._read(topics.counts(), snapshot=True)
 
     # -- recipients' preferences and addresses ------------------------------------
 

@@ -29,7 +29,14 @@ from kirim.store import intake
 from kirim.store.base import NewDelivery
 from kirim.store.rows import Row
 from kirim.store.sequence import TIME, Operation, Query
-from kirim.topics import Subscription, TopicEvent, TopicEventStatus, TopicInfo, is_edge
+from kirim.topics import (
+    Subscription,
+    TopicCounts,
+    TopicEvent,
+    TopicEventStatus,
+    TopicInfo,
+    is_edge,
+)
 
 
 def subscription_from(row: Row, *, created: bool = False) -> Subscription:
@@ -155,6 +162,12 @@ def topic_info(topic: str, recent: int) -> Operation[TopicInfo | None]:
     return _info(rows[0], [event_from(e) for e in events])
 
 
+def latest_events(limit: int) -> Operation[list[TopicEvent]]:
+    """The ``limit`` latest topic events of every topic, newest first."""
+    rows = yield Query("latest_topic_events", {"limit": limit})
+    return [event_from(r) for r in rows]
+
+
 def record_event(
     topic: str, type: str, event_id: str, data_json: str, given: float
 ) -> Operation[TopicEvent]:
@@ -244,3 +257,17 @@ def expanding() -> Operation[int]:
     """How many topic events are still expanding."""
     rows = yield Query("topic_events_expanding")
     return int(rows[0]["n"])
+
+
+def counts() -> Operation[TopicCounts]:
+    """How many topics, live subscriptions, and topic events pending (expanding, no
+    batch yet), expanding (a batch or more) and done (one snapshot)."""
+    rows = yield Query("topic_counts")
+    row = rows[0]
+    return TopicCounts(
+        topics=int(row["topics"]),
+        subscriptions=int(row["subscriptions"]),
+        pending=int(row["pending"] or 0),
+        expanding=int(row["expanding"] or 0),
+        done=int(row["done"] or 0),
+    )

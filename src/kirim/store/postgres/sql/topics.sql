@@ -65,6 +65,10 @@ FROM kirim_topics t WHERE t.topic = %(topic)s;
 -- The topic's latest events, newest first.
 SELECT * FROM kirim_topic_events WHERE topic = %(topic)s ORDER BY id DESC LIMIT %(limit)s;
 
+-- name: latest_topic_events
+-- The latest events of every topic, newest first.
+SELECT * FROM kirim_topic_events ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: find_topic_event
 -- The event of this type and id to this topic, if recorded.
 SELECT * FROM kirim_topic_events
@@ -109,3 +113,14 @@ WHERE id = %(id)s AND lease_token = %(token)s AND status = 'expanding'
 -- name: topic_events_expanding
 -- How many topic events are still expanding.
 SELECT count(*) AS n FROM kirim_topic_events WHERE status = 'expanding';
+
+-- name: topic_counts
+-- Topics, live subscriptions, and topic events pending (no batch yet), expanding, done.
+SELECT (SELECT count(*) FROM kirim_topics) AS topics,
+       (SELECT count(*) FROM kirim_topic_subscriptions WHERE removed_seq IS NULL)
+           AS subscriptions,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'expanding' AND batches = 0)
+           AS pending,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'expanding' AND batches > 0)
+           AS expanding,
+       (SELECT count(*) FROM kirim_topic_events WHERE status = 'done') AS done;
