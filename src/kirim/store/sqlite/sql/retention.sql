@@ -29,6 +29,9 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                     AND (a.settles_at IS NULL OR a.settles_at > :now))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
                   WHERE g.key = d.idempotency_key AND g.window_end >= :closed)
+  AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s JOIN kirim_runs r ON r.id = s.run_id
+                  WHERE s.delivery_id = d.id
+                    AND (r.status = 'waiting' OR r.next_at IS NOT NULL))
 ORDER BY d.id
 LIMIT :limit;
 
@@ -52,7 +55,10 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                   WHERE a.delivery_id = d.id AND a.status IN ('requested', 'unknown')
                     AND (a.settles_at IS NULL OR a.settles_at > :now))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
-                  WHERE g.key = d.idempotency_key AND g.window_end >= :closed);
+                  WHERE g.key = d.idempotency_key AND g.window_end >= :closed)
+  AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s JOIN kirim_runs r ON r.id = s.run_id
+                  WHERE s.delivery_id = d.id
+                    AND (r.status = 'waiting' OR r.next_at IS NOT NULL));
 
 -- name: prune_count_tombstones
 -- A dry run: the tombstones written before :before.
