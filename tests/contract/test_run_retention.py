@@ -36,6 +36,9 @@ LONG = parse_type(
         "steps": [{"send": "email"}, {"delay": "60d"}, {"send": "email", "name": "again"}],
     },
 )
+LATER = parse_type(
+    "later", {"templates": TEMPLATES, "steps": [{"delay": "60d"}, {"send": "email"}]}
+)
 PLAIN = parse_type("plain", {"templates": TEMPLATES})
 
 
@@ -51,7 +54,7 @@ async def app(database_url: str, clock: ManualClock, email: FlakyProvider) -> As
         Config(database=database_url, max_attempts=3),
         channels=channels,
         clock=clock,
-        types=[ONCE, LONG, PLAIN],
+        types=[ONCE, LONG, LATER, PLAIN],
     )
     await kirim.open(migrate=True)
     yield kirim
@@ -151,6 +154,23 @@ async def test_a_waiting_run_keeps_its_deliveries_and_itself(
     run = await app.must_get_run(run_id)
     assert run.status is RunStatus.WAITING
     assert run.recorded[0].delivery_status is not None  # its delivery is still there
+
+
+async def test_a_waiting_run_with_no_delivery_yet_stays(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """A run waiting on its first delay, older than the retention, has no delivery to
+    keep it: it stays because it is not over, and sends its step when due."""
+    run_id = await _run(app, "later", "e1")
+    await drain(app)
+    clock.advance(KEEP + 1)
+    await newest(app, "1")
+    assert (await prune(app)).runs == 0
+    assert (await app.must_get_run(run_id)).status is RunStatus.WAITING
+    clock.advance(60 * DAY)
+    await drain(app)
+    assert (await app.must_get_run(run_id)).status is RunStatus.DONE
+    assert len(email.requests) == 2
 
 
 async def test_a_canceled_run_that_comes_back_is_kept(
