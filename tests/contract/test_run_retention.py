@@ -17,12 +17,12 @@ from kirim.channels import Channel, OnUnknown
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.notify.types import parse_type
+from kirim.observe.logging import get_logger
 from kirim.runs import RunStatus
 from kirim.store.retention import PruneResult
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
 from kirim.worker.topics import TopicExpander
-from kirim.observe.logging import get_logger
 
 DAY = 86_400.0
 KEEP, KEYS = 30 * DAY, 365 * DAY
@@ -62,7 +62,7 @@ async def app(database_url: str, clock: ManualClock, email: FlakyProvider) -> As
 
 
 def count(url: str, table: str) -> int:
-    sql = f"SELECT count(*) FROM {table}"  # noqa: S608 - a table name of this file
+    sql = f"SELECT count(*) FROM {table}"
     if url.startswith("sqlite"):
         with sqlite3.connect(url.removeprefix("sqlite:///")) as db:
             return int(db.execute(sql).fetchone()[0])

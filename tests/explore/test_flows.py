@@ -25,10 +25,12 @@ def test_every_flow_knob_takes_more_than_one_value() -> None:
 
 def test_the_invariants_hold_over_the_seeds() -> None:
     """Each step once, one path, branches decided on what the feed said, nothing sent
-    after a cancellation that did not name it, and every run over in the end."""
+    after a cancellation that did not name it, every run over in the end, and prune
+    takes only runs over, whose events given again start nothing."""
     results = flows.run_seeds(BUDGET)
     assert [(r.seed, r.violations) for r in results if r.violations] == []
     assert sum(r.runs for r in results) > len(results)
+    assert sum(r.pruned for r in results) > 0  # an operator's prune took runs
 
 
 def test_the_workload_reaches_branches_cancellations_and_crashes(tmp_path) -> None:

@@ -14,7 +14,12 @@ asked:
 - ``after_cancel``: nothing made after a committed cancellation, and nothing sent
   after it unless the cancellation named the delivery (in flight, or held);
 - ``liveness``: once every worker has run with time enough, every run is over,
-  unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported).
+  unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported);
+- ``prune_over``: an operator's prune (``kirim prune``, drawn mid-scenario with no
+  retention to speak of) takes only runs that were over (``retention_records.over``),
+  and only once none of their deliveries is kept;
+- ``prune_replay``: the event of a pruned run given again starts nothing (its key's
+  tombstone), and a pruned run is checked as it was when it went.
 
 ``FLOW_KNOBS`` names what a world draws; ``tests/explore/test_flows.py`` checks each
 takes more than one value over its seeds, and the mutation checks (the branch record
@@ -24,6 +29,7 @@ skipped) are caught within 200 seeds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import tempfile
 from collections.abc import Callable, Iterable
@@ -34,7 +40,7 @@ from typing import Any
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
-from kirim.errors import AmbiguousFailure, PermanentFailure
+from kirim.errors import AmbiguousFailure, NotFound, PermanentFailure
 from kirim.model import DeliveryStatus, OnUnknown
 from kirim.notify.steps import Branch, Delay, Send
 from kirim.notify.types import NotificationType, parse_type
@@ -42,6 +48,7 @@ from kirim.providers.base import Message, Sent
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import Run, RunClaim, RunStatus, StepOutcome, StepState, in_doubt, step_key
 from kirim.store.flows import Canceled
+from kirim.store.retention_records import over
 from kirim.worker import WorkerSettings
 
 LEASE = 30.0
@@ -59,7 +66,10 @@ ACTIONS = (
     "crash",
     "stall",
     "resume",
+    "prune",
 )
+#: the operator's prune: every finished row goes at once; keys are kept long
+PRUNE_KEEP, PRUNE_KEYS = 0.0, 365 * 86_400.0
 
 
 class Clock:
@@ -177,6 +187,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.cancel_event": lambda w: any(a == "cancel_event" for a, _ in w.actions),
     "action.crash": lambda w: any(a == "crash" for a, _ in w.actions),
     "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
+    "action.prune": lambda w: any(a == "prune" for a, _ in w.actions),
     "race.cancel_in_request": lambda w: w.race_cancel,
 }
 
@@ -187,6 +198,8 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     reported: list[str] = field(default_factory=list)
     runs: int = 0
+    #: runs an operator's prune took
+    pruned: int = 0
 
 
 async def run_world(world: FlowWorld, directory: Path) -> Outcome:
@@ -207,9 +220,7 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
     try:
         runs = []
         for i in range(world.recipients):
-            done = await app.notify_event(
-                "flow", [f"u{i}"], {"order": f"o{i}", "vip": i % 2 == 0}, event_id=f"e{i}"
-            )
+            done = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
             runs.append(done.runs[0].run_id)
         # a retried event creates nothing
         again = await app.notify_event("flow", ["u0"], {"order": "o0", "vip": True}, event_id="e0")
@@ -217,26 +228,34 @@ async def run_world(world: FlowWorld, directory: Path) -> Outcome:
             out.violations.append("a retried event started a second run")
 
         raced: set[int] = set()
+        gone: dict[int, Run] = {}  # run id -> the run as it was when prune took it
 
         async def race(message: Message) -> None:
             rid = message.recipient_id or ""
             i = int(rid[1:]) if rid[1:].isdigit() else -1
             if world.race_cancel and 0 <= i < len(runs) and i not in raced:
                 raced.add(i)
-                cancels.append((clock.now(), await app.cancel_run(runs[i], why="raced")))
+                if runs[i] not in gone:
+                    cancels.append((clock.now(), await app.cancel_run(runs[i], why="raced")))
 
         email.on_request = race
         sms.on_request = race
         workers = [app.worker(settings=SETTINGS, worker_id=f"w{k}") for k in range(2)]
         stalled: list[RunClaim] = []
         for n, (kind, who) in enumerate(world.actions):
+            if kind == "prune":
+                await _prune(app, clock, runs, gone, out)
+                continue
             await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
-        for _ in range(12):  # time enough for everything to settle
+        for n in range(12):  # time enough for everything to settle
             clock.t += 4000
             for w in workers:
                 await w.run_once()
-        found = [await app.must_get_run(r) for r in runs]
+            if n == 6 and FLOW_KNOBS["action.prune"](world):  # again, once more are over
+                await _prune(app, clock, runs, gone, out)
+        found = [gone[r] if r in gone else await app.must_get_run(r) for r in runs]
         out.runs = len(found)
+        out.pruned = len(gone)
         providers = {"email": email, "sms": sms}
         for run in found:
             await _check(app, world, run, providers, cancels, out)
@@ -267,7 +286,8 @@ async def _act(
         for c in await app.cancel_by_event("order_done", {"order": f"o{who}"}):
             cancels.append((clock.now(), c))
     elif kind == "cancel_run":
-        cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
+        with contextlib.suppress(NotFound):  # pruned: there is nothing left to cancel
+            cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
     elif kind == "crash":  # a worker claims due runs and dies; its leases expire
         await app.store.claim_runs(worker_id="ghost", now=clock.now(), lease=LEASE, limit=5)
         clock.t += LEASE + 1
@@ -280,6 +300,37 @@ async def _act(
         for claim in stalled:
             await app.store.advance_run(claim.run.id, claim.token, now=clock.now())
         stalled.clear()
+
+
+def _event(i: int) -> dict[str, Any]:
+    return {"order": f"o{i}", "vip": i % 2 == 0}
+
+
+async def _prune(
+    app: Kirim, clock: Clock, runs: list[int], gone: dict[int, Run], out: Outcome
+) -> None:
+    """An operator's prune, mid-scenario: every run it took must have been over, with
+    none of its deliveries kept; each one's event is given again, and must start
+    nothing."""
+    before = {r: await app.get_run(r) for r in runs if r not in gone}
+    await app.store.prune(now=clock.now(), keep=PRUNE_KEEP, keys=PRUNE_KEYS)
+    for rid, run in before.items():
+        if run is None or await app.get_run(rid) is not None:
+            continue
+        gone[rid] = run
+        if not over(run):
+            out.violations.append(
+                f"prune_over: run {rid} pruned while {run.status} (next at {run.next_at})"
+            )
+        for s in run.recorded:
+            if s.delivery_id and await app.get(s.delivery_id) is not None:
+                out.violations.append(
+                    f"prune_over: run {rid} pruned while its delivery {s.delivery_id} is kept"
+                )
+        i = runs.index(rid)
+        again = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
+        if again.runs[0].created:
+            out.violations.append(f"prune_replay: run {rid}'s event, given again, started one")
 
 
 async def _check(

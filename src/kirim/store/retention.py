@@ -167,6 +167,7 @@ class PruneResult:
             or self.throttle_expired
             or self.feed_items
             or self.runs
+            or self.run_steps
             or self.topic_events
             or self.subscriptions
             or self.record_tombstones_expired

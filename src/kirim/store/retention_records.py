@@ -81,9 +81,7 @@ def prune_records(
     ended, runs_expired, events_expired = yield (
         Query("prune_subscriptions", bounded, count=True),
         Query("prune_expire_run_tombstones", {**bounded, "before": forgotten}, count=True),
-        Query(
-            "prune_expire_topic_event_tombstones", {**bounded, "before": forgotten}, count=True
-        ),
+        Query("prune_expire_topic_event_tombstones", {**bounded, "before": forgotten}, count=True),
     )
     full = (len(candidates), len(found), int(ended), int(runs_expired), int(events_expired))
     return RecordsPruned(
