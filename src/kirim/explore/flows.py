@@ -16,8 +16,8 @@ asked:
 - ``liveness``: once every worker has run with time enough, every run is over,
   unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported);
 - ``prune_over``: an operator's prune (``kirim prune``, drawn mid-scenario with no
-  retention to speak of) takes only runs that were over (``retention_records.over``),
-  and only once none of their deliveries is kept;
+  retention to speak of) takes only runs that were over (done or canceled, nothing
+  due), and only once none of their deliveries is kept;
 - ``prune_replay``: the event of a pruned run given again starts nothing (its key's
   tombstone), and a pruned run is checked as it was when it went.
 
@@ -48,7 +48,6 @@ from kirim.providers.base import Message, Sent
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import Run, RunClaim, RunStatus, StepOutcome, StepState, in_doubt, step_key
 from kirim.store.flows import Canceled
-from kirim.store.retention_records import over
 from kirim.worker import WorkerSettings
 
 LEASE = 30.0
@@ -318,7 +317,8 @@ async def _prune(
         if run is None or await app.get_run(rid) is not None:
             continue
         gone[rid] = run
-        if not over(run):
+        # judged here, not by the store's own rule (retention_records.over)
+        if run.status is RunStatus.WAITING or run.next_at is not None:
             out.violations.append(
                 f"prune_over: run {rid} pruned while {run.status} (next at {run.next_at})"
             )
