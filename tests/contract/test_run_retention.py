@@ -6,6 +6,7 @@ never; an ended subscription goes once no fan-out reads it."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
@@ -273,3 +274,23 @@ async def test_an_expanding_topic_event_and_the_subscriptions_it_reads_stay(
     done = await prune(app)
     assert (done.topic_events, done.subscriptions) == (1, 1)
     assert count(database_url, "kirim_topic_subscriptions") == 2
+
+
+async def test_postgres_prune_skips_a_run_another_transaction_holds(
+    app: Kirim, clock: ManualClock, database_url: str
+) -> None:
+    """PostgreSQL: a run locked by another transaction (a cancel, an advance) stays for
+    a later round, never waited for; its delivery goes (it is at rest)."""
+    if not database_url.startswith("postgresql:"):
+        pytest.skip("row locks: PostgreSQL only (SQLite serialises every writer)")
+    run_id = await _run(app, "once", "e1")
+    await drain(app)
+    clock.advance(KEEP + 1)
+    await newest(app, "1")
+    other = await psycopg.AsyncConnection.connect(database_url)
+    async with other, other.transaction():
+        await other.execute("SELECT 1 FROM kirim_runs WHERE id = %s FOR UPDATE", (run_id,))
+        done = await asyncio.wait_for(prune(app), timeout=10)
+        assert (done.deliveries, done.runs) == (1, 0)
+    assert (await prune(app)).runs == 1
+    assert await app.get_run(run_id) is None
