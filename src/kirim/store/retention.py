@@ -61,6 +61,11 @@ The notification layer's tables are pruned in the same rounds, each step bounded
   can still be counted into stays exact; the grace covers an enqueue whose time was
   read before the end and whose transaction waited for a lock past it, and a host
   whose clock is a little behind.
+
+Workflow runs, topic events and ended subscriptions go in the same rounds, after the
+deliveries (``kirim.store.retention_records``). A delivery of a run's step stays while
+the run is not over (waiting, or canceled and coming back): ``prune_candidates``
+skips it.
 """
 
 from __future__ import annotations

@@ -24,6 +24,8 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
 -- active job, no attempt that may still land, nor one of the newest ids (%(newest)s),
 -- nor a digest whose window is not closed (it ended at or after %(closed)s); no locks
 -- (judged again under them).
+-- Never a delivery of a step of a run not over (waiting, or canceled and coming back:
+-- a branch reads it, a cancel comes back to it; kirim.store.retention_records).
 SELECT d.id, d.idempotency_key FROM kirim_deliveries d
 WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < %(before)s::float8
   AND d.id <> ALL (%(newest)s::bigint[])

@@ -19,6 +19,8 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
 -- migration 0012), with no active job and no attempt that may still land, nor one of
 -- the newest ids (:newest), nor a digest whose window is not closed (it ended at or
 -- after :closed).
+-- Never a delivery of a step of a run not over (waiting, or canceled and coming back:
+-- a branch reads it, a cancel comes back to it; kirim.store.retention_records).
 SELECT d.id, d.idempotency_key FROM kirim_deliveries AS d
 WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < :before
   AND d.id NOT IN (SELECT value FROM json_each(:newest))
