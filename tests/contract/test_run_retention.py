@@ -294,3 +294,35 @@ async def test_postgres_prune_skips_a_run_another_transaction_holds(
         assert (done.deliveries, done.runs) == (1, 0)
     assert (await prune(app)).runs == 1
     assert await app.get_run(run_id) is None
+
+
+async def test_postgres_an_event_given_again_while_its_run_is_pruned_starts_none(
+    app: Kirim, clock: ManualClock, database_url: str
+) -> None:
+    """PostgreSQL: an event given again while a prune deletes its run (the insert
+    waits on the run's key, then finds it gone) starts no second run: it finds the
+    tombstone committed with the deletion."""
+    if not database_url.startswith("postgresql:"):
+        pytest.skip("concurrent transactions: PostgreSQL only (SQLite serialises writers)")
+    run_id = await _run(app, "once", "e1")
+    await drain(app)
+    clock.advance(KEEP + 1)
+    await newest(app, "1")
+    pruner = await psycopg.AsyncConnection.connect(database_url)
+    async with pruner:
+        async with pruner.transaction():  # what prune does to the run, not committed yet
+            await pruner.execute(
+                "INSERT INTO kirim_run_tombstones SELECT key, id, type, event_id, recipient_id,"
+                " status, cursor, why, created_at, updated_at, %s FROM kirim_runs WHERE id = %s",
+                (clock.now(), run_id),
+            )
+            await pruner.execute("DELETE FROM kirim_run_steps WHERE run_id = %s", (run_id,))
+            await pruner.execute("DELETE FROM kirim_runs WHERE id = %s", (run_id,))
+            again = asyncio.ensure_future(
+                app.notify_event("once", ["u1"], {"title": "t"}, event_id="e1")
+            )
+            await asyncio.sleep(0.5)
+            assert not again.done()  # it waits on the run's key
+        result = await asyncio.wait_for(again, timeout=10)
+    assert [(r.run_id, r.created) for r in result.runs] == [(run_id, False)]
+    assert count(database_url, "kirim_runs") == 0

@@ -97,3 +97,14 @@ LIMIT %(limit)s::int;
 -- name: run_counts
 -- Runs per status.
 SELECT status, count(*) AS n FROM kirim_runs GROUP BY status;
+
+-- name: drop_pruned_run_twin
+-- The run just inserted, deleted again if a prune's tombstone holds its key: an insert
+-- that waited on the key of a run being pruned finds it gone and inserts, though its
+-- own snapshot saw no tombstone; this statement's snapshot, taken after, sees the
+-- tombstone committed with the deletion (kirim.store.retention_records). SQLite, which
+-- serialises writers, has no such twin and no such query.
+DELETE FROM kirim_runs
+WHERE id = %(id)s::bigint
+  AND EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = %(key)s)
+RETURNING id;
