@@ -12,7 +12,9 @@ of ``kirim.store.retention.prune``, each step bounded by its ``limit``.
   it, and no run goes while one of its deliveries is kept. Its key stays as a
   tombstone (``kirim_run_tombstones``) for ``keys`` after the prune, as a delivery's
   does: the event given again starts no second run (``start`` answers the tombstone:
-  the run as it ended, its steps, data and messages gone, ``created`` False).
+  the run as it ended, its steps, data and messages gone, ``created`` False; on
+  PostgreSQL, a start whose insert waited on the key of a run being pruned undoes
+  its insert once it sees the tombstone: ``drop_pruned_run_twin``).
 - **Topic events** (``kirim_topic_events``): one fully fanned out (done) before ``now -
   keep`` goes, never one still expanding, nor the newest (SQLite would give its id
   again); its type, event id and topic stay as a tombstone for ``keys``, so the event
