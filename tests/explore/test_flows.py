@@ -71,3 +71,47 @@ def test_mutation_branch_record_skipped_is_caught(monkeypatch: pytest.MonkeyPatc
         if any(v.startswith("one_path") for v in result.violations):
             return
     pytest.fail("the skipped branch record was not caught within 200 seeds")
+
+
+def test_mutation_run_tombstone_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that ignores a pruned run's tombstone (its event given again starts a
+    second run) is caught by prune_replay within 60 seeds."""
+    from kirim.store.sqlite import driver
+
+    kept = "WHERE NOT EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = :key)"
+    assert kept in driver.Q["insert_run"]
+    monkeypatch.setitem(driver.Q, "insert_run", driver.Q["insert_run"].replace(kept, "WHERE true"))
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("prune_replay") for v in result.violations):
+            return
+    pytest.fail("a pruned run started again was not caught within 60 seeds")
+
+
+def test_mutation_runs_pruned_while_waiting_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune that takes runs (and their deliveries) that are not over is caught by
+    prune_over within 60 seeds."""
+    from kirim.store import retention_records
+    from kirim.store.sqlite import driver
+
+    over = "WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled') AND"
+    guard = "AND (r.status = 'waiting' OR r.next_at IS NOT NULL)"
+    assert over in driver.Q["prune_run_candidates"]
+    assert guard in driver.Q["prune_candidates"]
+    monkeypatch.setitem(
+        driver.Q, "prune_run_candidates", driver.Q["prune_run_candidates"].replace(over, "WHERE")
+    )
+    monkeypatch.setitem(
+        driver.Q, "prune_candidates", driver.Q["prune_candidates"].replace(guard, "AND false")
+    )
+    monkeypatch.setitem(
+        driver.Q,
+        "prune_write_run_tombstones",
+        driver.Q["prune_write_run_tombstones"].replace("u.value ->> 'status'", "'done'"),
+    )
+    monkeypatch.setattr(retention_records, "over", lambda run: True)
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("prune_over") for v in result.violations):
+            return
+    pytest.fail("a run pruned while not over was not caught within 60 seeds")
