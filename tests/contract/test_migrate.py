@@ -134,6 +134,7 @@ def test_check_as_json(database_url: str) -> None:
         "0012_topics",
         "0013_lean_ledger",
         "0014_workflows",
+        "0015_record_retention",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

@@ -343,8 +343,9 @@ async def test_postgres_prune_skips_a_digest_another_transaction_holds(
 
 
 def test_the_result_keeps_its_keys_and_adds_the_layers() -> None:
-    """as_dict keeps every key it had, in order, then the notification layer's; a
-    round that only pruned the layer removed something; sums add every field."""
+    """as_dict keeps every key it had, in order, then the notification layer's, then
+    the runs' and topics'; a round that only pruned a layer removed something; sums
+    add every field."""
     keys = list(PruneResult().as_dict())
     assert keys[:7] == [
         "dry_run",
@@ -358,6 +359,7 @@ def test_the_result_keeps_its_keys_and_adds_the_layers() -> None:
     assert keys[7:] == [
         *("digests", "digest_events", "digest_events_expired", "throttle_expired"),
         "feed_items",
+        *("runs", "run_steps", "topic_events", "subscriptions", "record_tombstones_expired"),
     ]
     for name in keys[7:]:
         one = PruneResult(**{name: 1})

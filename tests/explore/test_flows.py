@@ -47,10 +47,12 @@ def test_every_flow_knob_takes_more_than_one_value() -> None:
 
 def test_the_invariants_hold_over_the_seeds() -> None:
     """Each step once, one path, branches decided on what the feed said, nothing sent
-    after a cancellation that did not name it, and every run over in the end."""
+    after a cancellation that did not name it, every run over in the end, and prune
+    takes only runs over, whose events given again start nothing."""
     results = flows.run_seeds(BUDGET)
     assert [(r.seed, r.violations) for r in results if r.violations] == []
     assert sum(r.runs for r in results) > len(results)
+    assert sum(r.pruned for r in results) > 0  # an operator's prune took runs
 
 
 def test_the_workload_reaches_branches_cancellations_and_crashes(tmp_path) -> None:
@@ -235,3 +237,47 @@ def test_saved_worlds_hold_on_postgresql(pg_server: str) -> None:
 def test_there_are_saved_worlds() -> None:
     """The flows workload keeps saved worlds (a glob that finds none tests nothing)."""
     assert len(SAVED) >= 5
+
+
+def test_mutation_run_tombstone_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A start that ignores a pruned run's tombstone (its event given again starts a
+    second run) is caught by prune_replay within 60 seeds."""
+    from kirim.store.sqlite import driver
+
+    kept = "WHERE NOT EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = :key)"
+    assert kept in driver.Q["insert_run"]
+    monkeypatch.setitem(driver.Q, "insert_run", driver.Q["insert_run"].replace(kept, "WHERE true"))
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("prune_replay") for v in result.violations):
+            return
+    pytest.fail("a pruned run started again was not caught within 60 seeds")
+
+
+def test_mutation_runs_pruned_while_waiting_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prune that takes runs (and their deliveries) that are not over is caught by
+    prune_over within 60 seeds."""
+    from kirim.store import retention_records
+    from kirim.store.sqlite import driver
+
+    over = "WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled') AND"
+    guard = "AND (r.status = 'waiting' OR r.next_at IS NOT NULL)"
+    assert over in driver.Q["prune_run_candidates"]
+    assert guard in driver.Q["prune_candidates"]
+    monkeypatch.setitem(
+        driver.Q, "prune_run_candidates", driver.Q["prune_run_candidates"].replace(over, "WHERE")
+    )
+    monkeypatch.setitem(
+        driver.Q, "prune_candidates", driver.Q["prune_candidates"].replace(guard, "AND false")
+    )
+    monkeypatch.setitem(
+        driver.Q,
+        "prune_write_run_tombstones",
+        driver.Q["prune_write_run_tombstones"].replace("u.value ->> 'status'", "'done'"),
+    )
+    monkeypatch.setattr(retention_records, "over", lambda run: True)
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("prune_over") for v in result.violations):
+            return
+    pytest.fail("a run pruned while not over was not caught within 60 seeds")

@@ -151,3 +151,19 @@ def test_the_summary_names_the_notification_rows_only_when_there_were_any() -> N
     some = summary(PruneResult(digests=1, digest_events=3, throttle_expired=4, dry_run=True))
     assert "1 digest (3 events emptied, 0 expired), 4 throttle counters" in some
     assert some.endswith("(nothing was deleted: --dry-run)")
+
+
+def test_the_summary_names_runs_and_topic_rows_only_when_there_were_any() -> None:
+    """Runs, topic events, ended subscriptions and their expired keys are named when a
+    round took any, after the notification layer's rows or alone."""
+    from kirim.cli.prune import summary
+    from kirim.store.retention import PruneResult
+
+    assert "runs" not in summary(PruneResult(deliveries=2, tombstones_written=2))
+    alone = summary(PruneResult(runs=2, run_steps=5, subscriptions=1))
+    assert alone.endswith(
+        "; 2 runs (5 steps), 0 topic events, 1 ended subscription, "
+        "0 expired run or topic event keys"
+    )
+    both = summary(PruneResult(feed_items=1, topic_events=3, dry_run=True))
+    assert "1 feed message; 0 runs (0 steps), 3 topic events" in both

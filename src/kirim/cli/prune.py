@@ -1,5 +1,7 @@
 """``kirim prune``: delete finished deliveries older than the retention, in batches,
-keeping their keys a while longer as tombstones (``kirim.store.retention``)."""
+keeping their keys a while longer as tombstones (``kirim.store.retention``), and the
+workflow runs over, topic events fanned out and ended subscriptions
+(``kirim.store.retention_records``)."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def summary(result: PruneResult) -> str:
 
 def _notify_line(result: PruneResult) -> str:
     """The notification layer's rows (digests, their events, throttle counters, feed
-    messages), when there were any."""
+    messages), when there were any, then the runs' and topics' (``_records_line``)."""
+    records = _records_line(result)
     if not (
         result.digests
         or result.digest_events
@@ -44,12 +47,29 @@ def _notify_line(result: PruneResult) -> str:
         or result.throttle_expired
         or result.feed_items
     ):
-        return ""
+        return records
     return (
         f"; {plural(result.digests, 'digest')} ({plural(result.digest_events, 'event')} "
         f"emptied, {result.digest_events_expired:,} expired), "
         f"{plural(result.throttle_expired, 'throttle counter')}, "
-        f"{plural(result.feed_items, 'feed message')}"
+        f"{plural(result.feed_items, 'feed message')}{records}"
+    )
+
+
+def _records_line(result: PruneResult) -> str:
+    """Workflow runs, topic events, subscriptions and their tombstones, when any."""
+    if not (
+        result.runs
+        or result.topic_events
+        or result.subscriptions
+        or result.record_tombstones_expired
+    ):
+        return ""
+    return (
+        f"; {plural(result.runs, 'run')} ({plural(result.run_steps, 'step')}), "
+        f"{plural(result.topic_events, 'topic event')}, "
+        f"{plural(result.subscriptions, 'ended subscription')}, "
+        f"{plural(result.record_tombstones_expired, 'expired run or topic event key')}"
     )
 
 
@@ -102,7 +122,12 @@ def prune(
     key stays (as its sha256, a tombstone) for --keys more: a notification with
     that key still creates nothing. The in-app inbox's feed messages go --keep
     after they came, archived ones --archived after they were archived (never
-    while their delivery has an attempt that may still land). Deletes in batches of --batch, one
+    while their delivery has an attempt that may still land). A workflow run
+    goes with its steps once it is over (done, or canceled with nothing to come
+    back for) and none of its deliveries is kept (they go only once it is over);
+    a topic event once fully fanned out; a subscription ended --keep ago once no
+    fan-out reads it. A pruned run's and topic event's keys stay for --keys: the
+    event given again starts nothing. Deletes in batches of --batch, one
     transaction each, with a line per batch on stderr. Without --keep and
     without [retention] keep in the config, exits 2. The worker prunes by itself
     every minute when [retention] keep is set.

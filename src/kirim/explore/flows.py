@@ -24,7 +24,12 @@ asked:
   provider, before it;
 - ``liveness``: once every worker has run with time enough, every run is over,
   unless it waits, as chosen, on a step in doubt (``on_doubt = "wait"``: reported);
-  a run past a delay took its next step.
+  a run past a delay took its next step;
+- ``prune_over``: an operator's prune (``kirim prune``, drawn mid-scenario with no
+  retention to speak of) takes only runs that were over (done or canceled, nothing
+  due), and only once none of their deliveries is kept;
+- ``prune_replay``: the event of a pruned run given again starts nothing (its key's
+  tombstone), and a pruned run is checked as it was when it went.
 
 A world plays on a fresh SQLite file, or (``run_seeds(database=...)``, ``kirim explore
 --workload flows --database postgresql://…``) on a throw-away PostgreSQL database
@@ -41,10 +46,11 @@ skipped) are caught within 200 seeds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import time, timedelta
 from pathlib import Path
@@ -53,7 +59,7 @@ from typing import Any
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
-from kirim.errors import AmbiguousFailure, PermanentFailure
+from kirim.errors import AmbiguousFailure, NotFound, PermanentFailure
 from kirim.explore import localtime
 from kirim.model import DeliveryStatus, OnUnknown
 from kirim.notify.steps import Branch, Delay, Send
@@ -81,6 +87,7 @@ ACTIONS = (
     "stall",
     "resume",
     "move",
+    "prune",
 )
 #: the zones a recipient (or an until-delay's step) names; None: none
 ZONES = (None, "Europe/Berlin", "America/New_York")
@@ -97,6 +104,8 @@ STARTS = (
     1_824_926_400.0,  # 2027-10-30 20:00 UTC
     1_825_531_200.0,  # 2027-11-06 20:00 UTC
 )
+#: the operator's prune: every finished row goes at once; keys are kept long
+PRUNE_KEEP, PRUNE_KEYS = 0.0, 365 * 86_400.0
 
 
 class Clock:
@@ -287,6 +296,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.crash": lambda w: any(a == "crash" for a, _ in w.actions),
     "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
     "action.move_zone": lambda w: any(a == "move" for a, _ in w.actions),
+    "action.prune": lambda w: any(a == "prune" for a, _ in w.actions),
     "race.cancel_in_request": lambda w: w.race_cancel,
     "cancel_event.via": lambda w: w.cancel_via,
 }
@@ -303,6 +313,8 @@ class Outcome:
     #: ``cancel:held`` (a cancellation that named a delivery it could not simply
     #: cancel), ``waits_in_doubt`` (a saved seed says what it must still reach)
     reached: set[str] = field(default_factory=set)
+    #: runs an operator's prune took
+    pruned: int = 0
 
 
 async def run_world(
@@ -333,9 +345,7 @@ async def run_world(
                 await app.set_preferences(Preferences(recipient_id=f"u{i}", timezone=zone))
         runs = []
         for i in range(world.recipients):
-            done = await app.notify_event(
-                "flow", [f"u{i}"], {"order": f"o{i}", "vip": i % 2 == 0}, event_id=f"e{i}"
-            )
+            done = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
             runs.append(done.runs[0].run_id)
         # a retried event creates nothing
         again = await app.notify_event("flow", ["u0"], {"order": "o0", "vip": True}, event_id="e0")
@@ -343,13 +353,15 @@ async def run_world(
             out.violations.append("a retried event started a second run")
 
         raced: set[int] = set()
+        gone: dict[int, Run] = {}  # run id -> the run as it was when prune took it
 
         async def race(message: Message) -> None:
             rid = message.recipient_id or ""
             i = int(rid[1:]) if rid[1:].isdigit() else -1
             if world.race_cancel and 0 <= i < len(runs) and i not in raced:
                 raced.add(i)
-                cancels.append((clock.now(), await app.cancel_run(runs[i], why="raced")))
+                if runs[i] not in gone:
+                    cancels.append((clock.now(), await app.cancel_run(runs[i], why="raced")))
 
         email.on_request = race
         sms.on_request = race
@@ -363,15 +375,21 @@ async def run_world(
                 await app.set_preferences(prefs)
                 continue
             if kind == "cancel_event":
-                await _cancel_event(app, clock, world, n, who, runs, cancels, out)
+                await _cancel_event(app, clock, world, n, who, runs, gone, cancels, out)
+                continue
+            if kind == "prune":
+                await _prune(app, clock, runs, gone, out)
                 continue
             await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
-        for _ in range(12 if world.until is None else 36):  # time enough to settle
+        for n in range(12 if world.until is None else 36):  # time enough to settle
             clock.t += 4000
             for w in workers:
                 await w.run_once()
-        found = [await app.must_get_run(r) for r in runs]
+            if n == 6 and FLOW_KNOBS["action.prune"](world):  # again, once more are over
+                await _prune(app, clock, runs, gone, out)
+        found = [gone[r] if r in gone else await app.must_get_run(r) for r in runs]
         out.runs = len(found)
+        out.pruned = len(gone)
         providers = {"email": email, "sms": sms}
         for run in found:
             await _check(app, world, run, providers, cancels, out)
@@ -400,7 +418,8 @@ async def _act(
         for item in page.items:
             await app.feed_action(f"u{who}", item.id, kind)
     elif kind == "cancel_run":
-        cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
+        with contextlib.suppress(NotFound):  # pruned: there is nothing left to cancel
+            cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
     elif kind == "crash":  # a worker claims due runs and dies; its leases expire
         await app.store.claim_runs(worker_id="ghost", now=clock.now(), lease=LEASE, limit=5)
         clock.t += LEASE + 1
@@ -426,17 +445,20 @@ async def _cancel_event(
     n: int,
     who: int,
     runs: list[int],
+    gone: Mapping[int, Run],
     cancels: list[tuple[float, Canceled]],
     out: Outcome,
 ) -> None:
     """An ``order_done`` of order ``o{who}`` (``world.cancel_via``). Its run, waiting
     before, is canceled once the event's first commit is made (``cancel_atomic``): an
-    event is never recorded without the cancellations it causes."""
+    event is never recorded without the cancellations it causes. (A run pruned is
+    over: nothing to cancel, nothing to check.)"""
     data = {"order": f"o{who}"}
     if world.cancel_via == "library":
         cancels += [(clock.now(), c) for c in await app.cancel_by_event("order_done", data)]
         return
-    waited = (await app.must_get_run(runs[who])).status is RunStatus.WAITING
+    run = None if runs[who] in gone else await app.get_run(runs[who])
+    waited = run is not None and run.status is RunStatus.WAITING
     event_id = f"done-{n}"
     if world.cancel_via == "event":
         done = await app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
@@ -457,10 +479,12 @@ async def _cancel_event(
 async def _check_atomic(
     app: Kirim, world: FlowWorld, event_id: str, run_id: int, waited: bool, out: Outcome
 ) -> None:
+    if not waited:
+        return
     recorded = await app.records(limit=1000)
     made = any(r.delivery.event_id == event_id for r in recorded.records)
     canceled = (await app.must_get_run(run_id)).status is RunStatus.CANCELED
-    if world.cancel_on and waited and made and not canceled:
+    if world.cancel_on and made and not canceled:
         out.violations.append(
             f"cancel_atomic: event {event_id} committed, run {run_id} it cancels still waits"
         )
@@ -488,6 +512,38 @@ async def _killed_after_first_commit(app: Kirim, call: Any) -> Any:
     finally:
         driver.run = run
     return seen[0] if seen else None
+
+
+def _event(i: int) -> dict[str, Any]:
+    return {"order": f"o{i}", "vip": i % 2 == 0}
+
+
+async def _prune(
+    app: Kirim, clock: Clock, runs: list[int], gone: dict[int, Run], out: Outcome
+) -> None:
+    """An operator's prune, mid-scenario: every run it took must have been over, with
+    none of its deliveries kept; each one's event is given again, and must start
+    nothing."""
+    before = {r: await app.get_run(r) for r in runs if r not in gone}
+    await app.store.prune(now=clock.now(), keep=PRUNE_KEEP, keys=PRUNE_KEYS)
+    for rid, run in before.items():
+        if run is None or await app.get_run(rid) is not None:
+            continue
+        gone[rid] = run
+        # judged here, not by the store's own rule (retention_records.over)
+        if run.status is RunStatus.WAITING or run.next_at is not None:
+            out.violations.append(
+                f"prune_over: run {rid} pruned while {run.status} (next at {run.next_at})"
+            )
+        for s in run.recorded:
+            if s.delivery_id and await app.get(s.delivery_id) is not None:
+                out.violations.append(
+                    f"prune_over: run {rid} pruned while its delivery {s.delivery_id} is kept"
+                )
+        i = runs.index(rid)
+        again = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
+        if again.runs[0].created:
+            out.violations.append(f"prune_replay: run {rid}'s event, given again, started one")
 
 
 async def _check(

@@ -153,8 +153,14 @@ def start(items: Sequence[NewRun], given: float) -> Operation[list[Started]]:
             },
         )
         if rows:
-            out[i] = Started(run=run_from(rows[0]), created=True)
-            continue
+            # PostgreSQL: an insert that waited on the key of a run a prune deleted
+            # meanwhile is undone here, where the prune's tombstone is seen
+            twin = yield Query(
+                "drop_pruned_run_twin", {"id": rows[0]["id"], "key": item.key}, optional=True
+            )
+            if not twin:
+                out[i] = Started(run=run_from(rows[0]), created=True)
+                continue
         [row] = yield Query("run_by_key", {"key": item.key})
         out[i] = Started(run=run_from(row), created=False)
     if any(s.created for s in out.values()):

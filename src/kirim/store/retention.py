@@ -61,6 +61,11 @@ The notification layer's tables are pruned in the same rounds, each step bounded
   can still be counted into stays exact; the grace covers an enqueue whose time was
   read before the end and whose transaction waited for a lock past it, and a host
   whose clock is a little behind.
+
+Workflow runs, topic events and ended subscriptions go in the same rounds, after the
+deliveries (``kirim.store.retention_records``). A delivery of a run's step stays while
+the run is not over (waiting, or canceled and coming back): ``prune_candidates``
+skips it.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ from kirim.model import (
     JobStatus,
 )
 from kirim.store.base import Prunes
+from kirim.store.retention_records import prune_records
 from kirim.store.rows import Row, attempt_from, delivery_from, job_from
 from kirim.store.sequence import TIME, Operation, Query
 
@@ -119,6 +125,14 @@ class PruneResult:
     throttle_expired: int = 0
     #: feed messages (the in-app inbox) past their keep time, or their archived one
     feed_items: int = 0
+    #: workflow runs over, with their steps (``kirim.store.retention_records``)
+    runs: int = 0
+    run_steps: int = 0
+    #: topic events fully fanned out, and subscriptions ended (unsubscribed)
+    topic_events: int = 0
+    subscriptions: int = 0
+    #: tombstones of runs and topic events expired (``keys`` after their prune)
+    record_tombstones_expired: int = 0
     #: the batch was full: another call may find more (never with ``dry_run``)
     more: bool = False
     dry_run: bool = False
@@ -137,6 +151,12 @@ class PruneResult:
             digest_events_expired=self.digest_events_expired + other.digest_events_expired,
             throttle_expired=self.throttle_expired + other.throttle_expired,
             feed_items=self.feed_items + other.feed_items,
+            runs=self.runs + other.runs,
+            run_steps=self.run_steps + other.run_steps,
+            topic_events=self.topic_events + other.topic_events,
+            subscriptions=self.subscriptions + other.subscriptions,
+            record_tombstones_expired=self.record_tombstones_expired
+            + other.record_tombstones_expired,
             more=other.more,
             dry_run=self.dry_run or other.dry_run,
         )
@@ -151,6 +171,11 @@ class PruneResult:
             or self.digest_events_expired
             or self.throttle_expired
             or self.feed_items
+            or self.runs
+            or self.run_steps
+            or self.topic_events
+            or self.subscriptions
+            or self.record_tombstones_expired
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -167,6 +192,11 @@ class PruneResult:
             "digest_events_expired": self.digest_events_expired,
             "throttle_expired": self.throttle_expired,
             "feed_items": self.feed_items,
+            "runs": self.runs,
+            "run_steps": self.run_steps,
+            "topic_events": self.topic_events,
+            "subscriptions": self.subscriptions,
+            "record_tombstones_expired": self.record_tombstones_expired,
         }
 
 
@@ -244,6 +274,7 @@ def prune(
         (old,) = yield Query("prune_count_tombstones", {"before": forgotten})
         (rest,) = yield Query("prune_count_layer", {"before": forgotten, "closed": shut})
         (messages,) = yield Query("prune_count_feed", feed)
+        records = yield from prune_records(now, before, forgotten, 1, dry_run=True)
         return PruneResult(
             deliveries=int(found["deliveries"]),
             jobs=int(found["jobs"] or 0),
@@ -256,6 +287,11 @@ def prune(
             digest_events_expired=int(rest["digest_events_expired"]),
             throttle_expired=int(rest["throttle_expired"]),
             feed_items=int(messages["n"]),
+            runs=records.runs,
+            run_steps=records.run_steps,
+            topic_events=records.topic_events,
+            subscriptions=records.subscriptions,
+            record_tombstones_expired=records.tombstones_expired,
             dry_run=True,
         )
     args = {"now": now, "before": before, "newest": newest, "closed": shut, "limit": limit}
@@ -275,6 +311,8 @@ def prune(
         Query("prune_feed", {**feed, **bounded}, count=True),
     )
     steps = (emptied, digests, events, tombstones, counters, messages)
+    # After the deliveries: a run goes once its last delivery went (retention_records).
+    records = yield from prune_records(now, before, forgotten, limit, dry_run=False)
     return replace(
         result,
         tombstones_expired=int(tombstones),
@@ -283,7 +321,12 @@ def prune(
         digest_events_expired=int(events),
         throttle_expired=int(counters),
         feed_items=int(messages),
-        more=result.more or any(n >= limit for n in steps),
+        runs=records.runs,
+        run_steps=records.run_steps,
+        topic_events=records.topic_events,
+        subscriptions=records.subscriptions,
+        record_tombstones_expired=records.tombstones_expired,
+        more=result.more or records.more or any(n >= limit for n in steps),
     )
 
 

@@ -2,17 +2,28 @@
 -- deliveries of its steps. The run's row is locked FOR UPDATE.
 
 -- name: insert_run
--- A run, once per key (no row: the run exists already).
+-- A run, once per key (no row: the run exists already, or it was pruned and its
+-- tombstone is kept: the event given again starts no second run).
 INSERT INTO kirim_runs (key, type, event_id, recipient_id, status, cursor, next_at, steps,
                         data, messages, max_attempts, cancel_value, created_at, updated_at)
-VALUES (%(key)s, %(type)s, %(event_id)s, %(recipient_id)s, 'waiting', 0, %(now)s::float8, %(steps)s, %(data)s,
-        %(messages)s, %(max_attempts)s::int, %(cancel_value)s, %(now)s::float8, %(now)s::float8)
+SELECT %(key)s, %(type)s, %(event_id)s, %(recipient_id)s, 'waiting', 0, %(now)s::float8,
+       %(steps)s, %(data)s, %(messages)s, %(max_attempts)s::int, %(cancel_value)s,
+       %(now)s::float8, %(now)s::float8
+WHERE NOT EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = %(key)s)
 ON CONFLICT (key) DO NOTHING
 RETURNING *;
 
 -- name: run_by_key
--- A run by its key.
-SELECT * FROM kirim_runs WHERE key = %(key)s;
+-- A run by its key, or what its tombstone keeps of it once pruned (no steps, data nor
+-- messages: kirim.store.retention_records).
+SELECT * FROM kirim_runs WHERE key = %(key)s
+UNION ALL
+SELECT run_id AS id, key, type, event_id, recipient_id, status, cursor,
+       NULL::float8 AS next_at, '[]' AS steps, '{}' AS data, '{}' AS messages,
+       0 AS max_attempts, NULL AS cancel_value, why, NULL AS claim_token,
+       NULL AS claimed_by, NULL::float8 AS claim_expires_at, created_at, updated_at
+FROM kirim_run_tombstones
+WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM kirim_runs WHERE key = %(key)s);
 
 -- name: run_by_id
 -- A run by its id.
@@ -86,3 +97,14 @@ LIMIT %(limit)s::int;
 -- name: run_counts
 -- Runs per status.
 SELECT status, count(*) AS n FROM kirim_runs GROUP BY status;
+
+-- name: drop_pruned_run_twin
+-- The run just inserted, deleted again if a prune's tombstone holds its key: an insert
+-- that waited on the key of a run being pruned finds it gone and inserts, though its
+-- own snapshot saw no tombstone; this statement's snapshot, taken after, sees the
+-- tombstone committed with the deletion (kirim.store.retention_records). SQLite, which
+-- serialises writers, has no such twin and no such query.
+DELETE FROM kirim_runs
+WHERE id = %(id)s::bigint
+  AND EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = %(key)s)
+RETURNING id;

@@ -24,6 +24,8 @@ SELECT (SELECT max(id) FROM kirim_deliveries) AS delivery,
 -- active job, no attempt that may still land, nor one of the newest ids (%(newest)s),
 -- nor a digest whose window is not closed (it ended at or after %(closed)s); no locks
 -- (judged again under them).
+-- Never a delivery of a step of a run not over (waiting, or canceled and coming back:
+-- a branch reads it, a cancel comes back to it; kirim.store.retention_records).
 SELECT d.id, d.idempotency_key FROM kirim_deliveries d
 WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppressed') AND d.updated_at < %(before)s::float8
   AND d.id <> ALL (%(newest)s::bigint[])
@@ -34,6 +36,9 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                     AND (a.settles_at IS NULL OR a.settles_at > %(now)s::float8))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
                   WHERE g.key = d.idempotency_key AND g.window_end >= %(closed)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s JOIN kirim_runs r ON r.id = s.run_id
+                  WHERE s.delivery_id = d.id
+                    AND (r.status = 'waiting' OR r.next_at IS NOT NULL))
 ORDER BY d.id
 LIMIT %(limit)s;
 
@@ -57,7 +62,10 @@ WHERE d.status IN ('sent', 'failed', 'canceled', 'delivered', 'bounced', 'suppre
                   WHERE a.delivery_id = d.id AND a.status IN ('requested', 'unknown')
                     AND (a.settles_at IS NULL OR a.settles_at > %(now)s::float8))
   AND NOT EXISTS (SELECT 1 FROM kirim_digests g
-                  WHERE g.key = d.idempotency_key AND g.window_end >= %(closed)s::float8);
+                  WHERE g.key = d.idempotency_key AND g.window_end >= %(closed)s::float8)
+  AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s JOIN kirim_runs r ON r.id = s.run_id
+                  WHERE s.delivery_id = d.id
+                    AND (r.status = 'waiting' OR r.next_at IS NOT NULL));
 
 -- name: prune_count_tombstones
 -- A dry run: the tombstones written before %(before)s.

@@ -70,9 +70,20 @@ SELECT * FROM kirim_topic_events WHERE topic = %(topic)s ORDER BY id DESC LIMIT 
 SELECT * FROM kirim_topic_events ORDER BY id DESC LIMIT %(limit)s;
 
 -- name: find_topic_event
--- The event of this type and id to this topic, if recorded.
+-- The event of this type and id to this topic, if recorded, or what its tombstone
+-- keeps of it once pruned (done, its data gone: kirim.store.retention_records).
 SELECT * FROM kirim_topic_events
-WHERE type = %(type)s AND event_id = %(event_id)s AND topic = %(topic)s;
+WHERE type = %(type)s AND event_id = %(event_id)s AND topic = %(topic)s
+UNION ALL
+SELECT id, topic, type, event_id, 'null' AS data, mark, 'done' AS status,
+       NULL AS cursor, batches, recipients, NULL AS lease_owner, NULL AS lease_token,
+       NULL::float8 AS lease_expires_at, created_at,
+       coalesce(finished_at, created_at) AS updated_at, finished_at
+FROM kirim_topic_event_tombstones t
+WHERE t.type = %(type)s AND t.event_id = %(event_id)s AND t.topic = %(topic)s
+  AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
+                  WHERE e.type = %(type)s AND e.event_id = %(event_id)s
+                    AND e.topic = %(topic)s);
 
 -- name: add_topic_event
 -- Record a topic event with its mark, expanding.

@@ -2,17 +2,27 @@
 -- deliveries of its steps. SQLite holds the write lock for the whole transaction.
 
 -- name: insert_run
--- A run, once per key (no row: the run exists already).
+-- A run, once per key (no row: the run exists already, or it was pruned and its
+-- tombstone is kept: the event given again starts no second run).
 INSERT INTO kirim_runs (key, type, event_id, recipient_id, status, cursor, next_at, steps,
                         data, messages, max_attempts, cancel_value, created_at, updated_at)
-VALUES (:key, :type, :event_id, :recipient_id, 'waiting', 0, :now, :steps, :data,
-        :messages, :max_attempts, :cancel_value, :now, :now)
+SELECT :key, :type, :event_id, :recipient_id, 'waiting', 0, :now, :steps, :data,
+       :messages, :max_attempts, :cancel_value, :now, :now
+WHERE NOT EXISTS (SELECT 1 FROM kirim_run_tombstones WHERE key = :key)
 ON CONFLICT (key) DO NOTHING
 RETURNING *;
 
 -- name: run_by_key
--- A run by its key.
-SELECT * FROM kirim_runs WHERE key = :key;
+-- A run by its key, or what its tombstone keeps of it once pruned (no steps, data nor
+-- messages: kirim.store.retention_records).
+SELECT * FROM kirim_runs WHERE key = :key
+UNION ALL
+SELECT run_id AS id, key, type, event_id, recipient_id, status, cursor, NULL AS next_at,
+       '[]' AS steps, '{}' AS data, '{}' AS messages, 0 AS max_attempts,
+       NULL AS cancel_value, why, NULL AS claim_token, NULL AS claimed_by,
+       NULL AS claim_expires_at, created_at, updated_at
+FROM kirim_run_tombstones
+WHERE key = :key AND NOT EXISTS (SELECT 1 FROM kirim_runs WHERE key = :key);
 
 -- name: run_by_id
 -- A run by its id.

@@ -66,9 +66,19 @@ SELECT * FROM kirim_topic_events WHERE topic = :topic ORDER BY id DESC LIMIT :li
 SELECT * FROM kirim_topic_events ORDER BY id DESC LIMIT :limit;
 
 -- name: find_topic_event
--- The event of this type and id to this topic, if recorded.
+-- The event of this type and id to this topic, if recorded, or what its tombstone
+-- keeps of it once pruned (done, its data gone: kirim.store.retention_records).
 SELECT * FROM kirim_topic_events
-WHERE type = :type AND event_id = :event_id AND topic = :topic;
+WHERE type = :type AND event_id = :event_id AND topic = :topic
+UNION ALL
+SELECT id, topic, type, event_id, 'null' AS data, mark, 'done' AS status, NULL AS cursor,
+       batches, recipients, NULL AS lease_owner, NULL AS lease_token,
+       NULL AS lease_expires_at, created_at, coalesce(finished_at, created_at) AS updated_at,
+       finished_at
+FROM kirim_topic_event_tombstones t
+WHERE t.type = :type AND t.event_id = :event_id AND t.topic = :topic
+  AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
+                  WHERE e.type = :type AND e.event_id = :event_id AND e.topic = :topic);
 
 -- name: add_topic_event
 -- Record a topic event with its mark, expanding.

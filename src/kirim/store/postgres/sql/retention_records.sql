@@ -1,0 +1,144 @@
+-- Retention of workflow runs, topic events and ended subscriptions
+-- (kirim.store.retention_records), PostgreSQL (psycopg placeholders: %(name)s; %(ids)s
+-- an array of ids; a step's items as one array per column, %(i_<column>)s). The
+-- candidates are found without locks, then locked FOR UPDATE SKIP LOCKED in id order
+-- (a run, as everywhere, before its deliveries: prune reads those only) and judged
+-- again in Python on the rows read under the locks; prune never waits for a worker.
+
+-- name: prune_run_candidates
+-- Up to %(limit)s runs over (done, or canceled with nothing to come back for: next_at
+-- is NULL) last changed before %(before)s, oldest first, none of whose steps'
+-- deliveries is kept (the delivery prune takes a run's deliveries only once it is over).
+SELECT r.id FROM kirim_runs r
+WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled')
+  AND r.updated_at < %(before)s::float8
+  AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s JOIN kirim_deliveries d ON d.id = s.delivery_id
+                  WHERE s.run_id = r.id)
+ORDER BY r.updated_at, r.id
+LIMIT %(limit)s;
+
+-- name: prune_lock_runs
+-- These runs (skipping those another transaction holds).
+SELECT * FROM kirim_runs WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id FOR UPDATE SKIP LOCKED;
+
+-- name: prune_runs_holding
+-- After the locks: those of these runs one of whose steps' deliveries is still kept.
+SELECT DISTINCT s.run_id FROM kirim_run_steps s JOIN kirim_deliveries d ON d.id = s.delivery_id
+WHERE s.run_id = ANY (%(ids)s::bigint[]);
+
+-- name: prune_write_run_tombstones
+-- One tombstone per pruned run (its key; a key pruned again keeps the newest).
+INSERT INTO kirim_run_tombstones (key, run_id, type, event_id, recipient_id, status, cursor,
+                                  why, created_at, updated_at, pruned_at)
+SELECT * FROM unnest(
+    %(i_key)s::text[], %(i_run_id)s::bigint[], %(i_type)s::text[], %(i_event_id)s::text[],
+    %(i_recipient_id)s::text[], %(i_status)s::text[], %(i_cursor)s::int[], %(i_why)s::text[],
+    %(i_created_at)s::float8[], %(i_updated_at)s::float8[], %(i_pruned_at)s::float8[]
+)
+ON CONFLICT (key) DO UPDATE
+SET run_id = excluded.run_id, status = excluded.status, cursor = excluded.cursor,
+    why = excluded.why, created_at = excluded.created_at, updated_at = excluded.updated_at,
+    pruned_at = excluded.pruned_at;
+
+-- name: prune_delete_run_steps
+-- The steps of these runs.
+DELETE FROM kirim_run_steps WHERE run_id = ANY (%(ids)s::bigint[]);
+
+-- name: prune_delete_runs
+-- These runs (after their steps).
+DELETE FROM kirim_runs WHERE id = ANY (%(ids)s::bigint[]);
+
+-- name: prune_topic_event_candidates
+-- Up to %(limit)s topic events fully fanned out (done) before %(before)s, oldest first;
+-- never the newest (the rule is SQLite's, which would give its id again).
+SELECT e.id FROM kirim_topic_events e
+WHERE e.status = 'done' AND e.finished_at < %(before)s::float8
+  AND e.id < (SELECT max(id) FROM kirim_topic_events)
+ORDER BY e.finished_at, e.id
+LIMIT %(limit)s;
+
+-- name: prune_lock_topic_events
+-- These topic events (skipping those another transaction holds).
+SELECT * FROM kirim_topic_events WHERE id = ANY (%(ids)s::bigint[])
+ORDER BY id FOR UPDATE SKIP LOCKED;
+
+-- name: prune_write_topic_event_tombstones
+-- One tombstone per pruned topic event (its type, event id and topic).
+INSERT INTO kirim_topic_event_tombstones (type, event_id, topic, id, mark, batches, recipients,
+                                          created_at, finished_at, pruned_at)
+SELECT * FROM unnest(
+    %(i_type)s::text[], %(i_event_id)s::text[], %(i_topic)s::text[], %(i_id)s::bigint[],
+    %(i_mark)s::bigint[], %(i_batches)s::int[], %(i_recipients)s::int[],
+    %(i_created_at)s::float8[], %(i_finished_at)s::float8[], %(i_pruned_at)s::float8[]
+)
+ON CONFLICT (type, event_id, topic) DO UPDATE
+SET id = excluded.id, mark = excluded.mark, batches = excluded.batches,
+    recipients = excluded.recipients, created_at = excluded.created_at,
+    finished_at = excluded.finished_at, pruned_at = excluded.pruned_at;
+
+-- name: prune_delete_topic_events
+-- These topic events.
+DELETE FROM kirim_topic_events WHERE id = ANY (%(ids)s::bigint[]);
+
+-- name: prune_subscriptions
+-- Up to %(limit)s subscriptions ended (unsubscribed) before %(before)s, oldest first
+-- (skipping those locked), that no fan-out still running reads (an event expanding
+-- whose mark is before their end; an event recorded later has a later mark).
+DELETE FROM kirim_topic_subscriptions
+WHERE id IN (SELECT s.id FROM kirim_topic_subscriptions s
+             WHERE s.removed_seq IS NOT NULL AND s.removed_at < %(before)s::float8
+               AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
+                               WHERE e.topic = s.topic AND e.status = 'expanding'
+                                 AND e.mark < s.removed_seq)
+             ORDER BY s.removed_at LIMIT %(limit)s
+             FOR UPDATE OF s SKIP LOCKED);
+
+-- name: prune_expire_run_tombstones
+-- Up to %(limit)s run tombstones written before %(before)s (the oldest first; skipping
+-- those locked): their events start runs again.
+DELETE FROM kirim_run_tombstones
+WHERE key IN (SELECT key FROM kirim_run_tombstones
+              WHERE pruned_at < %(before)s::float8 ORDER BY pruned_at LIMIT %(limit)s
+              FOR UPDATE SKIP LOCKED);
+
+-- name: prune_expire_topic_event_tombstones
+-- Up to %(limit)s topic event tombstones written before %(before)s (the oldest first).
+DELETE FROM kirim_topic_event_tombstones
+WHERE (type, event_id, topic) IN (
+    SELECT type, event_id, topic FROM kirim_topic_event_tombstones
+    WHERE pruned_at < %(before)s::float8 ORDER BY pruned_at LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED);
+
+-- name: prune_count_records
+-- delete now (at most: a run is counted whose deliveries are at rest and older than
+-- the cut-off, but one of them may stay, and the run with it), and the tombstones of runs and topic events written before %(forgotten)s.
+SELECT
+  (SELECT COUNT(*) FROM kirim_runs r
+   WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled')
+     AND r.updated_at < %(before)s::float8
+     AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s
+                     JOIN kirim_deliveries d ON d.id = s.delivery_id
+                     WHERE s.run_id = r.id
+                       AND (d.status NOT IN ('sent', 'failed', 'canceled', 'delivered',
+                                             'bounced', 'suppressed')
+                            OR d.updated_at >= %(before)s::float8))) AS runs,
+  (SELECT COUNT(*) FROM kirim_run_steps x JOIN kirim_runs r ON r.id = x.run_id
+   WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled')
+     AND r.updated_at < %(before)s::float8
+     AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s
+                     JOIN kirim_deliveries d ON d.id = s.delivery_id
+                     WHERE s.run_id = r.id
+                       AND (d.status NOT IN ('sent', 'failed', 'canceled', 'delivered',
+                                             'bounced', 'suppressed')
+                            OR d.updated_at >= %(before)s::float8))) AS run_steps,
+  (SELECT COUNT(*) FROM kirim_topic_events e
+   WHERE e.status = 'done' AND e.finished_at < %(before)s::float8
+     AND e.id < (SELECT max(id) FROM kirim_topic_events)) AS topic_events,
+  (SELECT COUNT(*) FROM kirim_topic_subscriptions s
+   WHERE s.removed_seq IS NOT NULL AND s.removed_at < %(before)s::float8
+     AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
+                     WHERE e.topic = s.topic AND e.status = 'expanding'
+                       AND e.mark < s.removed_seq)) AS subscriptions,
+  (SELECT COUNT(*) FROM kirim_run_tombstones WHERE pruned_at < %(forgotten)s::float8)
+  + (SELECT COUNT(*) FROM kirim_topic_event_tombstones
+     WHERE pruned_at < %(forgotten)s::float8) AS tombstones_expired;
