@@ -13,9 +13,11 @@ asked:
 - ``decided_right``: a branch on read/seen says what the feed said when it decided;
 - ``after_cancel``: nothing made after a committed cancellation, and nothing sent
   after it unless the cancellation named the delivery (in flight, or held);
-- ``cancel_atomic``: an ``order_done`` event (``cancel_via``: recorded as such, or by
-  a process that dies right after its first commit) is never committed without the
-  cancellation of the run it cancels, and given again it makes nothing twice;
+- ``cancel_atomic``: an ``order_done`` event (``cancel_via``: recorded as such, by a
+  process that dies right after its first commit, or posted to ``/v1/events`` by a
+  server that dies right after recording it) is never committed without the
+  cancellation of the run it cancels; given again it makes nothing twice, and a
+  replayed request's kept answer names the run;
 - ``delay_end``: a delay's recorded end is its start plus its duration, or for a
   delay until a time of the recipient's day the first instant from its start at
   which the recipient's clock read that time (their zone as it was when the step
@@ -273,7 +275,7 @@ class FlowWorld:
 
 
 CHANNELS = ("inbox", "email", "sms")
-CANCEL_VIA = ("library", "event", "event_killed")
+CANCEL_VIA = ("library", "event", "event_killed", "http_killed")
 #: the plain type whose events cancel a world's runs (``cancel_on``)
 DONE = parse_type("order_done", {"templates": {"inbox": {"title": "done {{ order }}"}}})
 
@@ -465,7 +467,10 @@ async def _cancel_event(
         cancels += [(clock.now(), c) for c in done.canceled]
         await _check_atomic(app, world, event_id, runs[who], waited, out)
         return
-    written = await _killed_after_first_commit(
+    if world.cancel_via == "http_killed":
+        await _http_killed(app, clock, event_id, who, cancels, world, runs[who], waited, out)
+        return
+    written = await _killed_after_commits(
         app, app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
     )
     cancels += [(clock.now(), c) for c in getattr(written, "canceled", ())]
@@ -490,9 +495,51 @@ async def _check_atomic(
         )
 
 
-async def _killed_after_first_commit(app: Kirim, call: Any) -> Any:
-    """Await ``call`` in a process that dies right after the store's first committed
-    write; what that write's operation returned (None: it died before any)."""
+async def _http_killed(
+    app: Kirim,
+    clock: Clock,
+    event_id: str,
+    who: int,
+    cancels: list[tuple[float, Canceled]],
+    world: FlowWorld,
+    run_id: int,
+    waited: bool,
+    out: Outcome,
+) -> None:
+    """``POST /v1/events`` of the ``order_done``, by a server that dies right after it
+    records the event (its second commit: the first takes the request's key); the
+    client sends it again under the same key and is answered the kept response, which
+    must be that of an event whose cancellations were made."""
+    import httpx
+
+    from kirim.http import create_app
+    from kirim.tokens import create_token
+
+    _, secret = await create_token(app.store, f"explore-{event_id}", now=clock.now())
+    body: dict[str, Any] = {"type": "order_done", "event_id": event_id}
+    body.update(recipients=[f"u{who}"], data={"order": f"o{who}"})
+    headers = {"Authorization": f"Bearer {secret}", "Idempotency-Key": event_id}
+    transport = httpx.ASGITransport(app=create_app(app))
+    async with httpx.AsyncClient(transport=transport, base_url="http://explore") as client:
+        written = await _killed_after_commits(
+            app, client.post("/v1/events", json=body, headers=headers), commits=2
+        )
+        cancels += [(clock.now(), c) for c in getattr(written, "canceled", ())]
+        await _check_atomic(app, world, event_id, run_id, waited, out)
+        again = await client.post("/v1/events", json=body, headers=headers)
+    if again.status_code not in (200, 201):
+        out.violations.append(f"cancel_atomic: {event_id} given again: {again.status_code}")
+        return
+    kept = again.json().get("canceled_runs", [])
+    if waited and world.cancel_on and kept != [run_id]:
+        out.violations.append(
+            f"cancel_atomic: {event_id}'s kept answer names {kept}, not run {run_id}"
+        )
+
+
+async def _killed_after_commits(app: Kirim, call: Any, *, commits: int = 1) -> Any:
+    """Await ``call`` in a process that dies right after the store's ``commits``-th
+    committed write; what that write's operation returned (None: it died before)."""
     driver: Any = app.store.driver  # type: ignore[attr-defined]
     run = driver.run
     seen: list[Any] = []
@@ -501,7 +548,8 @@ async def _killed_after_first_commit(app: Kirim, call: Any) -> Any:
         result = await run(op, write=write, snapshot=snapshot)
         if write:
             seen.append(result)
-            raise Killed
+            if len(seen) == commits:
+                raise Killed
         return result
 
     driver.run = dying
@@ -511,7 +559,7 @@ async def _killed_after_first_commit(app: Kirim, call: Any) -> Any:
         pass
     finally:
         driver.run = run
-    return seen[0] if seen else None
+    return seen[-1] if len(seen) == commits else None
 
 
 def _event(i: int) -> dict[str, Any]:
