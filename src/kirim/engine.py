@@ -6,6 +6,7 @@ on a private event loop, for code that is not async.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -321,7 +322,11 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         apply (``kirim.notify.fanout``). The same event again returns the deliveries it
         made (created false). ``recipients``: ids, ``{"id", "locale", "to"}`` mappings or
         ``kirim.notify.Recipient``; ``to`` maps a channel to the address on it."""
-        event = self.prepare_event(type, recipients, data, event_id=event_id)
+        # rendered off the event loop: a heavy template, or many recipients, never
+        # stalls what else the loop runs (a worker's sends and heartbeats)
+        event = await asyncio.to_thread(
+            self.prepare_event, type, recipients, data, event_id=event_id
+        )
         return await self.record_event(event, connection=connection)
 
     def prepare_event(

@@ -10,6 +10,7 @@ such different answers would be harder to use rightly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -100,7 +101,9 @@ class TopicBook:
             name = check_topic(topic)
         except BadValue as exc:
             raise InvalidNotification(str(exc)) from None
-        event = self.prepare_event(type, [f"topic:{name}"], data, event_id=event_id)
+        event = await asyncio.to_thread(
+            self.prepare_event, type, [f"topic:{name}"], data, event_id=event_id
+        )
         return await self.store.record_topic_event(
             name, event.type.name, event.event_id, event.data_json, now=self.clock.now()
         )
@@ -111,8 +114,12 @@ class TopicBook:
         """The deliveries of one batch of a topic event's subscribers, planned as
         ``notify_event`` plans them (nothing written): the worker's fan-out
         (``kirim.worker.topics``) records them with the batch."""
-        prepared = self.prepare_event(
-            event.type, list(recipients), json.loads(event.data_json), event_id=event.event_id
+        prepared = await asyncio.to_thread(  # a batch's rendering, off the worker's loop
+            self.prepare_event,
+            event.type,
+            list(recipients),
+            json.loads(event.data_json),
+            event_id=event.event_id,
         )
         prefs = await self.store.preferences_of(prepared.recipient_ids)
         addresses = await self.store.addresses_of(prepared.recipient_ids)
