@@ -6,8 +6,10 @@ advance fails for a reason of its own stops neither the batch's others nor the w
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 
 from kirim.channels import Channel
@@ -81,3 +83,47 @@ async def test_one_broken_run_stops_neither_the_others_nor_the_worker(
     assert waiting_at.pop(started.run.id) == (RunStatus.WAITING, 0)
     assert set(waiting_at.values()) == {(RunStatus.WAITING, 2)}
     assert (await app.store.counts())["deliveries"] == {"pending": 3}
+
+
+async def _set_steps(url: str, run_id: int, steps: str) -> None:
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            conn.execute("UPDATE kirim_runs SET steps = ? WHERE id = ?", (steps, run_id))
+        return
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        await conn.execute("UPDATE kirim_runs SET steps = %s WHERE id = %s", (steps, run_id))
+
+
+async def _row(url: str, run_id: int) -> tuple[str, str | None]:
+    query = "SELECT why, claimed_by FROM kirim_runs WHERE id = {}"
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as conn:
+            return conn.execute(query.format("?"), (run_id,)).fetchone()
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        found = await (await conn.execute(query.format("%s"), (run_id,))).fetchone()
+        assert found is not None
+        return found[0], found[1]
+
+
+async def test_a_run_this_kirim_cannot_read_is_left_for_a_newer_one(
+    app: Kirim, clock: ManualClock, database_url: str
+) -> None:
+    """A run a newer kirim recorded, with a step of a kind this one does not know (a
+    rolling upgrade): the claim sets it aside (its claim released, looked at again
+    later, why said) instead of failing every claim, and the readable runs advance."""
+    await _start(app, 2)
+    future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
+    steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+    await _set_steps(database_url, future.runs[0].run_id, steps)  # as a newer kirim wrote
+    advancer = app.worker(settings=SETTINGS)._runs
+    assert await advancer.tick() == 2
+    assert (await app.store.counts())["deliveries"] == {"pending": 2}
+    why, claimed_by = await _row(database_url, future.runs[0].run_id)
+    assert "cannot read" in why
+    assert "left for a newer kirim" in why
+    assert claimed_by is None
+    claims = await app.store.claim_runs(worker_id="w2", now=clock.now(), lease=30, limit=10)
+    assert claims == []  # set aside: not due again yet, not claimed by anyone
+    clock.advance(3601)  # the readable runs' delay is over; the unreadable is due again
+    assert await advancer.tick(force=True) == 2
+    assert (await app.store.counts())["deliveries"] == {"pending": 4}

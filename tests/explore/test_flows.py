@@ -283,3 +283,21 @@ def test_mutation_runs_pruned_while_waiting_is_caught(monkeypatch: pytest.Monkey
         if any(v.startswith("prune_over") for v in result.violations):
             return
     pytest.fail("a run pruned while not over was not caught within 60 seeds")
+
+
+def test_mutation_unreadable_run_fails_the_claim_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim that fails on a run a newer kirim recorded (instead of setting it aside)
+    starves every run: caught within 60 seeds."""
+
+    def fails(row, why, now):  # type: ignore[no-untyped-def]
+        raise kirim.store.flows.UnreadableStep(why)
+        yield  # a generator
+
+    monkeypatch.setattr(kirim.store.flows, "_set_aside", fails)
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith(("liveness", "set_aside")) for v in result.violations):
+            return
+    pytest.fail("a claim failing on an unreadable run was not caught within 60 seeds")

@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import math
 import random
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ from kirim.engine import Kirim
 from kirim.errors import AmbiguousFailure, NotFound, PermanentFailure
 from kirim.explore import localtime
 from kirim.model import DeliveryStatus, OnUnknown
-from kirim.notify.steps import Branch, Delay, Send
+from kirim.notify.steps import Branch, Delay, Send, UnreadableStep
 from kirim.notify.types import NotificationType, parse_type
 from kirim.preferences import Preferences
 from kirim.providers.base import Message, Sent
@@ -175,6 +176,8 @@ class FlowWorld:
     until_zone: str | None = None  # the step's zone, for recipients without one
     zones: tuple[str | None, ...] = ()  # each recipient's zone (None: no preferences)
     start: float = START
+    #: a run a newer kirim recorded (a step kind this one does not know) is there too
+    unreadable: bool = False
 
     @classmethod
     def draw(cls, seed: int) -> FlowWorld:
@@ -201,6 +204,7 @@ class FlowWorld:
             until_zone=rng.choice(ZONES),
             zones=tuple(rng.choice(ZONES) for _ in range(n)),
             start=rng.choice(STARTS) if until else START,
+            unreadable=rng.random() < 0.3,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -223,6 +227,7 @@ class FlowWorld:
             "until_zone": self.until_zone,
             "zones": list(self.zones),
             "start": self.start,
+            "unreadable": self.unreadable,
         }
 
     @classmethod
@@ -246,6 +251,7 @@ class FlowWorld:
             until_zone=data.get("until_zone"),
             zones=tuple(data.get("zones", ())),
             start=float(data.get("start", START)),
+            unreadable=bool(data.get("unreadable", False)),
         )
 
     def type(self) -> NotificationType:
@@ -299,6 +305,7 @@ FLOW_KNOBS: dict[str, Callable[[FlowWorld], Any]] = {
     "action.stall_and_resume": lambda w: any(a == "resume" for a, _ in w.actions),
     "action.move_zone": lambda w: any(a == "move" for a, _ in w.actions),
     "action.prune": lambda w: any(a == "prune" for a, _ in w.actions),
+    "run.unreadable": lambda w: w.unreadable,
     "race.cancel_in_request": lambda w: w.race_cancel,
     "cancel_event.via": lambda w: w.cancel_via,
 }
@@ -349,6 +356,7 @@ async def run_world(
         for i in range(world.recipients):
             done = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
             runs.append(done.runs[0].run_id)
+        newer = await _unreadable_run(app, url) if world.unreadable else None
         # a retried event creates nothing
         again = await app.notify_event("flow", ["u0"], {"order": "o0", "vip": True}, event_id="e0")
         if again.runs[0].created:
@@ -382,7 +390,7 @@ async def run_world(
             if kind == "prune":
                 await _prune(app, clock, runs, gone, out)
                 continue
-            await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled)
+            await _act(app, clock, workers[n % 2], kind, who, runs, cancels, stalled, out)
         for n in range(12 if world.until is None else 36):  # time enough to settle
             clock.t += 4000
             for w in workers:
@@ -396,6 +404,8 @@ async def run_world(
         for run in found:
             await _check(app, world, run, providers, cancels, out)
             _delay_end(run, providers, zones.get(run.recipient_id, [(world.start, None)]), out)
+        if newer is not None:
+            await _check_set_aside(url, newer, out)
     finally:
         await app.close()
     return out
@@ -410,6 +420,7 @@ async def _act(
     runs: list[int],
     cancels: list[tuple[float, Canceled]],
     stalled: list[RunClaim],
+    out: Outcome,
 ) -> None:
     if kind == "tick":
         await worker.run_once()
@@ -423,12 +434,10 @@ async def _act(
         with contextlib.suppress(NotFound):  # pruned: there is nothing left to cancel
             cancels.append((clock.now(), await app.cancel_run(runs[who], why="operator")))
     elif kind == "crash":  # a worker claims due runs and dies; its leases expire
-        await app.store.claim_runs(worker_id="ghost", now=clock.now(), lease=LEASE, limit=5)
+        await _claim(app, clock, "ghost", out)
         clock.t += LEASE + 1
     elif kind == "stall":  # a worker claims due runs and freezes past its lease
-        stalled += await app.store.claim_runs(
-            worker_id="stalled", now=clock.now(), lease=LEASE, limit=5
-        )
+        stalled += await _claim(app, clock, "stalled", out)
         clock.t += LEASE + 1
     elif kind == "resume":  # ... and comes back: its claims may have been taken over
         for claim in stalled:
@@ -592,6 +601,53 @@ async def _prune(
         again = await app.notify_event("flow", [f"u{i}"], _event(i), event_id=f"e{i}")
         if again.runs[0].created:
             out.violations.append(f"prune_replay: run {rid}'s event, given again, started one")
+
+
+async def _claim(app: Kirim, clock: Clock, worker: str, out: Outcome) -> list[RunClaim]:
+    """A worker's claim of due runs (one that then dies or stalls)."""
+    try:
+        return await app.store.claim_runs(worker_id=worker, now=clock.now(), lease=LEASE, limit=5)
+    except UnreadableStep as exc:
+        out.violations.append(f"set_aside: a claim failed on a run it cannot read ({exc})")
+        return []
+
+
+#: what a newer kirim may store as a run's step, which this one cannot read
+NEWER_STEPS = '[{"kind": "digest", "name": "d", "window": 3600}]'
+
+
+def _sql(url: str, query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """One statement on the world's database, outside kirim (``?`` placeholders)."""
+    if url.startswith("sqlite"):
+        with contextlib.closing(sqlite3.connect(url.split("///", 1)[1])) as lite, lite:
+            return list(lite.execute(query, args).fetchall())
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(query.replace("?", "%s"), args)
+        return list(cur.fetchall()) if cur.description else []
+
+
+async def _unreadable_run(app: Kirim, url: str) -> int:
+    """A run as a newer kirim would record it: a step of a kind this one lacks."""
+    done = await app.notify_event("flow", ["u9"], _event(9), event_id="newer")
+    run_id = done.runs[0].run_id
+    _sql(url, "UPDATE kirim_runs SET steps = ? WHERE id = ?", (NEWER_STEPS, run_id))
+    return run_id
+
+
+async def _check_set_aside(url: str, run_id: int, out: Outcome) -> None:
+    """``set_aside``: a run this kirim cannot read is never advanced, never left
+    claimed, and says why (the others' liveness is judged as ever)."""
+    query = "SELECT status, cursor, claimed_by, why FROM kirim_runs WHERE id = ?"
+    [(status, cursor, claimed_by, why)] = _sql(url, query, (run_id,))
+    steps = _sql(url, "SELECT idx FROM kirim_run_steps WHERE run_id = ?", (run_id,))
+    if status != "waiting" or int(cursor) != 0 or steps:
+        out.violations.append(f"set_aside: unreadable run {run_id} was advanced ({status})")
+    if claimed_by is not None:
+        out.violations.append(f"set_aside: unreadable run {run_id} left claimed")
+    if "newer kirim" not in (why or ""):
+        out.violations.append(f"set_aside: unreadable run {run_id} does not say why: {why!r}")
 
 
 async def _check(

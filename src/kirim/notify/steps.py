@@ -118,9 +118,24 @@ class Branch:
 Step = Send | Delay | Branch
 
 
+class UnreadableStep(ValueError):
+    """A run's stored step this kirim cannot read: a kind, or a field, of a newer one
+    (a rolling upgrade's newer processes recorded it)."""
+
+
 def step_from_json(value: Mapping[str, Any]) -> Step:
-    """A step as ``to_json`` wrote it (a run keeps its type's steps as they were)."""
+    """A step as ``to_json`` wrote it (a run keeps its type's steps as they were);
+    ``UnreadableStep`` for one of a kind or shape this kirim does not know."""
+    try:
+        return _step_from_json(value)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UnreadableStep(f"a step this kirim cannot read: {value!r}") from exc
+
+
+def _step_from_json(value: Mapping[str, Any]) -> Step:
     kind = value["kind"]
+    if kind not in ("send", "delay", "branch"):
+        raise ValueError(f"unknown step kind {kind!r}")
     if kind == "send":
         return Send(channel=value["channel"], name=value["name"])
     if kind == "delay":

@@ -32,7 +32,7 @@ from kirim import day_time, runs
 from kirim.errors import NotSettled, StoreError
 from kirim.keys import canonical_json
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Delay, Send, step_from_json
+from kirim.notify.steps import Branch, Delay, Send, UnreadableStep, step_from_json
 from kirim.runs import Run, RunClaim, RunStatus, RunStep, StepOutcome, StepState
 from kirim.store import recipients, transitions
 from kirim.store.retention import key_hash
@@ -41,6 +41,8 @@ from kirim.validation import BadValue
 
 #: seconds until a branch on a step not yet settled looks again
 RECHECK = 5.0
+#: seconds until a run whose steps this kirim cannot read is looked at again
+UNREADABLE_AGAIN = 600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -185,8 +187,35 @@ def claim(worker_id: str, given: float, lease: float, limit: int) -> Operation[l
             "limit": limit,
         },
     )
-    found = sorted((run_from(r) for r in rows), key=lambda r: r.id)
+    found: list[Run] = []
+    for r in rows:
+        try:
+            found.append(run_from(r))
+        except UnreadableStep as exc:  # a newer kirim's run: left for a newer worker
+            yield from _set_aside(r, str(exc), now)
+    found.sort(key=lambda r: r.id)
     return [RunClaim(run=r, token=str(r.claim_token)) for r in found]
+
+
+def _set_aside(row: Mapping[str, Any], why: str, now: float) -> Operation[None]:
+    """A claimed run whose steps this kirim cannot read: its claim released, its next
+    look ``UNREADABLE_AGAIN`` later (so it never crowds the readable ones out of a
+    batch), and why, for an operator; a newer worker takes it then."""
+    yield Query(
+        "update_run",
+        {
+            "id": int(row["id"]),
+            "status": row["status"],
+            "cursor": int(row["cursor"]),
+            "next_at": now + UNREADABLE_AGAIN,
+            "why": f"{why} (left for a newer kirim)"[:500],
+            "claim_token": None,
+            "claimed_by": None,
+            "claim_expires_at": None,
+            "now": now,
+        },
+        count=True,
+    )
 
 
 def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]:

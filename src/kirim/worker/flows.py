@@ -63,6 +63,9 @@ class RunAdvancer:
         except StoreError as exc:
             ctx.log.error("store_unavailable", error=str(exc))
             return 0
+        except Exception as exc:  # runs' trouble never stops the worker's deliveries
+            ctx.log.error("run_claim_failed", error=repr(exc))
+            return 0
         self.more = len(claims) >= BATCH
         return len(claims)
 
