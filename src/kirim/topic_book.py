@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from kirim.clock import Clock
     from kirim.config import Config
     from kirim.store.base import NewDelivery, Store
+    from kirim.store.event_writes import CancelBy
 
 
 class TopicBook:
@@ -40,6 +41,8 @@ class TopicBook:
         ) -> fanout.Event: ...
 
         def address_channels(self) -> frozenset[str]: ...
+
+        def cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]: ...
 
     async def subscribe(self, topic: str, recipient_id: str) -> Subscription:
         """Subscribe the recipient to the topic (``created`` False: it was already).
@@ -96,7 +99,9 @@ class TopicBook:
         topic again return the event recorded first (``created`` False) and add
         nothing. The data and templates are checked first, rendered for one
         placeholder recipient: ``InvalidNotification`` (``RenderError``) and nothing
-        is written."""
+        is written. A workflow type (one with ``steps``) is refused: its events go to
+        recipients (``notify_event``), not yet to a topic. The event cancels what
+        ``notify_event``'s would (a type's ``cancel_on``), in its own transaction."""
         try:
             name = check_topic(topic)
         except BadValue as exc:
@@ -104,8 +109,18 @@ class TopicBook:
         event = await asyncio.to_thread(
             self.prepare_event, type, [f"topic:{name}"], data, event_id=event_id
         )
+        if event.type.steps:
+            raise InvalidNotification(
+                f"type {type!r} is a workflow: its events go to recipients "
+                "(notify_event), not yet to a topic"
+            )
         return await self.store.record_topic_event(
-            name, event.type.name, event.event_id, event.data_json, now=self.clock.now()
+            name,
+            event.type.name,
+            event.event_id,
+            event.data_json,
+            now=self.clock.now(),
+            cancels=self.cancels_of(event.type.name, event.data),
         )
 
     async def plan_topic_batch(

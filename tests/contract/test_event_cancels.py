@@ -19,6 +19,7 @@ from http_kit import Api, api_on
 from kirim.channels import Channel
 from kirim.config import Config
 from kirim.engine import Kirim
+from kirim.errors import InvalidNotification
 from kirim.notify.types import parse_type
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import RunStatus
@@ -191,3 +192,33 @@ async def test_a_workflow_event_in_the_callers_transaction(pg_app: tuple[Kirim, 
         await conn.commit()
     found = await kirim.must_get_run(kept.runs[0].run_id)
     assert found.status is RunStatus.WAITING
+
+
+async def test_an_event_to_a_topic_cancels_in_its_own_transaction(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``notify_topic`` of a type another names in ``cancel_on`` cancels the matching
+    runs when the topic event commits, not when (or whether) its fan-out runs."""
+    run_id = await _waiting_run(api.kirim)
+    await api.kirim.subscribe("orders", "u1")
+    _die_after_commits(api.kirim, monkeypatch, 1)
+    with pytest.raises(Killed):
+        await api.kirim.notify_topic("order_done", "orders", {"order_id": "o1"}, event_id="t1")
+    assert (await api.kirim.must_get_run(run_id)).status is RunStatus.CANCELED
+    again = await api.kirim.notify_topic("order_done", "orders", {"order_id": "o1"}, event_id="t1")
+    assert not again.created
+
+
+async def test_a_workflow_type_is_refused_to_a_topic(api: Api) -> None:
+    """A workflow type's event to a topic would send every step's channel at once: it
+    is refused, and nothing is written."""
+    await api.kirim.subscribe("orders", "u1")
+    with pytest.raises(InvalidNotification, match="workflow"):
+        await api.kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
+    assert await api.kirim.store.latest_topic_events(limit=5) == []
+    over_http = await api.client.post(
+        "/v1/topics/orders/events",
+        json={"type": "escalate", "event_id": "t2", "data": {"order_id": "o1"}},
+    )
+    assert over_http.status_code == 422, over_http.text
+    assert "workflow" in over_http.text

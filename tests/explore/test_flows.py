@@ -301,3 +301,19 @@ def test_mutation_unreadable_run_fails_the_claim_is_caught(
         if any(v.startswith(("liveness", "set_aside")) for v in result.violations):
             return
     pytest.fail("a claim failing on an unreadable run was not caught within 60 seeds")
+
+
+def test_mutation_topic_event_cancels_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event to a topic that cancels nothing (as before ``event_writes.topic_event``)
+    is caught within 200 seeds, by one recorded by a process that dies right after."""
+    from kirim.store import event_writes
+
+    def no_cancel(record_it, cancels, given):  # type: ignore[no-untyped-def]
+        return (yield from record_it)
+
+    monkeypatch.setattr(event_writes, "topic_event", no_cancel)
+    for seed in range(200):
+        (result,) = flows.run_seeds([seed])
+        if any("topic event" in v for v in result.violations):
+            return
+    pytest.fail("a topic event that cancels nothing was not caught within 200 seeds")

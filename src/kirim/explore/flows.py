@@ -14,8 +14,9 @@ asked:
 - ``after_cancel``: nothing made after a committed cancellation, and nothing sent
   after it unless the cancellation named the delivery (in flight, or held);
 - ``cancel_atomic``: an ``order_done`` event (``cancel_via``: recorded as such, by a
-  process that dies right after its first commit, or posted to ``/v1/events`` by a
-  server that dies right after recording it) is never committed without the
+  process that dies right after its first commit, posted to ``/v1/events`` by a
+  server that dies right after recording it, or sent to a topic by a process that
+  dies right after recording it) is never committed without the
   cancellation of the run it cancels; given again it makes nothing twice, and a
   replayed request's kept answer names the run;
 - ``delay_end``: a delay's recorded end is its start plus its duration, or for a
@@ -281,7 +282,7 @@ class FlowWorld:
 
 
 CHANNELS = ("inbox", "email", "sms")
-CANCEL_VIA = ("library", "event", "event_killed", "http_killed")
+CANCEL_VIA = ("library", "event", "event_killed", "http_killed", "topic_killed")
 #: the plain type whose events cancel a world's runs (``cancel_on``)
 DONE = parse_type("order_done", {"templates": {"inbox": {"title": "done {{ order }}"}}})
 
@@ -475,6 +476,17 @@ async def _cancel_event(
         done = await app.notify_event("order_done", [f"u{who}"], data, event_id=event_id)
         cancels += [(clock.now(), c) for c in done.canceled]
         await _check_atomic(app, world, event_id, runs[who], waited, out)
+        return
+    if world.cancel_via == "topic_killed":  # an event to a topic u{who} watches
+        await app.subscribe("orders", f"u{who}")
+        recorded = await _killed_after_commits(
+            app, app.notify_topic("order_done", "orders", data, event_id=event_id)
+        )
+        canceled = (await app.must_get_run(runs[who])).status is RunStatus.CANCELED
+        if world.cancel_on and waited and recorded is not None and not canceled:
+            out.violations.append(
+                f"cancel_atomic: topic event {event_id} committed, run {runs[who]} waits"
+            )
         return
     if world.cancel_via == "http_killed":
         await _http_killed(app, clock, event_id, who, cancels, world, runs[who], waited, out)

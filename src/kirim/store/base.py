@@ -46,7 +46,7 @@ from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
     from kirim.runs import Run, RunClaim, RunStatus
-    from kirim.store.event_writes import EventWrite, Written
+    from kirim.store.event_writes import CancelBy, EventWrite, Written
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
@@ -906,10 +906,18 @@ class Topics(Protocol):
         ...
 
     async def record_topic_event(
-        self, topic: str, type: str, event_id: str, data_json: str, *, now: float
+        self,
+        topic: str,
+        type: str,
+        event_id: str,
+        data_json: str,
+        *,
+        now: float,
+        cancels: Sequence[CancelBy] = (),
     ) -> TopicEvent:
         """Record an event to the topic with its mark (``created`` False: recorded
-        before, the same type, event id and topic)."""
+        before, the same type, event id and topic), and, in the same transaction, cancel
+        the runs ``cancels`` names (``kirim.store.event_writes``)."""
         ...
 
     async def claim_topic_event(

@@ -28,6 +28,7 @@ from kirim.model import EnqueueResult
 from kirim.store import flows, intake
 from kirim.store.base import NewDelivery, Refuse, StoredResponse
 from kirim.store.sequence import Operation
+from kirim.topics import TopicEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +91,17 @@ def record(write: EventWrite, given: float, refuse: Refuse | None = None) -> Ope
     return out
 
 
+def topic_event(
+    record_it: Operation[TopicEvent], cancels: Sequence[CancelBy], given: float
+) -> Operation[TopicEvent]:
+    """``Store.record_topic_event``: the topic event (``topics.record_event``), then
+    the runs it cancels, in its transaction (the fan-out's deliveries come later, by
+    batches: the cancellation does not wait for them)."""
+    event = yield from record_it
+    yield from cancel_matching(cancels, given)
+    return event
+
+
 def cancel_matching(cancels: Sequence[CancelBy], given: float) -> Operation[list[flows.Canceled]]:
     """Cancel the waiting runs each of ``cancels`` names, in run id order (the lock
     order of concurrent cancellations); a run found over already is left out."""
@@ -105,4 +117,12 @@ def cancel_matching(cancels: Sequence[CancelBy], given: float) -> Operation[list
     return out
 
 
-__all__ = ["CancelBy", "EventWrite", "Request", "Written", "cancel_matching", "record"]
+__all__ = [
+    "CancelBy",
+    "EventWrite",
+    "Request",
+    "Written",
+    "cancel_matching",
+    "record",
+    "topic_event",
+]

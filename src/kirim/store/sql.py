@@ -376,9 +376,19 @@ class SQLStore:
         return await self._read(topics.latest_events(limit))
 
     async def record_topic_event(
-        self, topic: str, type: str, event_id: str, data_json: str, *, now: float
+        self,
+        topic: str,
+        type: str,
+        event_id: str,
+        data_json: str,
+        *,
+        now: float,
+        cancels: Sequence[event_writes.CancelBy] = (),
     ) -> TopicEvent:
-        return await self._op(topics.record_event(topic, type, event_id, data_json, now))
+        op = event_writes.topic_event(
+            topics.record_event(topic, type, event_id, data_json, now), cancels, now
+        )
+        return await self._op(op)
 
     async def claim_topic_event(
         self, *, worker_id: str, now: float, lease: float
