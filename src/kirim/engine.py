@@ -360,7 +360,7 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         recipient instead (``kirim.workflows``), and an event a type names in
         ``cancel_on`` cancels that type's matching runs."""
         now = self.clock.now()
-        cancels = self.cancels_of(event.type.name, event.data)
+        cancels = self._cancels_of(event.type.name, event.data)
         if event.type.steps:
             runs = plan_runs(event, self.config.max_attempts)
             written = await self._write_event(

@@ -42,7 +42,7 @@ class TopicBook:
 
         def address_channels(self) -> frozenset[str]: ...
 
-        def cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]: ...
+        def _cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]: ...
 
     async def subscribe(self, topic: str, recipient_id: str) -> Subscription:
         """Subscribe the recipient to the topic (``created`` False: it was already).
@@ -120,7 +120,7 @@ class TopicBook:
             event.event_id,
             event.data_json,
             now=self.clock.now(),
-            cancels=self.cancels_of(event.type.name, event.data),
+            cancels=self._cancels_of(event.type.name, event.data),
         )
 
     async def plan_topic_batch(

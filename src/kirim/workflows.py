@@ -86,7 +86,7 @@ class Runs:
         clock: Clock
         types: Mapping[str, NotificationType]
 
-    def cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]:
+    def _cancels_of(self, event: str, data: Mapping[str, Any]) -> list[CancelBy]:
         """What an event named ``event`` cancels: the waiting runs of every type whose
         ``cancel_on`` names it, with the value ``data`` has for the type's
         ``cancel_key``."""
@@ -101,8 +101,8 @@ class Runs:
 
     async def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
         """Cancel, in one transaction, what an event named ``event`` with ``data``
-        cancels (``cancels_of``; ``notify_event`` does it in the event's own)."""
-        cancels = self.cancels_of(event, data)
+        cancels (``_cancels_of``; ``notify_event`` does it in the event's own)."""
+        cancels = self._cancels_of(event, data)
         if not cancels:
             return []
         written = await self.store.record_event(EventWrite(cancels=cancels), now=self.clock.now())
