@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fresh_db import fresh_postgres
 
 from kirim.channels import Channel
 from kirim.config import Config
@@ -46,17 +49,6 @@ TYPE = parse_type(
         ],
     },
 )
-
-
-async def _fresh_postgres(url: str) -> str:
-    """A new database beside ``url``'s, dropped and made again."""
-    import psycopg
-
-    name = "kirim_runs_bench"
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        await conn.execute(f"CREATE DATABASE {name}")
-    return url.rsplit("/", 1)[0] + "/" + name
 
 
 async def run(url: str, n: int) -> dict[str, Any]:
@@ -103,7 +95,7 @@ def main() -> None:
     configure(level="warning")
     with tempfile.TemporaryDirectory() as tmp:
         if args.postgres:
-            url = asyncio.run(_fresh_postgres(args.postgres))
+            url = asyncio.run(fresh_postgres(args.postgres, "kirim_runs_bench"))
         else:
             url = f"sqlite:///{Path(tmp) / 'runs.db'}"
         result = asyncio.run(run(url, args.runs))

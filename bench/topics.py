@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fresh_db import fresh_postgres
 
 from kirim.channels import Channel
 from kirim.config import Config
@@ -67,17 +70,6 @@ async def _subscribe_many(app: Kirim, n: int) -> None:
         async with conn.cursor() as cur:
             await cur.executemany(insert.format("%s, %s, %s, %s"), rows)
         await conn.commit()
-
-
-async def _fresh_postgres(url: str) -> str:
-    """A new database beside ``url``'s, dropped and made again."""
-    import psycopg
-
-    name = "kirim_topics_bench"
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        await conn.execute(f"CREATE DATABASE {name}")
-    return url.rsplit("/", 1)[0] + "/" + name
 
 
 async def run(url: str, n: int, batch: int) -> dict[str, Any]:
@@ -129,7 +121,7 @@ def main() -> None:
     configure(level="warning")
     with tempfile.TemporaryDirectory() as tmp:
         if args.postgres:
-            url = asyncio.run(_fresh_postgres(args.postgres))
+            url = asyncio.run(fresh_postgres(args.postgres, "kirim_topics_bench"))
         else:
             url = f"sqlite:///{Path(tmp) / 'topics.db'}"
         result = asyncio.run(run(url, args.subscribers, args.batch))
