@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
-from kirim.model import DeliveryStatus, JobStatus
+from kirim.model import DeliveryStatus, Doubt, JobStatus
+from kirim.store import rules
 from kirim.store.transitions import Ledger
 
 
@@ -48,11 +50,14 @@ def test_rows_written_over_are_read_back_as_written() -> None:
     }  # fmt: skip
     ledger.set_rows(1, _written(), 5, job_values)
     d, j = ledger.delivery(1), ledger.job(5)
-    assert d is not None and j is not None
+    assert d is not None
+    assert j is not None
     assert (d.status, d.claim_token, d.provider_message_id) == (DeliveryStatus.SENT, None, "m")
     assert (j.status, j.lease_token) == (JobStatus.COMPLETED, None)
     row = ledger.delivery_row(1)
-    assert row is not None and row["released_at"] == 3.0 and row["idempotency_key"] == "k"
+    assert row is not None
+    assert row["released_at"] == 3.0
+    assert row["idempotency_key"] == "k"
     writes = {q.name: q.args["items"] for q in ledger.writes()}
     assert writes["write_deliveries"] == [{**_written(), "id": 1, "released_at": 3.0}]
     assert writes["write_jobs"] == [{**job_values, "id": 5}]
@@ -63,3 +68,18 @@ def test_a_row_never_written_is_the_row_read() -> None:
     assert ledger.delivery_row(1) == _delivery()
     assert ledger.job_row(5) == _job()
     assert ledger.delivery_row(2) is None
+
+
+def test_a_commit_written_straight_over_rows_holds_no_enum_member() -> None:
+    """The plain finish's columns are ``committed_columns`` with the statuses as the
+    strings rows hold (what the model path writes for the same decision)."""
+    w = rules.Written(
+        status=DeliveryStatus.IN_DOUBT, doubt=Doubt.HELD, message_id="m",
+        job_status=JobStatus.DEAD, run_at=None, error="e", refund=False,
+    )  # fmt: skip
+    row = rules.committed_row(_delivery(), w, 4.0)
+    job = rules.job_committed_row(_job(), w, 4.0)
+    assert not [v for v in [*row.values(), *job.values()] if isinstance(v, enum.Enum)]
+    assert row == {**rules.committed_columns(_delivery(), w, 4.0), "status": "in_doubt",
+                   "doubt": "held"}  # fmt: skip
+    assert job == {**rules.job_committed_columns(_job(), w, 4.0), "status": "dead"}

@@ -625,11 +625,11 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
     w = rules.Written.of(it, now)
     if it.attempt is not None:
         ledger.complete_row(it.delivery_id, it.attempt)
-    delivery = rules.as_columns(rules.committed_columns(row, w, now))
+    delivery = rules.committed_row(row, w, now)
     job_row = ledger.job_row(it.job_id)
     job = None
     if job_row is not None and job_row["lease_token"] == it.token:
-        job = rules.as_columns(rules.job_committed_columns(job_row, w, now))
+        job = rules.job_committed_row(job_row, w, now)
     ledger.set_rows(it.delivery_id, delivery, it.job_id, job)
     return FinishResult(
         committed=True,
