@@ -71,6 +71,8 @@ def stored_text(value: str | None, *, limit: int = MAX_TEXT) -> str | None:
     between two characters, with ``…`` after what is kept)."""
     if value is None:
         return None
+    if value.isascii() and len(value) <= limit and "\x00" not in value:
+        return value  # the common case (a message id): nothing to replace nor to cut
     clean = value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
     return cut(clean, limit)
 

@@ -51,6 +51,22 @@ def test_check_logs_a_change_that_is_not_an_edge(edges_known: Any) -> None:
     edges_known.unknown.clear()
 
 
+@pytest.mark.parametrize("source", sorted(DeliveryStatus))
+@pytest.mark.parametrize("target", sorted(DeliveryStatus))
+def test_check_by_names_agrees_with_the_edge_table(
+    source: DeliveryStatus, target: DeliveryStatus, edges_known: Any
+) -> None:
+    """Checked by the names rows hold (no member made), a change is an edge exactly when
+    ``is_edge`` says so of the members."""
+    assert machine.check(1, str(source), str(target), "a test") == machine.is_edge(source, target)
+    edges_known.unknown.clear()
+
+
+def test_check_refuses_a_name_that_is_no_status() -> None:
+    with pytest.raises(ValueError, match="bogus"):
+        machine.check(1, "bogus", "bogus", "a test")
+
+
 def _delivery(
     status: DeliveryStatus, *, doubt: Doubt | None = None, claimed: bool = False
 ) -> Delivery:

@@ -16,9 +16,10 @@ from rich.console import Console
 from kirim.analyze import analyze_lines
 from kirim.analyze.report import write_report
 from kirim.cli import render, tables
+from kirim.limits import cut
 from kirim.model import Attempt, AttemptStatus, Delivery, DeliveryStatus, Job, JobStatus, Record
 from kirim.observe.logging import configure, get_logger
-from kirim.text import escape_char, json_text, visible
+from kirim.text import escape_char, json_text, stored_text, visible
 from kirim.timeline import events
 
 #: the characters that end a line, move a cursor, set a title or reorder what is shown
@@ -139,3 +140,18 @@ def test_the_clis_json_shows_no_control_character_raw(capsys: Any) -> None:
     out = emitted(capsys, "a\x9b31m\u2028\u202eb\ud800")
     assert raw(out, lines=True) == []
     assert json.loads(out.replace("\\ud800", "")) == {"v": "a\x9b31m\u2028\u202eb"}
+
+
+def _stored_the_long_way(value: str, limit: int) -> str:
+    """``stored_text`` with no shortcut: NULs replaced, lone surrogates replaced, cut."""
+    clean = value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    return cut(clean, limit)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=40), st.integers(min_value=1, max_value=30))
+def test_stored_text_is_the_long_way_whatever_the_text(value: str, limit: int) -> None:
+    """The ASCII shortcut (nothing to replace nor to cut) stores what the long way does."""
+    assert stored_text(value, limit=limit) == _stored_the_long_way(value, limit)
+    ascii_value = value.encode("ascii", "replace").decode() + "\x00"
+    assert stored_text(ascii_value, limit=limit) == _stored_the_long_way(ascii_value, limit)

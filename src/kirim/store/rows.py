@@ -24,6 +24,10 @@ from kirim.validation import MAX_ID
 
 Row = Mapping[str, Any]
 T = TypeVar("T")
+#: the statuses by the names rows hold (a look-up: making the member costs more)
+_DELIVERY_STATUS = {str(s): s for s in DeliveryStatus}
+_JOB_STATUS = {str(s): s for s in JobStatus}
+_ATTEMPT_STATUS = {str(s): s for s in AttemptStatus}
 _EVOLVE: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
 
 
@@ -62,7 +66,7 @@ def delivery_from(row: Row, *, payload: bool = True) -> Delivery:
         channel=row["channel"],
         payload=json.loads(raw) if isinstance(raw, str) else raw,
         payload_hash=row["payload_hash"],
-        status=DeliveryStatus(row["status"]),
+        status=_DELIVERY_STATUS.get(row["status"]) or DeliveryStatus(row["status"]),
         claim_token=row["claim_token"],
         claimed_by=row["claimed_by"],
         claim_expires_at=row["claim_expires_at"],
@@ -83,7 +87,7 @@ def job_from(row: Row, prefix: str = "") -> Job:
     return Job(
         id=row[prefix + "id"],
         delivery_id=row[prefix + "delivery_id"],
-        status=JobStatus(row[prefix + "status"]),
+        status=_JOB_STATUS.get(row[prefix + "status"]) or JobStatus(row[prefix + "status"]),
         run_at=row[prefix + "run_at"],
         attempts=row[prefix + "attempts"],
         max_attempts=row[prefix + "max_attempts"],
@@ -104,7 +108,7 @@ def attempt_from(row: Row) -> Attempt:
         number=row["number"],
         provider_request_id=row["provider_request_id"],
         worker_id=row["worker_id"],
-        status=AttemptStatus(row["status"]),
+        status=_ATTEMPT_STATUS.get(row["status"]) or AttemptStatus(row["status"]),
         provider_message_id=row["provider_message_id"],
         error=row["error"],
         requested_at=row["requested_at"],

@@ -9,7 +9,6 @@ read under its locks (``transitions`` does the reading and writing).
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -303,9 +302,20 @@ def job_committed_columns(before: Mapping[str, Any], w: Written, now: float) -> 
     }
 
 
-def as_columns(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Column values as a row holds them (statuses as their strings)."""
-    return {k: str(v) if isinstance(v, enum.Enum) else v for k, v in values.items()}
+def committed_row(before: Mapping[str, Any], w: Written, now: float) -> dict[str, Any]:
+    """``committed_columns`` as a row holds them: its two statuses (the only enum
+    members) as their strings."""
+    values = committed_columns(before, w, now)
+    values["status"] = str(w.status)
+    values["doubt"] = None if w.doubt is None else str(w.doubt)
+    return values
+
+
+def job_committed_row(before: Mapping[str, Any], w: Written, now: float) -> dict[str, Any]:
+    """``job_committed_columns`` as a row holds them (its status the only enum member)."""
+    values = job_committed_columns(before, w, now)
+    values["status"] = str(w.job_status)
+    return values
 
 
 def committed(d: Delivery, w: Written, now: float) -> Delivery:

@@ -106,15 +106,24 @@ class Ledger:
     def delivery(self, delivery_id: int) -> Delivery | None:
         d = self._deliveries.get(delivery_id)
         if d is None and delivery_id in self.rows:
-            d = delivery_from(self.rows[delivery_id], payload=self.payload)
+            d = delivery_from(_present(self.delivery_row(delivery_id)), payload=self.payload)
             self._deliveries[delivery_id] = d
         return d
 
     def job(self, job_id: int) -> Job | None:
         j = self._jobs.get(job_id)
         if j is None and job_id in self.job_rows:
-            j = self._jobs[job_id] = job_from(self.job_rows[job_id])
+            j = self._jobs[job_id] = job_from(_present(self.job_row(job_id)))
         return j
+
+    def delivery_row(self, delivery_id: int) -> Row | None:
+        """The delivery's columns as this operation left them (its row as read, with
+        the values ``set_rows`` wrote over it)."""
+        return _over(self.rows.get(delivery_id), self._changed_deliveries.get(delivery_id))
+
+    def job_row(self, job_id: int) -> Row | None:
+        """The job's columns as this operation left them (``delivery_row``)."""
+        return _over(self.job_rows.get(job_id), self._changed_jobs.get(job_id))
 
     def jobs_of(self, delivery_id: int) -> list[Job]:
         ids = sorted(i for i, r in self.job_rows.items() if r["delivery_id"] == delivery_id)
@@ -143,15 +152,24 @@ class Ledger:
         self._jobs[j.id] = j
         self._changed_jobs[j.id] = _job_values(j)
 
-    def set_rows(self, delivery: dict[str, Any], job: dict[str, Any] | None) -> None:
-        """Write column values straight from the rows (``_finish_plain``)."""
-        self.rows[delivery["id"]] = delivery
-        self._deliveries.pop(delivery["id"], None)
-        self._changed_deliveries[delivery["id"]] = {k: delivery[k] for k in _DELIVERY_COLUMNS}
-        if job is not None:
-            self.job_rows[job["id"]] = job
-            self._jobs.pop(job["id"], None)
-            self._changed_jobs[job["id"]] = {k: job[k] for k in _JOB_COLUMNS}
+    def set_rows(
+        self,
+        delivery_id: int,
+        delivery: dict[str, Any],
+        job_id: int | None = None,
+        job: dict[str, Any] | None = None,
+    ) -> None:
+        """Write column values straight over the rows, no row copied nor model value
+        made (``_finish_plain``): ``delivery``, every column of ``_DELIVERY_COLUMNS`` but
+        ``id`` and ``released_at``; ``job``, every one of ``_JOB_COLUMNS`` but ``id``."""
+        self._deliveries.pop(delivery_id, None)
+        delivery["id"] = delivery_id
+        delivery["released_at"] = self.released_at[delivery_id]
+        self._changed_deliveries[delivery_id] = delivery
+        if job_id is not None and job is not None:
+            self._jobs.pop(job_id, None)
+            job["id"] = job_id
+            self._changed_jobs[job_id] = job
 
     def complete(self, delivery_id: int, outcome: AttemptOutcome) -> None:
         """Record a request's outcome: a fact, whatever the claim's fate; an outcome
@@ -276,6 +294,13 @@ _JOB_COLUMNS = (
 
 
 V = TypeVar("V")
+
+
+def _over(row: Row | None, written: dict[str, Any] | None) -> Row | None:
+    """``row`` with the values ``written`` over it (a copy only when some were)."""
+    if row is None or written is None:
+        return row
+    return {**dict(row), **written}
 
 
 def _present(value: V | None) -> V:
@@ -594,18 +619,18 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
     """``_finish_one`` for a plain finish (``rules.plain``) whose claim holds, on the
     rows as read: no other row can change its outcome, so no model value is needed.
     None: not that case (the claim was lost: ``_finish_one`` decides)."""
-    row = ledger.rows.get(it.delivery_id)
+    row = ledger.delivery_row(it.delivery_id)
     if row is None or row["claim_token"] is None or row["claim_token"] != it.token:
         return None
     w = rules.Written.of(it, now)
     if it.attempt is not None:
         ledger.complete_row(it.delivery_id, it.attempt)
-    delivery = {**dict(row), **rules.as_columns(rules.committed_columns(row, w, now))}
-    job_row = ledger.job_rows.get(it.job_id)
+    delivery = rules.committed_row(row, w, now)
+    job_row = ledger.job_row(it.job_id)
     job = None
     if job_row is not None and job_row["lease_token"] == it.token:
-        job = {**dict(job_row), **rules.as_columns(rules.job_committed_columns(job_row, w, now))}
-    ledger.set_rows(delivery, job)
+        job = rules.job_committed_row(job_row, w, now)
+    ledger.set_rows(it.delivery_id, delivery, it.job_id, job)
     return FinishResult(
         committed=True,
         delivery_status=w.status,

@@ -9,7 +9,10 @@ the database lock and wait up to ``busy_timeout``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
+import re
 import sqlite3
 import time as _time
 from collections.abc import Callable, Mapping, Sequence
@@ -74,6 +77,34 @@ def bind(args: Mapping[str, Any]) -> dict[str, Any]:
     return {k: json.dumps(v) if isinstance(v, list | tuple) else v for k, v in args.items()}
 
 
+#: a string literal, a comment, or a named parameter (group 1): only the last is numbered
+_PARAMETER = re.compile(r"'(?:[^']|'')*'|--[^\n]*|(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@functools.cache
+def positional(sql: str) -> tuple[str, Callable[[Mapping[str, Any]], tuple[Any, ...]]]:
+    """``sql`` with its named parameters numbered (``:id`` → ``?1``, the same number
+    each time a name recurs), and what picks a record's values in that order: sqlite3
+    binds a tuple of a statement run per record (executemany) about 1.5 µs a row
+    cheaper than a mapping it must look each name up in."""
+    names: dict[str, int] = {}
+
+    def number(found: re.Match[str]) -> str:
+        name = found.group(1)
+        if name is None:
+            return found.group(0)
+        return f"?{names.setdefault(name, len(names) + 1)}"
+
+    numbered = _PARAMETER.sub(number, sql)
+    order = list(names)
+    if not order:
+        return numbered, lambda record: ()
+    if len(order) == 1:
+        only = order[0]
+        return numbered, lambda record: (record[only],)
+    return numbered, operator.itemgetter(*order)
+
+
 def execute(conn: sqlite3.Connection, step: Query) -> Any:
     sql = Q.get(step.name)
     if sql is None:
@@ -85,7 +116,13 @@ def execute(conn: sqlite3.Connection, step: Query) -> Any:
         # one run per record (executemany), each with the step's other arguments too
         rest = {k: v for k, v in step.args.items() if k != "items"}
         rows = [{**rest, **item} for item in items] if rest else items
-        cursor = conn.executemany(sql, rows)
+        numbered, pick = positional(sql)
+        try:
+            values = [pick(row) for row in rows]
+        except KeyError:  # a record without a parameter: sqlite3 says which
+            cursor = conn.executemany(sql, rows)
+        else:
+            cursor = conn.executemany(numbered, values)
         if not step.count:
             raise ValueError(f"{step.name}: a statement run per record returns no rows")
         return cursor.rowcount
