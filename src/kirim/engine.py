@@ -240,14 +240,18 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         refuse = refuse_reused(items)
         if connection is None:
             return await self.store.enqueue(items, now=now, refuse=refuse)
-        store = self.store
-        if not getattr(store, "enqueues_in", False):
+        results = await self._in_callers().enqueue_in(connection, items, now=now)
+        refuse(results)
+        return results
+
+    def _in_callers(self) -> EnqueuesIn:
+        """The store, as one that writes in the caller's transaction (``connection=``);
+        ``ConfigError`` where it cannot."""
+        if not getattr(self.store, "enqueues_in", False):
             raise ConfigError(
                 "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
             )
-        results = await cast(EnqueuesIn, store).enqueue_in(connection, items, now=now)
-        refuse(results)
-        return results
+        return cast(EnqueuesIn, self.store)
 
     async def handle_requests(
         self,
@@ -365,7 +369,6 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
             runs = plan_runs(event, self.config.max_attempts)
             written = await self._write_event(
                 EventWrite(runs=runs, cancels=cancels),
-                [],
                 now,
                 connection,
                 request,
@@ -387,7 +390,6 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         items = [p.delivery for p in planned]
         written = await self._write_event(
             EventWrite(deliveries=items, cancels=cancels),
-            items,
             now,
             connection,
             request,
@@ -402,7 +404,6 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
     async def _write_event(
         self,
         write: EventWrite,
-        items: list[NewDelivery],
         now: float,
         connection: Any,
         request: tuple[str, str] | None,
@@ -413,15 +414,11 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
         """``record_event``'s one transaction (``kirim.store.event_writes``): the
         store's, the caller's (``connection``), or the HTTP request's (``request``:
         the response kept in it)."""
-        refuse = refuse_reused(items)
+        refuse = refuse_reused(write.deliveries)
         if connection is not None:
             if request is not None:
                 raise InvalidNotification("record_event: a request or a connection, not both")
-            if not getattr(self.store, "enqueues_in", False):
-                raise ConfigError(
-                    "notify(connection=...) needs the PostgreSQL backend (transactional enqueue)"
-                )
-            written = await cast(EnqueuesIn, self.store).record_event_in(connection, write, now=now)
+            written = await self._in_callers().record_event_in(connection, write, now=now)
             refuse(list(written.deliveries))  # raised before the caller commits
             return written
         if request is None:

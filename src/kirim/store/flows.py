@@ -201,21 +201,9 @@ def _set_aside(row: Mapping[str, Any], why: str, now: float) -> Operation[None]:
     """A claimed run whose steps this kirim cannot read: its claim released, its next
     look ``UNREADABLE_AGAIN`` later (so it never crowds the readable ones out of a
     batch), and why, for an operator; a newer worker takes it then."""
-    yield Query(
-        "update_run",
-        {
-            "id": int(row["id"]),
-            "status": row["status"],
-            "cursor": int(row["cursor"]),
-            "next_at": now + UNREADABLE_AGAIN,
-            "why": f"{why} (left for a newer kirim)"[:500],
-            "claim_token": None,
-            "claimed_by": None,
-            "claim_expires_at": None,
-            "now": now,
-        },
-        count=True,
-    )
+    why = f"{why} (left for a newer kirim)"[:500]
+    released = _release(int(row["id"]), int(row["cursor"]), RunStatus(row["status"]), why, now)
+    yield Query("update_run", {**released, "next_at": now + UNREADABLE_AGAIN}, count=True)
 
 
 def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]:
@@ -470,21 +458,7 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
         if not (canceled or held or again):
             return Canceled(run=run, changed=False, left=left)
     runs.check(run_id, str(run.status), str(RunStatus.CANCELED), "cancel")
-    yield Query(
-        "update_run",
-        {
-            "id": run_id,
-            "status": str(RunStatus.CANCELED),
-            "cursor": run.cursor,
-            "next_at": None,
-            "why": why,
-            "claim_token": None,
-            "claimed_by": None,
-            "claim_expires_at": None,
-            "now": now,
-        },
-        count=True,
-    )
+    yield Query("update_run", _released(run, RunStatus.CANCELED, why, now), count=True)
     if run.status is RunStatus.WAITING:
         canceled, held, left, again = yield from _cancel_deliveries(run_id, now)
     if again:  # some may still be sent (not settled, in flight): cancel them once they settle
@@ -507,10 +481,18 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
 
 
 def _released(run: Run, status: RunStatus, why: str | None, now: float) -> dict[str, Any]:
+    return _release(run.id, run.cursor, status, why, now)
+
+
+def _release(
+    run_id: int, cursor: int, status: RunStatus, why: str | None, now: float
+) -> dict[str, Any]:
+    """``update_run``'s arguments for a run left at ``cursor`` in ``status``, its claim
+    released and nothing due."""
     return {
-        "id": run.id,
+        "id": run_id,
         "status": str(status),
-        "cursor": run.cursor,
+        "cursor": cursor,
         "next_at": None,
         "why": why,
         "claim_token": None,

@@ -36,8 +36,8 @@ class RunAdvancer:
         (``more``)."""
         ctx = self.context
         now = ctx.monotonic()
-        waited = self._last is not None and now - self._last < ctx.settings.poll_interval
-        if not force and not self.more and waited:
+        too_soon = self._last is not None and now - self._last < ctx.settings.poll_interval
+        if not force and not self.more and too_soon:
             return 0
         self._last = now
         self.more = False
