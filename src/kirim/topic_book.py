@@ -18,14 +18,17 @@ from typing import TYPE_CHECKING, Any
 from kirim.errors import InvalidNotification
 from kirim.notify import fanout
 from kirim.preferences import check_recipient_id
+from kirim.store.event_writes import TopicBatch
 from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo, check_topic
 from kirim.validation import BadValue
+from kirim.workflows import plan_runs
 
 if TYPE_CHECKING:
     from kirim.clock import Clock
     from kirim.config import Config
-    from kirim.store.base import NewDelivery, Store
+    from kirim.store.base import Store
     from kirim.store.event_writes import CancelBy
+    from kirim.store.flows import NewRun
 
 
 class TopicBook:
@@ -99,9 +102,10 @@ class TopicBook:
         topic again return the event recorded first (``created`` False) and add
         nothing. The data and templates are checked first, rendered for one
         placeholder recipient: ``InvalidNotification`` (``RenderError``) and nothing
-        is written. A workflow type (one with ``steps``) is refused: its events go to
-        recipients (``notify_event``), not yet to a topic. The event cancels what
-        ``notify_event``'s would (a type's ``cancel_on``), in its own transaction."""
+        is written. A workflow type's event (one with ``steps``) fans out into one run
+        per subscriber instead (``run_key(type, event_id, recipient_id)``, as
+        ``notify_event``'s). The event cancels what ``notify_event``'s would (a type's
+        ``cancel_on``), in its own transaction."""
         try:
             name = check_topic(topic)
         except BadValue as exc:
@@ -109,11 +113,6 @@ class TopicBook:
         event = await asyncio.to_thread(
             self.prepare_event, type, [f"topic:{name}"], data, event_id=event_id
         )
-        if event.type.steps:
-            raise InvalidNotification(
-                f"type {type!r} is a workflow: its events go to recipients "
-                "(notify_event), not yet to a topic"
-            )
         return await self.store.record_topic_event(
             name,
             event.type.name,
@@ -123,19 +122,27 @@ class TopicBook:
             cancels=self._cancels_of(event.type.name, event.data),
         )
 
-    async def plan_topic_batch(
-        self, event: TopicEvent, recipients: Sequence[str]
-    ) -> list[NewDelivery]:
+    async def plan_topic_batch(self, event: TopicEvent, recipients: Sequence[str]) -> TopicBatch:
         """The deliveries of one batch of a topic event's subscribers, planned as
-        ``notify_event`` plans them (nothing written): the worker's fan-out
+        ``notify_event`` plans them (nothing written), or for a workflow type its runs,
+        one per subscriber (``plan_runs``): the worker's fan-out
         (``kirim.worker.topics``) records them with the batch."""
-        prepared = await asyncio.to_thread(  # a batch's rendering, off the worker's loop
-            self.prepare_event,
-            event.type,
-            list(recipients),
-            json.loads(event.data_json),
-            event_id=event.event_id,
-        )
+
+        def prepare() -> tuple[fanout.Event, list[NewRun] | None]:
+            prepared = self.prepare_event(
+                event.type,
+                list(recipients),
+                json.loads(event.data_json),
+                event_id=event.event_id,
+            )
+            if not prepared.type.steps:
+                return prepared, None
+            return prepared, plan_runs(prepared, self.config.max_attempts)
+
+        # a batch's rendering (and its runs' messages), off the worker's loop
+        prepared, runs = await asyncio.to_thread(prepare)
+        if runs is not None:
+            return TopicBatch(runs=runs)
         prefs = await self.store.preferences_of(prepared.recipient_ids)
         addresses = await self.store.addresses_of(prepared.recipient_ids)
         planned = fanout.plan(
@@ -146,4 +153,4 @@ class TopicBook:
             addresses=addresses,
             needs_address=self.address_channels(),
         )
-        return [p.delivery for p in planned]
+        return TopicBatch(deliveries=[p.delivery for p in planned])

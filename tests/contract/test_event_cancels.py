@@ -1,7 +1,8 @@
 """An event and the runs it cancels (a type's ``cancel_on``) are one transaction, on
 both backends: a crash after the event's first commit cannot leave a kept HTTP answer
 whose cancellation was lost; an application's rolled-back transaction (``connection=``)
-cancels nothing; a workflow type's events go over HTTP and in the caller's transaction.
+cancels nothing; a workflow type's events go over HTTP, in the caller's transaction and
+to a topic.
 
 The crash is forced, not hoped for: the store's driver is made to die (raise) right
 after the commit of the event's recording, as a process killed there
@@ -209,16 +210,31 @@ async def test_an_event_to_a_topic_cancels_in_its_own_transaction(
     assert not again.created
 
 
-async def test_a_workflow_type_is_refused_to_a_topic(api: Api) -> None:
-    """A workflow type's event to a topic would send every step's channel at once: it
-    is refused, and nothing is written."""
-    await api.kirim.subscribe("orders", "u1")
-    with pytest.raises(InvalidNotification, match="workflow"):
-        await api.kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
-    assert await api.kirim.store.latest_topic_events(limit=5) == []
+async def test_a_workflow_type_goes_to_a_topic_as_runs(api: Api) -> None:
+    """A workflow type's event to a topic, over HTTP or from the library, fans out into
+    one run per subscriber (not a delivery per channel at once); one whose data its
+    templates cannot render is still refused, and nothing is written."""
+    for who in ("u1", "u2"):
+        await api.kirim.subscribe("orders", who)
     over_http = await api.client.post(
         "/v1/topics/orders/events",
-        json={"type": "escalate", "event_id": "t2", "data": {"order_id": "o1"}},
+        json={"type": "escalate", "event_id": "t1", "data": {"order_id": "o1"}},
     )
-    assert over_http.status_code == 422, over_http.text
-    assert "workflow" in over_http.text
+    assert over_http.status_code == 202, over_http.text
+    await api.kirim.notify_topic("escalate", "orders", {"order_id": "o2"}, event_id="t2")
+    with pytest.raises(InvalidNotification, match="order_id"):
+        await api.kirim.notify_topic("escalate", "orders", {}, event_id="t3")
+    assert len(await api.kirim.store.latest_topic_events(limit=5)) == 2
+    await api.kirim.worker().run(burst=True)
+    runs = await api.kirim.store.list_runs(limit=10)
+    assert sorted((r.event_id, r.recipient_id, r.cancel_value) for r in runs) == [
+        ("t1", "u1", "o1"),
+        ("t1", "u2", "o1"),
+        ("t2", "u1", "o2"),
+        ("t2", "u2", "o2"),
+    ]
+    assert {r.status for r in runs} == {RunStatus.WAITING}  # past the inbox, in the delay
+    await api.kirim.cancel_by_event("order_done", {"order_id": "o1"})
+    after = {(r.event_id, r.recipient_id): r.status for r in await api.kirim.store.list_runs()}
+    assert after[("t1", "u1")] is RunStatus.CANCELED
+    assert after[("t2", "u1")] is RunStatus.WAITING

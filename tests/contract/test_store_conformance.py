@@ -34,7 +34,7 @@ from kirim.store.base import (
     RequestState,
     StoredResponse,
 )
-from kirim.store.event_writes import CancelBy, EventWrite, Request
+from kirim.store.event_writes import CancelBy, EventWrite, Request, TopicBatch
 from kirim.store.flows import NewRun
 from kirim.store.sequence import Query
 from kirim.testing import ManualClock
@@ -969,12 +969,15 @@ async def test_op_expand_topic_batch(make_app, clock) -> None:
     assert got.lease_token is not None
     item = app.prepare(NotifyRequest(event_id="e", recipient="a", channel="push", payload={}))
     args = {"last": True, "now": clock.now(), "lease": LEASE}
-    wrong = await app.store.expand_topic_batch(got, "nope", ["a"], [item], **args)
+    batch = TopicBatch(deliveries=[item])
+    wrong = await app.store.expand_topic_batch(got, "nope", ["a"], batch, **args)
     assert wrong is None
     assert (await app.store.counts())["deliveries"] == {}
-    (done,) = await app.store.expand_topic_batch(got, got.lease_token, ["a"], [item], **args)
+    written = await app.store.expand_topic_batch(got, got.lease_token, ["a"], batch, **args)
+    assert written is not None
+    (done,) = written.deliveries
     assert done.created
-    again = await app.store.expand_topic_batch(got, got.lease_token, ["a"], [item], **args)
+    again = await app.store.expand_topic_batch(got, got.lease_token, ["a"], batch, **args)
     assert again is None  # the cursor moved on: the batch was done
 
 
@@ -1013,12 +1016,13 @@ async def test_op_topic_counts(make_app, clock) -> None:
     assert first is not None
     assert first.lease_token is not None
     args = {"now": clock.now(), "lease": LEASE}
-    await app.store.expand_topic_batch(first, first.lease_token, ["a"], [], last=False, **args)
+    none = TopicBatch()
+    await app.store.expand_topic_batch(first, first.lease_token, ["a"], none, last=False, **args)
     second = await app.store.claim_topic_event(worker_id="w2", now=clock.now(), lease=LEASE)
     assert second is not None
     assert second.lease_token is not None
     assert second.id != first.id
-    await app.store.expand_topic_batch(second, second.lease_token, ["a"], [], last=True, **args)
+    await app.store.expand_topic_batch(second, second.lease_token, ["a"], none, last=True, **args)
     got = await app.store.topic_counts()
     assert got.to_json() == {
         "topics": 2,

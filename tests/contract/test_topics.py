@@ -18,6 +18,7 @@ from kirim.model import DeliveryStatus
 from kirim.notify import parse_type
 from kirim.observe.logging import get_logger
 from kirim.preferences import Preferences
+from kirim.runs import RunStatus, run_key
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.topics import TopicEvent, TopicEventStatus
 from kirim.validation import BadValue
@@ -28,6 +29,11 @@ NEWS = {
         "email": {"subject": "{{ title }}", "body": "{{ title }}"},
         "push": {"title": "{{ title }}"},
     }
+}
+#: a workflow type: push now, email an hour later
+FLOW = {
+    "templates": NEWS["templates"],
+    "steps": [{"send": "push"}, {"delay": "1h"}, {"send": "email"}],
 }
 LEASE = 30.0
 
@@ -44,7 +50,7 @@ async def make(database_url: str, clock: ManualClock) -> AsyncIterator[App]:
             Config(database=database_url),
             channels={n: Channel(name=n, provider=FlakyProvider()) for n in ("email", "push")},
             clock=clock,
-            types=[parse_type("news", NEWS)],
+            types=[parse_type("news", NEWS), parse_type("news_flow", FLOW)],
         )
         await app.open(migrate=True)
         apps.append(app)
@@ -210,8 +216,8 @@ async def test_a_batch_done_twice_adds_nothing(make: App) -> None:
     assert await expander.step()
     assert await _deliveries(app) == _each(["a", "b", "c"])
     event = (await app.topic_info("p") or pytest.fail("no topic")).recent[0]
-    items = await app.plan_topic_batch(event, ["a", "b"])
-    results = await app.store.enqueue(items, now=app.clock.now())
+    batch = await app.plan_topic_batch(event, ["a", "b"])
+    results = await app.store.enqueue(batch.deliveries, now=app.clock.now())
     assert not any(r.created for r in results)
     assert {r.delivery.idempotency_key for r in results} == {
         default_key("e1", r, c) for r in ("a", "b") for c in ("email", "push")
@@ -241,3 +247,91 @@ async def test_a_burst_worker_expands_and_sends_a_topic_event(make: App) -> None
     assert sorted((r[0].recipient, r[0].status) for r in page.records) == sorted(
         (r, DeliveryStatus.SENT) for r in ("u1", "u2", "u3") for _ in ("email", "push")
     )
+
+
+async def _runs(app: Kirim) -> Counter[str]:
+    """recipient -> how many runs it has."""
+    return Counter(r.recipient_id for r in await app.store.list_runs(limit=500))
+
+
+async def test_a_workflow_event_to_a_topic_starts_one_run_per_subscriber(make: App) -> None:
+    """A workflow type's event to a topic fans out into one run per subscriber as of
+    its mark (keyed as a direct event's), in batches; the runs take their steps."""
+    app = await make()
+    for r in ("u1", "u2", "u3", "u4", "u5"):
+        await app.subscribe("p", r)
+    event = await app.notify_topic("news_flow", "p", {"title": "hi"}, event_id="e1")
+    assert event.created
+    await app.unsubscribe("p", "u2")  # after the mark: still gets a run
+    await app.subscribe("p", "u0")  # after the mark: gets none
+    expander = _expander(app)
+    joined: list[str] = []
+
+    async def join_midway(event: TopicEvent, batch: Sequence[str]) -> None:
+        if event.batches == 1:
+            joined.append("u9")
+            await app.subscribe("p", "u9")
+
+    expander.before_batch = join_midway
+    assert await expander.step()
+    assert joined == ["u9"]
+    everyone = ["u1", "u2", "u3", "u4", "u5"]
+    assert await _runs(app) == Counter(everyone)
+    runs = await app.store.list_runs(limit=10)
+    assert {r.key for r in runs} == {run_key("news_flow", "e1", r) for r in everyone}
+    assert {r.status for r in runs} == {RunStatus.WAITING}
+    assert await _deliveries(app) == Counter()  # the runs make them, step by step
+    (done,) = (await app.topic_info("p") or pytest.fail("no topic")).recent
+    assert done.status is TopicEventStatus.DONE
+    assert done.recipients == 5
+    await app.worker().run_once()  # each run's first step: push
+    assert await _deliveries(app) == Counter((r, "push") for r in everyone)
+
+
+async def test_a_workflow_topic_event_starts_no_run_twice(make: App, clock) -> None:
+    """A batch whose commit's answer was lost is not done again; a stale expander's late
+    batch starts nothing; the event given again, or the same event id sent to a
+    subscriber directly, starts no second run."""
+    app = await make()
+    for r in ("a", "b", "c", "d", "e"):
+        await app.subscribe("p", r)
+    await app.notify_topic("news_flow", "p", {"title": "hi"}, event_id="e1")
+    store = app.store
+    expand = store.expand_topic_batch
+    seen: list[TopicEvent] = []
+
+    class AnswerLost(Exception):
+        pass
+
+    async def lose_second_answer(event: TopicEvent, *args: object, **kwargs: object) -> object:
+        seen.append(event)
+        done = await expand(event, *args, **kwargs)  # type: ignore[arg-type]
+        if len(seen) == 2:
+            raise AnswerLost  # committed: the worker never heard
+        return done
+
+    store.expand_topic_batch = lose_second_answer  # type: ignore[method-assign]
+    with pytest.raises(AnswerLost):
+        await _expander(app, "w1").step()
+    store.expand_topic_batch = expand  # type: ignore[method-assign]
+    assert await _runs(app) == Counter(["a", "b", "c", "d"])
+    clock.advance(LEASE + 1)
+    taken = await store.claim_topic_event(worker_id="w2", now=clock.now(), lease=LEASE)
+    assert taken is not None
+    assert taken.cursor == "d"  # the lost answer's batch committed
+    stale = seen[1]
+    assert stale.lease_token is not None
+    batch = await app.plan_topic_batch(stale, ["c", "d"])
+    late = await store.expand_topic_batch(
+        stale, stale.lease_token, ["c", "d"], batch, last=False, now=clock.now(), lease=LEASE
+    )
+    assert late is None
+    clock.advance(LEASE + 1)  # w2 died too
+    assert await _expander(app, "w3").step()
+    assert await _runs(app) == Counter(["a", "b", "c", "d", "e"])
+    again = await app.notify_topic("news_flow", "p", {"title": "hi"}, event_id="e1")
+    assert not again.created
+    assert not await _expander(app, "w4").step()
+    direct = await app.notify_event("news_flow", ["c"], {"title": "hi"}, event_id="e1")
+    assert [r.created for r in direct.runs] == [False]
+    assert await _runs(app) == Counter(["a", "b", "c", "d", "e"])

@@ -46,7 +46,7 @@ from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
     from kirim.runs import Run, RunClaim, RunStatus
-    from kirim.store.event_writes import CancelBy, EventWrite, Written
+    from kirim.store.event_writes import CancelBy, EventWrite, TopicBatch, Written
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
@@ -936,16 +936,17 @@ class Topics(Protocol):
         event: TopicEvent,
         token: str,
         recipients: Sequence[str],
-        items: Sequence[NewDelivery],
+        items: TopicBatch,
         *,
         last: bool,
         now: float,
         lease: float,
-    ) -> list[EnqueueResult] | None:
+    ) -> Written | None:
         """One batch in one transaction: the cursor moved past ``recipients``, fenced by
-        ``token`` and the cursor ``event`` holds, and ``items`` recorded as ``enqueue``
-        does (an existing key returns its row). None: nothing written (lease lost, or
-        the batch done by another)."""
+        ``token`` and the cursor ``event`` holds, and ``items`` recorded: its deliveries
+        as ``enqueue`` records them, its runs as ``start_runs`` starts them (an existing
+        key returns its row). None: nothing written (lease lost, or the batch done by
+        another)."""
         ...
 
     async def topic_events_expanding(self) -> int:

@@ -10,6 +10,11 @@ half written:
 - the HTTP request it answers, if any: that request's row completed with the response
   kept for replays, or released (``intake.settle``).
 
+An event to a topic is recorded with its cancellations (``topic_event``); each batch of
+its fan-out then writes what ``notify_event`` would for those subscribers
+(``TopicBatch``: the deliveries of a plain type, the runs of a workflow type), in the
+batch's own transaction with the fan-out's progress (``kirim.store.topics``).
+
 One transaction, the store's (``driver.run``) or the caller's (``connection=``:
 ``driver.run_in``): a crash before its commit leaves none of it, so a retry does it
 all; a caller who rolls its transaction back has canceled nothing; and a replayed
@@ -72,6 +77,26 @@ class EventWrite:
     request: Request | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopicBatch:
+    """What one batch of a topic event's fan-out records for its subscribers: the
+    deliveries of a plain type's event, or the runs of a workflow type's (one per
+    subscriber, ``run_key(type, event_id, recipient_id)``). A batch cancels nothing:
+    its topic event did, when it committed."""
+
+    deliveries: Sequence[NewDelivery] = ()
+    runs: Sequence[flows.NewRun] = ()
+
+
+def batch(items: TopicBatch, given: float) -> Operation[Written]:
+    """A fan-out batch's rows (``topics.expand_batch``, after its progress is fenced):
+    its deliveries as ``enqueue`` records them, its runs as ``flows.start`` starts them
+    (a key given again returns its row: nothing twice)."""
+    results = (yield from intake.enqueue(items.deliveries, given)) if items.deliveries else []
+    started = (yield from flows.start(items.runs, given)) if items.runs else []
+    return Written(deliveries=tuple(results), runs=tuple(started))
+
+
 def record(write: EventWrite, given: float, refuse: Refuse | None = None) -> Operation[Written]:
     """``Store.record_event``: the event's rows, its cancellations, its request's row.
     ``refuse`` (a key reused for another notification) raises inside the transaction,
@@ -121,7 +146,9 @@ __all__ = [
     "CancelBy",
     "EventWrite",
     "Request",
+    "TopicBatch",
     "Written",
+    "batch",
     "cancel_matching",
     "record",
     "topic_event",

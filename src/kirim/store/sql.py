@@ -403,12 +403,12 @@ class SQLStore:
         event: TopicEvent,
         token: str,
         recipients: Sequence[str],
-        items: Sequence[NewDelivery],
+        items: event_writes.TopicBatch,
         *,
         last: bool,
         now: float,
         lease: float,
-    ) -> list[EnqueueResult] | None:
+    ) -> event_writes.Written | None:
         op = topics.expand_batch(event, token, recipients, items, last=last, given=now, lease=lease)
         return await self._op(op)
 

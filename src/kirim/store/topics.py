@@ -11,12 +11,15 @@ subscriptions into those committed before it (numbers up to the mark) and after.
 A batch of a fan-out (``expand_batch``) is one transaction: the event's cursor is moved
 from the one the expander read to the batch's last recipient, fenced by its lease
 token (a stale expander, or one whose batch another already did, writes nothing),
-then the batch's deliveries are recorded by ``intake.enqueue``: their keys are
-``default_key(event_id, recipient, channel)``, so a batch done again, or the same
-event given again, adds nothing.
+then the batch's rows are written in the same transaction
+(``event_writes.batch``): a plain type's deliveries, keyed
+``default_key(event_id, recipient, channel)``, or a workflow type's runs, keyed
+``run_key(type, event_id, recipient_id)`` (UNIQUE), so a batch done again, or the same
+event given again, adds nothing, and a crash leaves both the progress and the rows of a
+batch, or neither.
 
 Lock order: the topic's row, then its subscriptions (a change); the topic event's row,
-then the deliveries (a batch).
+then the deliveries or the runs (a batch), in key order.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kirim.keys import new_token, text_problem
-from kirim.model import EnqueueResult
-from kirim.store import intake
-from kirim.store.base import NewDelivery
+from kirim.store.event_writes import TopicBatch, Written, batch
 from kirim.store.rows import Row
 from kirim.store.sequence import TIME, Operation, Query
 from kirim.topics import (
@@ -221,16 +222,16 @@ def expand_batch(
     event: TopicEvent,
     token: str,
     recipients: Sequence[str],
-    items: Sequence[NewDelivery],
+    items: TopicBatch,
     *,
     last: bool,
     given: float,
     lease: float,
-) -> Operation[list[EnqueueResult] | None]:
+) -> Operation[Written | None]:
     """One batch of ``event``'s fan-out: its cursor moved past ``recipients`` (their
-    last) from ``event.cursor``, fenced by ``token``, and ``items`` recorded; ``last``:
-    the fan-out is done. None (nothing written): the lease is lost, or the batch was
-    done by another."""
+    last) from ``event.cursor``, fenced by ``token``, and ``items`` (their deliveries
+    or runs) recorded; ``last``: the fan-out is done. None (nothing written): the lease
+    is lost, or the batch was done by another."""
     at = yield TIME
     now = at(given)
     status = TopicEventStatus.DONE if last else TopicEventStatus.EXPANDING
@@ -248,9 +249,7 @@ def expand_batch(
     moved = yield Query("advance_topic_event", args, count=True)
     if not moved:
         return None
-    if not items:
-        return []
-    return (yield from intake.enqueue(items, now))
+    return (yield from batch(items, now))
 
 
 def expanding() -> Operation[int]:

@@ -11,6 +11,11 @@ that dies mid-fan-out leaves the cursor of its last committed batch: once its le
 expires, another worker takes the event over from there. A batch it had read but not
 committed is read again by the next, and its deliveries' keys (``default_key``) make
 a batch done twice add nothing. Nothing holds more than one batch in memory.
+
+An event of a workflow type (one with ``steps``) fans out the same way into runs, one
+per subscriber (``plan``: ``kirim.workflows.plan_runs``), started in the batch's
+transaction with its progress, keyed ``run_key(type, event_id, recipient_id)``: the
+runs take their steps afterwards, as a direct event's (``kirim.worker.flows``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any
 
 from kirim.clock import Clock
 from kirim.errors import KirimError
-from kirim.store.base import NewDelivery, Topics
+from kirim.store.base import Topics
+from kirim.store.event_writes import TopicBatch
 from kirim.topics import TopicEvent
 
 __all__ = ["BATCH", "Plan", "TopicExpander"]
@@ -31,8 +37,9 @@ __all__ = ["BATCH", "Plan", "TopicExpander"]
 #: ``kirim.notify.fanout.MAX_DELIVERIES`` deliveries
 BATCH = 500
 
-#: the deliveries of one batch of subscribers (``Kirim.plan_topic_batch``)
-Plan = Callable[[TopicEvent, Sequence[str]], Awaitable[list[NewDelivery]]]
+#: the deliveries (or a workflow type's runs) of one batch of subscribers
+#: (``Kirim.plan_topic_batch``)
+Plan = Callable[[TopicEvent, Sequence[str]], Awaitable[TopicBatch]]
 
 
 class TopicExpander:
@@ -81,8 +88,8 @@ class TopicExpander:
             last = len(recipients) < self.batch
             if self.before_batch is not None:
                 await self.before_batch(event, recipients)
-            items = await self.plan(event, recipients) if recipients else []
-            results = await self.store.expand_topic_batch(
+            items = await self.plan(event, recipients) if recipients else TopicBatch()
+            written = await self.store.expand_topic_batch(
                 event,
                 token,
                 recipients,
@@ -91,10 +98,11 @@ class TopicExpander:
                 now=self.clock.now(),
                 lease=self.lease,
             )
-            if results is None:
+            if written is None:
                 self.log.warning("topic_fanout_lost", topic=event.topic, topic_event=event.id)
                 return True
-            created = sum(1 for r in results if r.created)
+            created = sum(1 for d in written.deliveries if d.created)
+            created += sum(1 for r in written.runs if r.created)
             self.log.info(
                 "topic_fanout_batch",
                 topic=event.topic,
