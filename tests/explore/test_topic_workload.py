@@ -9,19 +9,23 @@ import pytest
 
 import kirim.store.topics
 from kirim.explore.scenario import Settings, run_schedule
-from kirim.explore.topics import COUNTS, NAME, TopicSend
+from kirim.explore.topics import COUNTS, FLOW, NAME, RUNS, TopicSend
 from kirim.explore.world import World
+from kirim.store.event_writes import TopicBatch, Written
 from kirim.store.sequence import Operation, Query
 from kirim.topics import TopicCounts, TopicEvent
+from kirim.worker.topics import TopicExpander
 
 #: the worlds with a topic workload among the first seeds
 TOPIC_SEEDS = [s for s in range(400) if World.draw(s).topics is not None]
+#: those whose topic events include some of a workflow type
+FLOW_SEEDS = [s for s in TOPIC_SEEDS if (t := World.draw(s).topics) and t.flow is not None]
 
 
-def _caught(seeds: list[int]) -> int | None:
+def _caught(seeds: list[int], name: str = NAME) -> int | None:
     for seed in seeds:
         outcome = run_schedule(Settings.draw(seed, workload="full"))
-        if any(v.name == NAME for v in outcome.violations):
+        if any(v.name == name for v in outcome.violations):
             return seed
     return None
 
@@ -35,6 +39,56 @@ def test_some_worlds_draw_topics_with_changes_and_retries() -> None:
     assert any(isinstance(s, TopicSend) and s.again for s in steps)
     assert any(not isinstance(s, TopicSend) and not s.on and s.at >= 0 for s in steps)
     assert {p.batch for p in plans if p is not None} == {1, 2, 3}
+
+
+def test_some_topic_worlds_send_a_workflow_type() -> None:
+    """Some topic worlds draw a workflow type of their own, with steps on the world's
+    channels, and send some of their topic events (retried ones too) of it."""
+    assert len(FLOW_SEEDS) > 20
+    plans = [World.draw(s).topics for s in FLOW_SEEDS]
+    sends = [s for p in plans if p is not None for s in p.steps if isinstance(s, TopicSend)]
+    assert any(s.type == FLOW and s.again for s in sends)
+    assert any(s.type != FLOW for s in sends)
+    world = World.draw(FLOW_SEEDS[0])
+    assert world.notification_type(FLOW).steps
+
+
+def test_the_workflow_topic_worlds_hold() -> None:
+    """Over a budget of worlds whose topic events start runs no invariant fails."""
+    failing = {}
+    for seed in FLOW_SEEDS[:15]:
+        outcome = run_schedule(Settings.draw(seed, workload="full"))
+        if outcome.violations:
+            failing[seed] = [str(v) for v in outcome.violations][:2]
+    assert failing == {}
+
+
+def test_mutation_runs_started_after_the_batchs_progress_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An expander that commits a batch's progress and then starts its runs in a
+    transaction of their own (a crash, or a lost answer, between the two loses them)
+    is caught (``topic_runs_exactly_once``) within 200 seeds."""
+    original = TopicExpander._record
+
+    async def split(
+        self: TopicExpander,
+        event: TopicEvent,
+        token: str,
+        recipients: Any,
+        items: TopicBatch,
+        *,
+        last: bool,
+    ) -> Written | None:
+        bare = replace(items, runs=())
+        written = await original(self, event, token, recipients, bare, last=last)
+        if written is None or not items.runs:
+            return written
+        started = await self.store.start_runs(items.runs, now=self.clock.now())  # type: ignore[attr-defined]
+        return replace(written, runs=tuple(started))
+
+    monkeypatch.setattr(TopicExpander, "_record", split)
+    assert _caught([s for s in FLOW_SEEDS if s < 200], RUNS) is not None
 
 
 def test_the_topic_worlds_hold() -> None:

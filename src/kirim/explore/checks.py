@@ -63,6 +63,7 @@ NAMES = (
     "feed_exactly_once",  # kirim.explore.inbox
     "stream_faithful",  # kirim.explore.streams
     "topic_fanout_exactly_once",  # kirim.explore.topics
+    "topic_runs_exactly_once",  # kirim.explore.topics
     "topic_counts_true",  # kirim.explore.topics
 )
 

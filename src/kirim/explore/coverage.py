@@ -163,6 +163,7 @@ KNOBS: dict[str, Read] = {
     "topics.fan_out": lambda w, f: [w.topics is not None],
     "topics.batch": lambda w, f: [] if w.topics is None else [w.topics.batch],
     "topics.pace": lambda w, f: [] if w.topics is None else [w.topics.pace],
+    "topics.flow": lambda w, f: [] if w.topics is None else [w.topics.flow is not None],
     "topics.again": lambda w, f: (
         [] if w.topics is None else [any(getattr(s, "again", False) for s in w.topics.steps)]
     ),

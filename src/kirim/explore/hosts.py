@@ -34,7 +34,8 @@ from kirim.worker import Worker, WorkerSettings
 #: written; every claim of a job (its new lease, in the claim's transaction, at the
 #: claim's store time), which the ledger itself keeps only as a count; and every feed
 #: message ever written (the inbox: retention and the recipient's deletes remove rows,
-#: the audit keeps each write)
+#: the audit keeps each write); and every workflow run ever started (retention deletes
+#: runs over: the audit keeps each start)
 AUDIT_SQL = """
 CREATE TABLE explore_intent_audit (
     provider_request_id TEXT, worker_id TEXT, claim_token TEXT, claimed_by TEXT,
@@ -57,6 +58,12 @@ CREATE TABLE explore_feed_audit (
 CREATE TRIGGER explore_feed_audit AFTER INSERT ON kirim_feed BEGIN
     INSERT INTO explore_feed_audit
     VALUES (NEW.id, NEW.recipient_id, NEW.idempotency_key, NEW.delivery_id, NEW.created_at);
+END;
+CREATE TABLE explore_run_audit (
+    id INTEGER, key TEXT, type TEXT, event_id TEXT, recipient_id TEXT, created_at REAL);
+CREATE TRIGGER explore_run_audit AFTER INSERT ON kirim_runs BEGIN
+    INSERT INTO explore_run_audit
+    VALUES (NEW.id, NEW.key, NEW.type, NEW.event_id, NEW.recipient_id, NEW.created_at);
 END;
 """
 

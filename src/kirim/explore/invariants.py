@@ -108,6 +108,8 @@ class Ledger:
     feed_writes: list[dict[str, Any]] = field(default_factory=list)
     #: the feed's rows at the end (deleted ones included: a deletion keeps its row)
     feed_rows: list[dict[str, Any]] = field(default_factory=list)
+    #: every workflow run ever started (``explore_run_audit``: pruned ones included)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     @staticmethod
     def read_sqlite(path: str) -> Ledger:
@@ -144,6 +146,7 @@ class Ledger:
                 claims=rows("SELECT * FROM explore_claim_audit ORDER BY rowid"),
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
                 feed_rows=rows("SELECT * FROM kirim_feed ORDER BY id"),
+                runs=rows("SELECT * FROM explore_run_audit ORDER BY id"),
             )
         finally:
             conn.close()

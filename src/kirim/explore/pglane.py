@@ -61,6 +61,22 @@ FOR EACH ROW EXECUTE FUNCTION explore_pruned();
 """
 
 
+#: every workflow run ever started (``hosts.AUDIT_SQL``'s run audit)
+RUN_AUDIT_SQL = """
+CREATE TABLE explore_run_audit (
+    id bigint, key text, type text, event_id text, recipient_id text,
+    created_at double precision);
+CREATE FUNCTION explore_run_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_run_audit
+    VALUES (NEW.id, NEW.key, NEW.type, NEW.event_id, NEW.recipient_id, NEW.created_at);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_run_audit AFTER INSERT ON kirim_runs
+FOR EACH ROW EXECUTE FUNCTION explore_run_audit();
+"""
+
+
 #: every feed message ever written (``hosts.AUDIT_SQL``'s feed audit)
 FEED_AUDIT_SQL = """
 CREATE TABLE explore_feed_audit (
@@ -173,6 +189,7 @@ class PostgresDatabase:
             conn.execute(CLAIM_AUDIT_SQL)
             conn.execute(PRUNED_AUDIT_SQL)
             conn.execute(FEED_AUDIT_SQL)
+            conn.execute(RUN_AUDIT_SQL)
         self._templates[self.admin_url] = name
         atexit.register(_drop, self.admin_url, name)
         return name
@@ -214,6 +231,7 @@ class PostgresDatabase:
                 digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
                 claims=rows("SELECT * FROM explore_claim_audit"),
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
+                runs=rows("SELECT * FROM explore_run_audit ORDER BY id"),
             )
 
     def active_jobs(self, *, before: float | None = None) -> int:

@@ -504,7 +504,10 @@ def run_schedule(
         violations += check_streams(sim.full.readers, ledger)
         if sim.full.topics is not None:
             violations += check_topics(
-                ledger, sim.full.topics.truth, lambda t: world.notification_type(t).channels
+                ledger,
+                sim.full.topics.truth,
+                lambda t: world.notification_type(t).channels,
+                flows={t.name for t in world.types if "steps" in t.table},
             )
     else:
         violations = check(

@@ -9,7 +9,10 @@ again later (a retried topic event). The workers expand in small batches (1 to 3
 subscribers), paced by a virtual delay before each batch is planned, so that crashes,
 stalls and the fault plan's ``expand_topic_batch`` store faults (``faults``: failing
 before the commit, or committing and losing the answer) land in the middle of a
-fan-out.
+fan-out. Half of the topic worlds also draw a workflow type of their own (``FLOW``:
+one send step per channel it has, perhaps a short delay between), and some of their
+topic events are of it (from a third generator, so the plain draws stay as they were):
+those fan out into runs, one per subscriber, started with each batch's progress.
 
 The driver is sequential: each step's call returns before the next begins, so its own
 model of who is subscribed when an event's ``notify_topic`` returns is the set as of
@@ -26,6 +29,13 @@ the event's commit (``TopicTruth``).
   adds nothing);
 - an event given again is answered with the event first recorded, not created.
 
+``topic_runs_exactly_once`` judges a workflow type's topic events: every recipient
+subscribed as of the commit has exactly one run of the event (``run_key(type,
+event_id, recipient)``, every run ever started counted: the run audit keeps those
+retention pruned), and nobody else has one, whatever crashed mid-fan-out, lost a
+batch's answer or gave the event again; the runs' send steps are then judged as every
+topic event's deliveries (above).
+
 ``topic_counts_true`` judges what an operator is shown (``kirim status``, the
 dashboard's topics page: ``Store.topic_counts``) once every fan-out is done: as many
 topics as the driver touched (subscribed to, or sent to), as many live subscriptions
@@ -38,8 +48,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kirim.explore.faults import Fault
@@ -47,8 +57,11 @@ from kirim.explore.invariants import Ledger, Violation
 from kirim.topics import TopicCounts
 
 NAME = "topic_fanout_exactly_once"
+RUNS = "topic_runs_exactly_once"
 COUNTS = "topic_counts_true"
 TOPICS = ("project:1", "project:2")
+#: the name of a topic world's workflow type (``TopicsPlan.flow``)
+FLOW = "topic_flow"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,6 +96,8 @@ class TopicsPlan:
     #: subscribers per batch, and virtual seconds before each batch's commit
     batch: int
     pace: float
+    #: the table of the world's workflow type ``FLOW`` (None: it has none)
+    flow: dict[str, Any] | None = None
 
     def deliveries(self, channels: int) -> int:
         """At most how many deliveries the fan-outs make (for the run's bounds)."""
@@ -139,12 +154,36 @@ def draw(seed: int, types: Sequence[Any], people: Sequence[str]) -> TopicsPlan |
             )
         )
     steps += sends
-    return TopicsPlan(
+    plan = TopicsPlan(
         subscribers=subscribers,
         steps=tuple(sorted(steps, key=lambda s: s.at)),
         batch=rng.choice((1, 2, 3)),
         pace=rng.choice((0.0, 0.5, 2.0)),
     )
+    return _with_flow(seed, plan, types)
+
+
+def _with_flow(seed: int, plan: TopicsPlan, types: Sequence[Any]) -> TopicsPlan:
+    """Half of the topic worlds: a workflow type ``FLOW`` on some of the world's
+    channels (a send step on each, perhaps a delay of a few seconds after the first),
+    and some of the topic events of it (one at least; an event given again keeps the
+    type of its first)."""
+    rng = random.Random(f"world:{seed}:topic_flows")
+    if rng.random() < 0.5:
+        return plan
+    channels = sorted({ch for t in types for ch in t.table["templates"]})
+    on = rng.sample(channels, rng.randint(1, len(channels)))
+    steps: list[dict[str, Any]] = [{"send": ch} for ch in on]
+    if rng.random() < 0.5:
+        steps.insert(1, {"delay": f"{rng.choice((1, 3))}s"})
+    table = {"templates": {ch: {"title": f"{FLOW} {{{{ n }}}}"} for ch in on}, "steps": steps}
+    firsts = [s.event_id for s in plan.steps if isinstance(s, TopicSend) and not s.again]
+    chosen = {rng.choice(firsts)} | {e for e in firsts if rng.random() < 0.5}
+    out = tuple(
+        replace(s, type=FLOW) if isinstance(s, TopicSend) and s.event_id in chosen else s
+        for s in plan.steps
+    )
+    return replace(plan, steps=out, flow=table)
 
 
 def faults(seed: int, plan: TopicsPlan | None, *, hosts: Sequence[str]) -> list[Fault]:
@@ -233,8 +272,11 @@ class TopicDriver:
         )
 
     async def wait_done(self, app: Any) -> None:
-        """Until every fan-out is done (the run's bound judges one that never is)."""
+        """Until every fan-out is done, and every run it started is past its steps
+        (the run's bound judges one that never is)."""
         while await app.store.topic_events_expanding():  # noqa: ASYNC110 (polls the store)
+            await asyncio.sleep(1.0)
+        while self.plan.flow is not None and (await app.store.run_counts()).get("waiting"):  # noqa: ASYNC110
             await asyncio.sleep(1.0)
         self.truth.counts = await app.store.topic_counts()
         self.truth.live = sum(len(m) for m in self.model.values())
@@ -257,10 +299,13 @@ def pace(plan: TopicsPlan) -> Callable[[Any, Sequence[str]], Any]:
 
 
 def check_topics(
-    ledger: Ledger, truth: TopicTruth, channels_of: Callable[[str], Sequence[str]]
+    ledger: Ledger,
+    truth: TopicTruth,
+    channels_of: Callable[[str], Sequence[str]],
+    flows: Collection[str] = (),
 ) -> list[Violation]:
-    """``topic_fanout_exactly_once`` (the module's text). ``channels_of``: a type's
-    channels."""
+    """``topic_fanout_exactly_once`` and ``topic_runs_exactly_once`` (the module's
+    text). ``channels_of``: a type's channels; ``flows``: the workflow types."""
     out: list[Violation] = []
     firsts: dict[tuple[str, str, str], EventRecord] = {}
     for record in truth.events:
@@ -316,7 +361,33 @@ def check_topics(
                     detail=f"{event_id} to {topic}: {who} not subscribed, got {channel}",
                 )
             )
+    out += _runs(ledger, [(k, r) for k, r in firsts.items() if k[0] in flows])
     out += _counts(truth, sum(r.id in truth.present for r in firsts.values()))
+    return out
+
+
+def _runs(
+    ledger: Ledger, events: Sequence[tuple[tuple[str, str, str], EventRecord]]
+) -> list[Violation]:
+    """``topic_runs_exactly_once`` (the module's text) over the workflow type's topic
+    events: each (type, event id, topic) with its first record."""
+    started = Counter((r["type"], r["event_id"], r["recipient_id"]) for r in ledger.runs)
+    out: list[Violation] = []
+    for (type_name, event_id, topic), record in events:
+        mine = {who: n for (t, e, who), n in started.items() if (t, e) == (type_name, event_id)}
+        for who in sorted(record.expected | set(mine)):
+            n = mine.get(who, 0)
+            want = 1 if who in record.expected else 0
+            if n == want:
+                continue
+            why = "subscribed" if want else "not subscribed"
+            out.append(
+                Violation(
+                    name=RUNS,
+                    delivery=None,
+                    detail=f"{event_id} to {topic}: {who} {why}, {n} runs of it",
+                )
+            )
     return out
 
 

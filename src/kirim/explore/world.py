@@ -273,6 +273,9 @@ class World:
         addresses = [a for a in addresses if a.channel not in boxes]
         last_send = max((s.at for s in sends), default=0.0)
         feed_acts, streams = _readers(seed, bool(boxes), people, last_send)
+        topics = topic_plans.draw(seed, types, people)
+        if topics is not None and topics.flow is not None:  # the topic workload's own
+            types = [*types, TypePlan(name=topic_plans.FLOW, table=topics.flow)]
         return World(
             seed=seed,
             base=base,
@@ -290,7 +293,7 @@ class World:
             keys=keys,
             feed_acts=tuple(feed_acts),
             streams=tuple(streams),
-            topics=topic_plans.draw(seed, types, people),
+            topics=topics,
         )
 
     # -- building ----------------------------------------------------------------------
