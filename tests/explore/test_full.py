@@ -12,6 +12,7 @@ import pytest
 
 import kirim.store.addresses
 import kirim.store.rules
+import kirim.store.sqlite.changed
 import kirim.store.transitions
 from kirim.explore import coverage
 from kirim.explore.command import run_seeds
@@ -175,6 +176,22 @@ def test_mutation_claim_time_check_off_is_caught(monkeypatch: pytest.MonkeyPatch
     """With the claim-time preference check removed, preferences_honoured fires."""
     monkeypatch.setattr(kirim.store.rules, "preference_check", lambda *a, **k: None)
     assert first_violation("preferences_honoured", range(90, 130)) is not None
+
+
+def test_mutation_cleared_columns_left_unwritten_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With SQLite's write-backs leaving out every column a transition clears (a
+    value turned NULL taken for no change), claims_at_rest fires: a finished delivery
+    still holds its claim token, a completed job its lease."""
+
+    def careless(pairs: Any, record: Any, row: Any) -> frozenset[str]:
+        if row is None:
+            return frozenset(c for c, _ in pairs)
+        return frozenset(c for c, p in pairs if record[p] is not None and record[p] != row[c])
+
+    monkeypatch.setattr(kirim.store.sqlite.changed, "changed", careless)
+    assert first_violation("claims_at_rest", range(200)) is not None
 
 
 def test_mutation_dedup_window_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
