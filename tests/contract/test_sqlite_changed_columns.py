@@ -14,6 +14,12 @@ from kirim.store.base import AttemptOutcome, Finish, Intent
 from kirim.store.sequence import Operation, Query
 
 LEASE = 10.0
+#: a job is written whole: each of its writes changes its status, which four of its
+#: five indexes name, and setting fewer of its columns measured no faster
+JOB_COLUMNS = (
+    "status", "run_at", "attempts", "lease_owner", "lease_token", "lease_expires_at",
+    "last_error", "updated_at",
+)  # fmt: skip
 
 
 async def _claimed(app: Any) -> Any:
@@ -84,7 +90,8 @@ def _sqlite_only(database_url: str) -> None:
 
 
 async def test_a_claim_sets_only_the_columns_it_changes(make_app, database_url, clock) -> None:
-    """A claim's UPDATEs name the claim's columns, not the whole delivery and job."""
+    """A claim's UPDATE of the delivery names the claim's columns, not the whole row
+    (the job's names them all: ``JOB_COLUMNS``)."""
     _sqlite_only(database_url)
     app = await make_app()
     await app.notify("e1", "u1", "push", {"i": 1})
@@ -95,14 +102,12 @@ async def test_a_claim_sets_only_the_columns_it_changes(make_app, database_url, 
     assert traced.set_columns("kirim_deliveries") == {
         "status", "claim_token", "claimed_by", "claim_expires_at", "updated_at",
     }  # fmt: skip
-    assert traced.set_columns("kirim_jobs") == {
-        "status", "attempts", "lease_owner", "lease_token", "lease_expires_at", "updated_at",
-    }  # fmt: skip
+    assert traced.set_columns("kirim_jobs") == set(JOB_COLUMNS)
 
 
 async def test_a_finish_sets_only_the_columns_it_changes(make_app, database_url, clock) -> None:
-    """A plain successful finish's UPDATEs leave out what stays as it was (the doubt,
-    the error, the reason, the release time; the job's run time and attempts)."""
+    """A plain successful finish's UPDATE of the delivery leaves out what stays as it
+    was (the doubt, the error, the reason, the release time)."""
     _sqlite_only(database_url)
     app = await make_app()
     c = await _claimed(app)
@@ -115,9 +120,7 @@ async def test_a_finish_sets_only_the_columns_it_changes(make_app, database_url,
         "status", "claim_token", "claimed_by", "claim_expires_at", "provider_message_id",
         "sent_at", "updated_at",
     }  # fmt: skip
-    assert traced.set_columns("kirim_jobs") == {
-        "status", "lease_owner", "lease_token", "lease_expires_at", "updated_at",
-    }  # fmt: skip
+    assert traced.set_columns("kirim_jobs") == set(JOB_COLUMNS)
 
 
 async def test_the_rows_left_are_the_rows_decided(make_app, clock) -> None:

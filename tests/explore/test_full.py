@@ -183,12 +183,13 @@ def test_mutation_cleared_columns_left_unwritten_is_caught(
 ) -> None:
     """With SQLite's write-backs leaving out every column a transition clears (a
     value turned NULL taken for no change), claims_at_rest fires: a finished delivery
-    still holds its claim token, a completed job its lease."""
+    still holds its claim token."""
 
-    def careless(pairs: Any, record: Any, row: Any) -> frozenset[str]:
+    def careless(set_: Any, record: Any, row: Any) -> tuple[bool, ...]:
         if row is None:
-            return frozenset(c for c, _ in pairs)
-        return frozenset(c for c, p in pairs if record[p] is not None and record[p] != row[c])
+            return (True,) * len(set_.pairs)
+        pairs = zip(set_.new(record), set_.old(row), strict=True)
+        return tuple(new is not None and new != old for new, old in pairs)
 
     monkeypatch.setattr(kirim.store.sqlite.changed, "changed", careless)
     assert first_violation("claims_at_rest", range(200)) is not None

@@ -235,9 +235,16 @@ class Ledger:
             items = list(self._changed_attempts.values())
             steps.append(Query("write_attempts", {"items": items}, count=True))
         if self._changed_deliveries:
-            steps.append(_written("write_deliveries", self._changed_deliveries, self.rows))
+            order = sorted(self._changed_deliveries)
+            items = [self._changed_deliveries[i] for i in order]
+            # over the rows as read: SQLite sets only the columns that changed. A job's
+            # write stays whole: each changes its status, which four of the job's five
+            # indexes name, and fewer columns measured no faster (docs/benchmarks.md).
+            read = [self.rows.get(i) for i in order]
+            steps.append(Query("write_deliveries", {"items": items}, count=True, read=read))
         if self._changed_jobs:
-            steps.append(_written("write_jobs", self._changed_jobs, self.job_rows))
+            items = [self._changed_jobs[i] for i in sorted(self._changed_jobs)]
+            steps.append(Query("write_jobs", {"items": items}, count=True))
         if ids := self._message_ids():
             items = [{"delivery_id": d, "message_id": m} for d, m in sorted(ids)]
             steps.append(Query("write_message_ids", {"items": items}, count=True))
@@ -291,14 +298,6 @@ _JOB_COLUMNS = (
 
 
 V = TypeVar("V")
-
-
-def _written(name: str, changed: dict[int, dict[str, Any]], rows: Mapping[int, Row]) -> Query:
-    """The write of the ``changed`` rows, in id order, over the ``rows`` as read (a
-    dialect may set only the columns that differ: ``Query.read``)."""
-    ids = sorted(changed)
-    read = [rows.get(i) for i in ids]
-    return Query(name, {"items": [changed[i] for i in ids]}, count=True, read=read)
 
 
 def _over(row: Row | None, written: dict[str, Any] | None) -> Row | None:
@@ -381,7 +380,7 @@ def claim(
         return []
     # PostgreSQL returns the rows in delivery order (its lock order): claim in due order.
     rows = sorted(due, key=lambda r: (r["job_run_at"], r["job_id"]))
-    ledger = Ledger(rows, map(_job_columns, rows), payload=True)
+    ledger = Ledger(rows, payload=True)
     current_of = {r["id"]: ledger.delivery(r["id"]) for r in rows}
     kinds = {r["job_id"]: rules.claim_kind(_present(current_of[r["id"]]), now) for r in rows}
     ours = sorted({r["id"] for r in rows if kinds[r["job_id"]] is ClaimKind.CLAIMED})
@@ -477,11 +476,6 @@ def claim(
         )
     yield ledger.writes()
     return claims
-
-
-def _job_columns(row: Row) -> dict[str, Any]:
-    """The job's columns of a ``due_jobs`` row (its ``job_`` ones), as a job row."""
-    return {"delivery_id": row["id"], **{c: row["job_" + c] for c in _JOB_COLUMNS}}
 
 
 def _stopped(
