@@ -3,7 +3,9 @@
 Each is an ``Operation`` (see ``sequence``): one transaction that reads the rows it
 will change (PostgreSQL locks them as it reads: jobs before deliveries, each table
 in id order, as everywhere), decides with the rules of ``rules``, and writes back
-whole batches: one statement per table per batch, whatever the batch's size.
+whole batches: one statement per table per batch, whatever the batch's size (SQLite
+runs a delivery's per row, setting only the columns that changed from the row read:
+``kirim.store.sqlite.changed``).
 
 Rows read under the transaction's locks cannot change before it commits (SQLite
 holds the database's write lock; PostgreSQL the rows' locks), so the protocol's
