@@ -100,6 +100,7 @@ class Ledger:
         self._changed_deliveries: dict[int, dict[str, Any]] = {}
         self._changed_jobs: dict[int, dict[str, Any]] = {}
         self._changed_attempts: dict[str, dict[str, Any]] = {}
+        self._written = False
         #: the statuses as read: every change written is checked against the edge table
         self._was: dict[int, str] = {i: str(row["status"]) for i, row in self.rows.items()}
 
@@ -229,7 +230,11 @@ class Ledger:
 
     def writes(self, *more: Query) -> Group:
         """The statements that write back every changed row (one per table), and
-        ``more`` after them, sent together."""
+        ``more`` after them, sent together. Once per operation: until then the rows
+        as read are the rows the database holds (``Query.read``)."""
+        if self._written:
+            raise RuntimeError("a ledger is written back once per operation")
+        self._written = True
         steps = []
         for i, values in self._changed_deliveries.items():
             machine.check(i, self._was[i], str(values["status"]), "store.transitions")
