@@ -79,6 +79,15 @@ def _part(text: str) -> str:
     return text.replace("%", "%25").replace(":", "%3A")
 
 
+def cancel_value(data: Mapping[str, Any], key: str | None) -> str | None:
+    """The value ``data`` gives a type's ``cancel_key``: its runs keep it, and an event
+    of its ``cancel_on`` cancels those whose value it gives too (None: no value)."""
+    if key is None:
+        return None
+    value = data.get(key)
+    return None if value is None else str(value)
+
+
 def run_key(type: str, event_id: str, recipient_id: str) -> str:
     """A run's key: sha256 of ``run:{type}:{event_id}:{recipient_id}``."""
     text = f"run:{_part(type)}:{_part(event_id)}:{_part(recipient_id)}"
@@ -301,6 +310,7 @@ __all__ = [
     "RunStep",
     "StepOutcome",
     "StepState",
+    "cancel_value",
     "decide",
     "run_json",
     "run_key",

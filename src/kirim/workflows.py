@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kirim.errors import NotFound
 from kirim.keys import canonical_json, payload_hash
 from kirim.notify.steps import Send
-from kirim.runs import EventRun, Run, run_key
+from kirim.runs import EventRun, Run, cancel_value, run_key
 from kirim.store.event_writes import CancelBy, EventWrite
 from kirim.store.flows import Canceled, NewRun, Started
 from kirim.views import iso
@@ -35,9 +35,7 @@ def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:
     ntype = event.type
     channels = {s.channel for s in ntype.steps if isinstance(s, Send)}
     steps_json = canonical_json([s.to_json() for s in ntype.steps])
-    value = None
-    if ntype.cancel_key is not None and event.data.get(ntype.cancel_key) is not None:
-        value = str(event.data[ntype.cancel_key])
+    value = cancel_value(event.data, ntype.cancel_key)
     out = []
     for r in event.recipients:
         messages: dict[str, Mapping[str, str]] = {}
@@ -92,11 +90,11 @@ class Runs:
         ``cancel_key``."""
         out = []
         for ntype in self.types.values():
-            key = ntype.cancel_key
-            if event not in ntype.cancel_on or key is None or data.get(key) is None:
+            key, value = ntype.cancel_key, cancel_value(data, ntype.cancel_key)
+            if event not in ntype.cancel_on or key is None or value is None:
                 continue
             why = f"event {event} ({key} = {data[key]})"
-            out.append(CancelBy(type=ntype.name, value=str(data[key]), why=why))
+            out.append(CancelBy(type=ntype.name, key=key, value=value, why=why))
         return out
 
     async def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
