@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,8 @@ class StepOutcome(enum.StrEnum):
     THEN = "then"  # a branch's condition held: the run went on
     ELSE = "else"  # it did not: the run skipped to ``else`` (or ended)
     SKIPPED = "skipped"  # passed over by a branch
+    GATHERED = "gathered"  # a digest step: this run holds its window's events, goes on
+    JOINED = "joined"  # a digest step: gathered into another run's digest, ends done
 
 
 #: (source, target, who) of every change of a run's status
@@ -92,6 +94,21 @@ def run_key(type: str, event_id: str, recipient_id: str) -> str:
     """A run's key: sha256 of ``run:{type}:{event_id}:{recipient_id}``."""
     text = f"run:{_part(type)}:{_part(event_id)}:{_part(recipient_id)}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def digest_stream(type: str, recipient_id: str, value: str) -> str:
+    """A digest step's stream: sha256 of ``rundigest:{type}:{recipient}:{value}``
+    (``value``: the event's data at the step's key, empty for ``"recipient"``)."""
+    text = f"rundigest:{_part(type)}:{_part(recipient_id)}:{_part(value)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: A gathered run's later send, rendered when it is made: (the run, the channel, its
+#: message as the event's record rendered it: ``recipient``, ``payload``, ``locale``,
+#: the window's events, oldest first: ``{"run_id", "event_id", "data"}``) -> the
+#: payload's JSON text; None: this worker does not know the run's type. What it raises
+#: is the render's failure (the step is then recorded ``skipped``, with why).
+RenderGathered = Callable[["Run", str, Mapping[str, str], Sequence[Mapping[str, Any]]], str | None]
 
 
 def step_key(key: str, index: int, channel: str) -> str:
@@ -304,6 +321,7 @@ def run_json(run: Run) -> dict[str, Any]:
 __all__ = [
     "Decision",
     "EventRun",
+    "RenderGathered",
     "Run",
     "RunClaim",
     "RunStatus",
@@ -312,6 +330,7 @@ __all__ = [
     "StepState",
     "cancel_value",
     "decide",
+    "digest_stream",
     "run_json",
     "run_key",
     "step_key",

@@ -45,6 +45,7 @@ def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:
                 "recipient": r.address(ch),
                 "payload": text,
                 "payload_hash": payload_hash(text),
+                "locale": r.locale or "",  # a digest's later send renders in it again
             }
         out.append(
             NewRun(

@@ -1,0 +1,277 @@
+"""The digest step of workflows on both backends: the runs of one recipient (and key)
+reaching the step within a window are gathered into the oldest, whose later send is
+rendered with every event once; the others end ``joined``; a late run opens the next
+window; a cancellation before the seal leaves its run out, after it is too late for a
+member the digest gathered, and cancels the digest when it is the holder's; a delay
+before the digest sends one digest, not one per run (Novu #1633); two events of one
+instant make one window (Novu #2569)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.errors import ConfigError, InvalidNotification
+from kirim.notify import messages
+from kirim.notify.types import parse_type
+from kirim.runs import RenderGathered, RunStatus, StepOutcome, timeline
+from kirim.testing import FlakyProvider, ManualClock
+from kirim.worker import WorkerSettings
+
+SETTINGS = WorkerSettings(lease=30.0, backoff_base=1.0, backoff_max=1.0)
+
+
+def _type(*, key: str = "recipient", delay: bool = False, name: str = "gather") -> object:
+    steps: list[dict[str, object]] = []
+    if delay:
+        steps.append({"delay": "10m"})
+    steps += [{"digest": {"window": "1h", "key": key}}, {"send": "email"}]
+    return parse_type(
+        name,
+        {
+            "templates": {
+                "email": {
+                    "subject": "{{ count }} comments",
+                    "body": "{% for e in events %}{{ e.text }};{% endfor %}",
+                }
+            },
+            "cancel_on": ["post_deleted"],
+            "cancel_key": "post",
+            "steps": steps,
+        },
+    )
+
+
+@pytest.fixture
+def email() -> FlakyProvider:
+    return FlakyProvider()
+
+
+@pytest.fixture
+async def app(database_url: str, clock: ManualClock, email: FlakyProvider) -> AsyncIterator[Kirim]:
+    channels = {"email": Channel(name="email", provider=email)}
+    types = [_type(), _type(key="post", name="by_post"), _type(delay=True, name="later")]
+    kirim = Kirim(Config(database=database_url), channels=channels, clock=clock, types=types)  # type: ignore[list-item]
+    await kirim.open(migrate=True)
+    yield kirim
+    await kirim.close()
+
+
+async def drain(app: Kirim) -> None:
+    worker = app.worker(settings=SETTINGS)
+    while await worker.run_once():
+        pass
+
+
+async def _event(app: Kirim, n: int, *, type: str = "gather", post: str = "p1") -> int:
+    done = await app.notify_event(
+        type, ["u1"], {"text": f"c{n}", "post": post}, event_id=f"{type}-{n}"
+    )
+    return done.runs[0].run_id
+
+
+def _render(app: Kirim) -> RenderGathered:
+    return messages.run_renderer(app.types, app.config.max_payload_bytes)
+
+
+def _sent(email: FlakyProvider) -> list[dict[str, object]]:
+    return [
+        json.loads(m.payload) if isinstance(m.payload, str) else dict(m.payload)
+        for m in email.requests
+    ]  # type: ignore[arg-type]
+
+
+async def test_one_window_one_send_with_every_event(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """Three events within the hour: one email with the three, sent by the oldest run;
+    the two others end joined, naming it; a fourth after the hour opens the next."""
+    runs = [await _event(app, 1)]
+    clock.advance(60)
+    runs.append(await _event(app, 2))
+    await drain(app)
+    clock.advance(60)
+    runs.append(await _event(app, 3))
+    await drain(app)
+    assert email.requests == []  # the window is open
+    clock.advance(3600)
+    late = await _event(app, 4)  # after the window's end: the next window
+    await drain(app)
+    assert len(email.requests) == 1
+    (payload,) = _sent(email)
+    assert payload["subject"] == "3 comments"
+    assert payload["body"] == "c1;c2;c3;"
+    assert payload["count"] == 3
+    holder, *others = [await app.must_get_run(r) for r in runs]
+    assert holder.status is RunStatus.DONE
+    assert [s.outcome for s in holder.recorded] == [StepOutcome.GATHERED, StepOutcome.SENT]
+    assert holder.recorded[0].why == "3 events"
+    for run in others:
+        assert run.status is RunStatus.DONE
+        assert [(s.outcome, s.why) for s in run.recorded] == [
+            (StepOutcome.JOINED, f"run {holder.id}")
+        ]
+        assert timeline(run)[0]["state"] == "joined"
+    waiting = await app.must_get_run(late)
+    assert waiting.status is RunStatus.WAITING
+    assert waiting.cursor == 0
+    clock.advance(3601)
+    await drain(app)
+    assert [p["body"] for p in _sent(email)] == ["c1;c2;c3;", "c4;"]
+
+
+async def test_two_events_of_one_instant_make_one_window(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """Two events of the same instant, advanced in one batch: one window, one send."""
+    await _event(app, 1)
+    await _event(app, 2)
+    await drain(app)
+    clock.advance(3601)
+    await drain(app)
+    assert [p["count"] for p in _sent(email)] == [2]
+
+
+async def test_a_delay_before_the_digest_sends_it_once(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """Each run waits its delay first; they reach the digest within the hour: one send."""
+    for n in range(3):
+        await _event(app, n, type="later")
+        clock.advance(30)
+    await drain(app)
+    for _ in range(4):
+        clock.advance(1200)
+        await drain(app)
+    assert [p["count"] for p in _sent(email)] == [3]
+
+
+async def test_a_key_makes_one_window_per_value(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """key = "post": the events of two posts make two digests; the field is required."""
+    await _event(app, 1, type="by_post", post="p1")
+    await _event(app, 2, type="by_post", post="p2")
+    await _event(app, 3, type="by_post", post="p1")
+    await drain(app)
+    clock.advance(3601)
+    await drain(app)
+    assert sorted(p["body"] for p in _sent(email)) == ["c1;c3;", "c2;"]
+    with pytest.raises(InvalidNotification, match="post"):
+        await app.notify_event("by_post", ["u1"], {"text": "x"}, event_id="nokey")
+
+
+async def test_cancel_before_the_seal_leaves_the_run_out(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """The oldest run canceled during the window: the next oldest holds the digest,
+    without the canceled run's event."""
+    first = await _event(app, 1)
+    second = await _event(app, 2)
+    await _event(app, 3)
+    await drain(app)
+    done = await app.cancel_run(first)
+    assert done.changed
+    clock.advance(3601)
+    await drain(app)
+    assert [p["body"] for p in _sent(email)] == ["c2;c3;"]
+    holder = await app.must_get_run(second)
+    assert holder.recorded[0].outcome is StepOutcome.GATHERED
+
+
+async def test_cancel_after_the_seal(app: Kirim, clock: ManualClock, email: FlakyProvider) -> None:
+    """After the seal, a member gathered into another's digest is too late to cancel
+    (changed False, it ends joined); the holder's cancellation cancels the digest."""
+    runs = [await _event(app, n) for n in range(3)]
+    await drain(app)
+    clock.advance(3601)
+    # the seal, by the first run to resume; then nothing more
+    claims = await app.store.claim_runs(worker_id="w", now=clock.now(), lease=30, limit=1)
+    assert [c.run.id for c in claims] == [runs[0]]
+    await app.store.advance_run(
+        claims[0].run.id, claims[0].token, now=clock.now(), render=_render(app)
+    )
+    late = await app.cancel_run(runs[2])
+    assert not late.changed
+    assert (await app.must_get_run(runs[2])).status is RunStatus.WAITING
+    await drain(app)
+    assert (await app.must_get_run(runs[2])).recorded[0].outcome is StepOutcome.JOINED
+    assert [p["count"] for p in _sent(email)] == [3]
+
+
+async def test_the_holders_cancel_after_the_seal_cancels_the_digest(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """The window sealed by a member that is not the holder (the holder's claim was
+    elsewhere); the holder canceled then: nothing is sent, the others end joined."""
+    runs = [await _event(app, n) for n in range(2)]
+    await drain(app)
+    clock.advance(3601)
+    claims = await app.store.claim_runs(worker_id="w", now=clock.now(), lease=30, limit=2)
+    by_id = {c.run.id: c for c in claims}
+    second = by_id[runs[1]]
+    await app.store.advance_run(second.run.id, second.token, now=clock.now())  # seals: joined
+    done = await app.cancel_run(runs[0])
+    assert done.changed
+    clock.advance(60)
+    await drain(app)
+    assert email.requests == []
+    assert (await app.must_get_run(runs[0])).status is RunStatus.CANCELED
+    assert (await app.must_get_run(runs[1])).recorded[0].outcome is StepOutcome.JOINED
+
+
+async def test_a_retried_advance_gathers_once(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """An event given again, a worker whose claim expired: the digest is still one
+    send of each event once (Novu #12373)."""
+    runs = [await _event(app, n) for n in range(2)]
+    await _event(app, 0)  # given again: the same run
+    await drain(app)
+    clock.advance(3601)
+    claims = await app.store.claim_runs(worker_id="w", now=clock.now(), lease=30, limit=2)
+    assert sorted(c.run.id for c in claims) == sorted(runs)
+    clock.advance(31)  # the claims expire unused; another worker takes them
+    await drain(app)
+    stale = await app.store.advance_run(claims[0].run.id, claims[0].token, now=clock.now())
+    assert stale is None
+    await drain(app)
+    assert [p["body"] for p in _sent(email)] == ["c0;c1;"]
+
+
+def test_the_config_is_checked() -> None:
+    """At most one digest, a send after it, a window of 1 s to 31 days, and with
+    cancel_on a key that is the recipient or the cancel_key."""
+    base = {"templates": {"email": {"body": "b"}}}
+    cases = {
+        "at most one digest": [{"digest": "1h"}, {"digest": "2h"}, {"send": "email"}],
+        "needs a send step after it": [{"send": "email"}, {"digest": "1h"}],
+        "from 1 to 2678400, not 0": [{"digest": "0s"}, {"send": "email"}],
+        "from 1 to 2678400, not 2764800": [{"digest": "32d"}, {"send": "email"}],
+        "unknown key": [{"digest": {"window": "1h", "every": 2}}, {"send": "email"}],
+    }
+    for match, steps in cases.items():
+        with pytest.raises(ConfigError, match=match):
+            parse_type("t", {**base, "steps": steps})
+    with pytest.raises(ConfigError, match="cancel_key"):
+        parse_type(
+            "t",
+            {
+                **base,
+                "cancel_on": ["x"],
+                "cancel_key": "order",
+                "steps": [{"digest": {"window": "1h", "key": "post"}}, {"send": "email"}],
+            },
+        )
+    t = parse_type("t", {**base, "steps": [{"digest": "90s"}, {"send": "email"}]})
+    assert t.steps[0].to_json() == {
+        "kind": "digest",
+        "window": 90.0,
+        "key": "recipient",
+        "name": "digest0",
+    }
