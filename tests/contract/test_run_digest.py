@@ -275,3 +275,30 @@ def test_the_config_is_checked() -> None:
         "key": "recipient",
         "name": "digest0",
     }
+
+
+async def test_prune_takes_the_members_with_their_runs_and_the_empty_windows(
+    app: Kirim, clock: ManualClock, email: FlakyProvider, database_url: str
+) -> None:
+    """Once every run of a window is over and pruned, its memberships and the window
+    go; an open window with a waiting member stays."""
+    from test_run_retention import count
+
+    for n in range(4):  # two windows of two
+        await _event(app, n)
+        await drain(app)
+        if n % 2:
+            clock.advance(3601)
+            await drain(app)
+    open_run = await _event(app, 9)
+    await drain(app)
+    assert count(database_url, "kirim_run_digests") == 3
+    clock.advance(86_400 * 40)  # the sends' deliveries at rest long ago
+    done = await app.store.prune(  # type: ignore[attr-defined]
+        now=clock.now(), keep=60.0, keys=86_400.0 * 365, limit=500, dry_run=False
+    )
+    # the first window's two runs go (the second's holder keeps the newest delivery)
+    assert done.runs == 3
+    assert count(database_url, "kirim_run_digest_members") == 2
+    assert count(database_url, "kirim_run_digests") == 2
+    assert (await app.must_get_run(open_run)).status is RunStatus.WAITING
