@@ -29,7 +29,7 @@ from typing import Any
 
 from kirim import day_time
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Delay, Step
+from kirim.notify.steps import Branch, Delay, Digest, Step
 from kirim.views import iso
 
 log = logging.getLogger("kirim.runs")
@@ -264,7 +264,8 @@ class EventRun:
 
 def timeline(run: Run) -> list[dict[str, Any]]:
     """Each step of ``run``, in order: ``state`` (what it did, or ``waits``, ``next``,
-    ``to come``, ``canceled``), when, and why (``kirim run show``, the dashboard); an
+    ``to come``, ``canceled``), when, and why (a digest step's outcome also as
+    ``summary``: ``gathered (3 events)``, ``joined run 12``) (``kirim run show``, the dashboard); an
     until-delay's end also as the recipient's clock read it (``local_until``:
     ``2026-12-03 09:00 CET (Europe/Berlin)``)."""
     done = {s.index: s for s in run.recorded}
@@ -287,9 +288,16 @@ def timeline(run: Run) -> list[dict[str, Any]]:
                 delivery_status=None if r.delivery_status is None else str(r.delivery_status),
                 doubt=None if r.delivery_doubt is None else str(r.delivery_doubt),
             )
+            if r.outcome is StepOutcome.GATHERED:
+                entry["summary"] = f"gathered ({r.why})"
+            elif r.outcome is StepOutcome.JOINED:
+                entry["summary"] = f"joined {r.why}"
             if isinstance(step, Delay) and step.until is not None and r.until is not None:
                 zone = day_time.zone_in(r.why) or day_time.zone_of(None, step.zone)
                 entry["local_until"] = f"{day_time.local_text(r.until, zone)} ({zone})"
+        elif run.status is RunStatus.WAITING and i == run.cursor and isinstance(step, Digest):
+            why = run.why or "in a digest window"
+            entry.update(state="waits", until=iso(run.next_at), why=why)
         elif run.status is RunStatus.WAITING and i == run.cursor:
             entry.update(state="next", until=iso(run.next_at), why="due then")
         elif run.status is RunStatus.CANCELED:

@@ -302,3 +302,22 @@ async def test_prune_takes_the_members_with_their_runs_and_the_empty_windows(
     assert count(database_url, "kirim_run_digest_members") == 2
     assert count(database_url, "kirim_run_digests") == 2
     assert (await app.must_get_run(open_run)).status is RunStatus.WAITING
+
+
+async def test_run_show_names_the_digest(
+    app: Kirim, clock: ManualClock, email: FlakyProvider, database_url: str
+) -> None:
+    """``kirim run show``: the holder's step reads ``gathered (2 events)``, a member's
+    ``joined run R``, a run in an open window ``waits`` until its end."""
+    from kirim.cli.runs import _line
+
+    runs = [await _event(app, n) for n in range(2)]
+    await drain(app)
+    waiting = timeline(await app.must_get_run(runs[0]))[0]
+    assert waiting["state"] == "waits"
+    assert "in a digest window until" in _line(waiting)
+    clock.advance(3601)
+    await drain(app)
+    holder, member = [timeline(await app.must_get_run(r))[0] for r in runs]
+    assert "gathered (2 events)" in _line(holder)
+    assert f"joined run {runs[0]}" in _line(member)

@@ -65,8 +65,10 @@ def _line(step: dict[str, Any]) -> str:
         else f"delay {step.get('seconds', 0):g}s",
         "branch": f"branch {step.get('condition')}"
         + (f" on {step['step']}" if step.get("step") else ""),
+        "digest": f"digest {step.get('window', 0):g}s"
+        + (f" by {step['key']}" if step.get("key") not in (None, "recipient") else ""),
     }[kind]
-    parts = [f"{step['index']:>2} {what:<28} {step['state']}"]
+    parts = [f"{step['index']:>2} {what:<28} {step.get('summary') or step['state']}"]
     if step.get("delivery_id") is not None:
         doubt = f" ({step['doubt']})" if step.get("doubt") else ""
         parts.append(f"delivery {step['delivery_id']} {step.get('delivery_status')}{doubt}")
@@ -77,7 +79,7 @@ def _line(step: dict[str, Any]) -> str:
         parts.append(f"until {step['until']}")
     if step.get("at"):
         parts.append(f"at {step['at']}")
-    if step.get("why") and kind != "send":
+    if step.get("why") and kind != "send" and not step.get("summary"):
         parts.append(f"- {step['why']}")
     return "  ".join(parts)
 
