@@ -113,7 +113,7 @@ async def test_a_run_this_kirim_cannot_read_is_left_for_a_newer_one(
     later, why said) instead of failing every claim, and the readable runs advance."""
     await _start(app, 2)
     future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
-    steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+    steps = canonical_json([{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}])
     await _set_steps(database_url, future.runs[0].run_id, steps)  # as a newer kirim wrote
     advancer = app.worker(settings=SETTINGS)._runs
     assert await advancer.tick() == 2
