@@ -321,3 +321,64 @@ async def test_run_show_names_the_digest(
     holder, member = [timeline(await app.must_get_run(r))[0] for r in runs]
     assert "gathered (2 events)" in _line(holder)
     assert f"joined run {runs[0]}" in _line(member)
+
+
+async def test_postgres_two_arrivals_of_one_instant_find_one_window(
+    app: Kirim, clock: ManualClock, email: FlakyProvider, database_url: str
+) -> None:
+    """PostgreSQL: a run reaching the step while another transaction opens its
+    stream's window (not committed yet) waits for it, then joins that window instead
+    of opening a second (Novu #2569)."""
+    if not database_url.startswith("postgresql:"):
+        pytest.skip("concurrent transactions: PostgreSQL only (SQLite serialises writers)")
+    import asyncio
+
+    import psycopg
+
+    from kirim.runs import digest_stream
+
+    first = await _event(app, 1)
+    second = await _event(app, 2)
+    stream = digest_stream("gather", "u1", "")
+    other = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+    watcher = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+    async with other, watcher:
+        async with other.transaction():  # the first run's advance, not committed yet
+            await other.execute("SELECT 1 FROM kirim_runs WHERE id = %s FOR UPDATE", (first,))
+            await other.execute(
+                "INSERT INTO kirim_run_digests (stream, window_start, window_end, created_at)"
+                " VALUES (%s, %s, %s, %s)",
+                (stream, clock.now(), clock.now() + 3600, clock.now()),
+            )
+            await other.execute(
+                "INSERT INTO kirim_run_digest_members VALUES (%s, %s, %s, %s)",
+                (first, stream, clock.now(), clock.now()),
+            )
+            claims = await app.store.claim_runs(worker_id="w", now=clock.now(), lease=30, limit=2)
+            mine = next(c for c in claims if c.run.id == second)
+            advancing = asyncio.ensure_future(
+                app.store.advance_run(mine.run.id, mine.token, now=clock.now() + 1)
+            )
+            for _ in range(200):  # until its insert waits on the other's window row
+                cur = await watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE 'INSERT INTO kirim_run_digests%%'"
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                pytest.fail("the second arrival did not wait for the first's window")
+            assert not advancing.done()
+        await asyncio.wait_for(advancing, timeout=10)
+    assert count_windows(database_url) == 1
+    clock.advance(3602)
+    await drain(app)
+    assert [p["count"] for p in _sent(email)] == [2]
+
+
+def count_windows(url: str) -> int:
+    from test_run_retention import count
+
+    return count(url, "kirim_run_digests")
