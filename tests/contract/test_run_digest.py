@@ -382,3 +382,48 @@ def count_windows(url: str) -> int:
     from test_run_retention import count
 
     return count(url, "kirim_run_digests")
+
+
+async def test_a_holder_advanced_without_its_types_templates_is_set_aside(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """An advance that cannot render the holder's send (no ``render``: a worker that
+    does not know the type) makes no delivery: the run is looked at again 10 minutes
+    later, and a worker that knows the type sends the digest then."""
+    runs = [await _event(app, n) for n in range(2)]
+    await drain(app)
+    clock.advance(3601)
+    for c in await app.store.claim_runs(worker_id="old", now=clock.now(), lease=30, limit=5):
+        await app.store.advance_run(c.run.id, c.token, now=clock.now())
+    holder = await app.must_get_run(runs[0])
+    assert holder.status is RunStatus.WAITING
+    assert holder.cursor == 1
+    assert "not known to this worker" in (holder.why or "")
+    await drain(app)
+    assert email.requests == []
+    clock.advance(601)
+    await drain(app)
+    assert [p["count"] for p in _sent(email)] == [2]
+
+
+async def test_a_digest_too_large_to_send_is_skipped_with_why(
+    database_url: str, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """A holder's send rendering over ``max_payload_bytes`` is recorded ``skipped``
+    with why; the run ends, nothing is sent."""
+    channels = {"email": Channel(name="email", provider=email)}
+    config = Config(database=database_url, max_payload_bytes=400)
+    app = Kirim(config, channels=channels, clock=clock, types=[_type()])  # type: ignore[list-item]
+    await app.open(migrate=True)
+    try:
+        runs = [await _event(app, n) for n in range(30)]
+        await drain(app)
+        clock.advance(3601)
+        await drain(app)
+        holder = await app.must_get_run(runs[0])
+        assert holder.status is RunStatus.DONE
+        assert [s.outcome for s in holder.recorded] == [StepOutcome.GATHERED, StepOutcome.SKIPPED]
+        assert "over the limit of 400" in holder.recorded[1].why
+        assert email.requests == []
+    finally:
+        await app.close()
