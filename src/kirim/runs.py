@@ -153,6 +153,11 @@ class Run:
     claimed_by: str | None = None
     claim_expires_at: float | None = None
     recorded: tuple[RunStep, ...] = field(default=())
+    #: why this kirim cannot read the run's steps (a newer kirim's kind or shape, in a
+    #: rolling upgrade; ``steps`` is then empty and ``stored_steps`` holds them as
+    #: written): an operator's reads show it, a worker leaves the run to a newer one
+    unreadable: str | None = None
+    stored_steps: tuple[Mapping[str, Any], ...] = field(default=())
 
     @property
     def over(self) -> bool:
@@ -269,6 +274,8 @@ def timeline(run: Run) -> list[dict[str, Any]]:
     until-delay's end also as the recipient's clock read it (``local_until``:
     ``2026-12-03 09:00 CET (Europe/Berlin)``)."""
     done = {s.index: s for s in run.recorded}
+    if run.unreadable is not None:
+        return _unreadable_timeline(run, done)
     out = []
     for i, step in enumerate(run.steps):
         entry: dict[str, Any] = {"index": i, **step.to_json()}
@@ -308,6 +315,21 @@ def timeline(run: Run) -> list[dict[str, Any]]:
     return out
 
 
+def _unreadable_timeline(run: Run, done: Mapping[int, RunStep]) -> list[dict[str, Any]]:
+    """The steps of a run this kirim cannot read, as stored: each recorded one with
+    its outcome, the others ``unreadable`` (why: ``run.unreadable``)."""
+    out = []
+    for i, raw in enumerate(run.stored_steps):
+        entry: dict[str, Any] = {"index": i, **raw, "kind": str(raw.get("kind", "?"))}
+        r = done.get(i)
+        if r is not None:
+            entry.update(state=str(r.outcome), at=iso(r.at), why=r.why, delivery_id=r.delivery_id)
+        else:
+            entry.update(state="unreadable", why=run.unreadable)
+        out.append(entry)
+    return out
+
+
 def run_json(run: Run) -> dict[str, Any]:
     """A run as one JSON object: the CLI's, the API's and the dashboard's."""
     return {
@@ -322,6 +344,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "claimed_by": run.claimed_by,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
+        "unreadable": run.unreadable,
         "steps": timeline(run),
     }
 

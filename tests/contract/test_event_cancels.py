@@ -301,6 +301,11 @@ async def test_a_cancellation_during_a_fan_out_cancels_its_later_runs(api: Api, 
     events = {e.event_id: e for e in await kirim.store.latest_topic_events(limit=10)}
     assert events["t1"].cancel_why == "event order_done (order_id = o1)"
     assert events["t2"].canceled_at is None
+    shown = await api.client.get("/v1/topics/orders")
+    assert shown.status_code == 200, shown.text
+    why = {e["event_id"]: e["cancel_why"] for e in shown.json()["recent"]}
+    assert why["t1"] == "event order_done (order_id = o1)"
+    assert why["t2"] is None
 
 
 async def test_a_cancellation_waits_for_the_batch_under_way(

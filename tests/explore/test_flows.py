@@ -303,6 +303,24 @@ def test_mutation_unreadable_run_fails_the_claim_is_caught(
     pytest.fail("a claim failing on an unreadable run was not caught within 60 seeds")
 
 
+def test_mutation_reads_raise_on_an_unreadable_run_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's read that raises on a run a newer kirim recorded (as ``kirim run
+    show|list`` did) is caught within 60 seeds."""
+    strict = kirim.store.flows.run_from
+
+    def raising(row, *, lenient=False):  # type: ignore[no-untyped-def]
+        return strict(row)
+
+    monkeypatch.setattr(kirim.store.flows, "run_from", raising)
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("set_aside: an operator's read") for v in result.violations):
+            return
+    pytest.fail("a read raising on an unreadable run was not caught within 60 seeds")
+
+
 def test_mutation_topic_event_cancels_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """An event to a topic that cancels nothing (as before ``event_writes.topic_event``)
     is caught within 200 seeds, by one recorded by a process that dies right after."""

@@ -52,6 +52,8 @@ def show_run(state: State, run_id: int, as_json: bool) -> None:
         f"recipient {shown['recipient_id']}  {shown['status']}"
         + (f" ({shown['why']})" if shown["why"] else "")
     )
+    if shown.get("unreadable"):
+        click.echo(f"  its steps are a newer kirim's: {shown['unreadable']}")
     for step in shown["steps"]:
         click.echo("  " + _line(step))
 
@@ -67,7 +69,7 @@ def _line(step: dict[str, Any]) -> str:
         + (f" on {step['step']}" if step.get("step") else ""),
         "digest": f"digest {step.get('window', 0):g}s"
         + (f" by {step['key']}" if step.get("key") not in (None, "recipient") else ""),
-    }[kind]
+    }.get(kind, str(kind))
     parts = [f"{step['index']:>2} {what:<28} {step.get('summary') or step['state']}"]
     if step.get("delivery_id") is not None:
         doubt = f" ({step['doubt']})" if step.get("doubt") else ""

@@ -443,7 +443,7 @@ async def run_world(
             await _check(app, world, run, providers, cancels, out)
             _delay_end(run, providers, zones.get(run.recipient_id, [(world.start, None)]), out)
         if newer is not None:
-            await _check_set_aside(url, newer, out)
+            await _check_set_aside(app, url, newer, out)
     finally:
         await app.close()
     return out
@@ -685,9 +685,18 @@ async def _unreadable_run(app: Kirim, url: str) -> int:
     return run_id
 
 
-async def _check_set_aside(url: str, run_id: int, out: Outcome) -> None:
+async def _check_set_aside(app: Kirim, url: str, run_id: int, out: Outcome) -> None:
     """``set_aside``: a run this kirim cannot read is never advanced, never left
-    claimed, and says why (the others' liveness is judged as ever)."""
+    claimed, and says why (the others' liveness is judged as ever); an operator's reads
+    (``kirim run show|list``) show it, with why, instead of raising."""
+    try:
+        read = await app.must_get_run(run_id)
+        listed = {r.id for r in await app.store.list_runs(limit=100_000)}
+    except UnreadableStep as exc:
+        out.violations.append(f"set_aside: an operator's read of run {run_id} raised: {exc}")
+    else:
+        if read.unreadable is None or run_id not in listed:
+            out.violations.append(f"set_aside: unreadable run {run_id} read as readable")
     query = "SELECT status, cursor, claimed_by, why FROM kirim_runs WHERE id = ?"
     [(status, cursor, claimed_by, why)] = _sql(url, query, (run_id,))
     steps = _sql(url, "SELECT idx FROM kirim_run_steps WHERE run_id = ?", (run_id,))

@@ -90,7 +90,21 @@ class Canceled:
     left: Mapping[int, str] = field(default_factory=dict)
 
 
-def run_from(row: Mapping[str, Any]) -> Run:
+def run_from(row: Mapping[str, Any], *, lenient: bool = False) -> Run:
+    """A row of ``kirim_runs``; ``UnreadableStep`` when a step is a newer kirim's,
+    unless ``lenient`` (an operator's read, a cancellation: they need no step): the run
+    then has no ``steps``, its ``stored_steps`` as written and why (``unreadable``)."""
+    try:
+        return _run_from(row)
+    except UnreadableStep as exc:
+        if not lenient:
+            raise
+        stored = json.loads(row["steps"])
+        raw = tuple(s for s in stored if isinstance(s, Mapping)) if isinstance(stored, list) else ()
+        return replace(_run_from({**row, "steps": "[]"}), unreadable=str(exc), stored_steps=raw)
+
+
+def _run_from(row: Mapping[str, Any]) -> Run:
     return Run(
         id=int(row["id"]),
         key=str(row["key"]),
@@ -162,10 +176,10 @@ def start(items: Sequence[NewRun], given: float) -> Operation[list[Started]]:
                 "drop_pruned_run_twin", {"id": rows[0]["id"], "key": item.key}, optional=True
             )
             if not twin:
-                out[i] = Started(run=run_from(rows[0]), created=True)
+                out[i] = Started(run=run_from(rows[0], lenient=True), created=True)
                 continue
         [row] = yield Query("run_by_key", {"key": item.key})
-        out[i] = Started(run=run_from(row), created=False)
+        out[i] = Started(run=run_from(row, lenient=True), created=False)
     if any(s.created for s in out.values()):
         yield Query("notify", optional=True)
     return [out[i] for i in range(len(items))]
@@ -508,7 +522,7 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
     now = at(given)
     if not rows:
         return None
-    run = run_from(rows[0])
+    run = run_from(rows[0], lenient=True)
     if run.status is RunStatus.CANCELED:
         return Canceled(run=run, changed=False)
     cancelable = yield from run_digests.cancel_check(run)
@@ -616,7 +630,7 @@ def get(run_id: int) -> Operation[Run | None]:
     )
     if not rows:
         return None
-    run = run_from(rows[0])
+    run = run_from(rows[0], lenient=True)
     return replace(
         run,
         recorded=tuple(_step_from(s) for s in steps),
@@ -627,7 +641,7 @@ def list_runs(status: RunStatus | None, limit: int) -> Operation[list[Run]]:
     rows = yield Query(
         "list_runs", {"status": None if status is None else str(status), "limit": limit}
     )
-    return [run_from(r) for r in rows]
+    return [run_from(r, lenient=True) for r in rows]
 
 
 def counts() -> Operation[dict[str, int]]:

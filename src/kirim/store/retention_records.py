@@ -115,7 +115,7 @@ def _prune_runs(ids: list[int], now: float, before: float) -> Operation[tuple[in
     rows = yield Query("prune_lock_runs", {"ids": ids})
     if not rows:
         return 0, 0
-    locked = [flows.run_from(r) for r in rows]
+    locked = [flows.run_from(r, lenient=True) for r in rows]
     holding = yield Query("prune_runs_holding", {"ids": [r.id for r in locked]})
     kept = {int(r["run_id"]) for r in holding}
     gone = [r for r in locked if over(r) and r.updated_at < before and r.id not in kept]
