@@ -134,6 +134,7 @@ def canceled_json(c: Canceled) -> dict[str, Any]:
         "left": {str(k): v for k, v in c.left.items()},
         "why": c.run.why,
         "at": iso(c.run.updated_at),
+        **({} if c.too_late is None else {"too_late": c.too_late}),
     }
 
 

@@ -22,6 +22,7 @@ from kirim.notify.types import parse_type
 from kirim.runs import RenderGathered, RunStatus, StepOutcome, timeline
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
+from kirim.workflows import canceled_json
 
 SETTINGS = WorkerSettings(lease=30.0, backoff_base=1.0, backoff_max=1.0)
 
@@ -198,6 +199,8 @@ async def test_cancel_after_the_seal(app: Kirim, clock: ManualClock, email: Flak
     )
     late = await app.cancel_run(runs[2])
     assert not late.changed
+    assert late.too_late == f"gathered into the digest of run {runs[0]} already: too late to cancel"
+    assert canceled_json(late)["too_late"] == late.too_late
     assert (await app.must_get_run(runs[2])).status is RunStatus.WAITING
     await drain(app)
     assert (await app.must_get_run(runs[2])).recorded[0].outcome is StepOutcome.JOINED

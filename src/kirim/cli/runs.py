@@ -93,7 +93,8 @@ def _line(step: dict[str, Any]) -> str:
 def cancel(state: State, run_id: int, as_json: bool) -> None:
     """Cancel a run: no further step is taken, and each of its deliveries that may
     be canceled is (one whose request may have reached the user: canceled (held));
-    one in flight or sent is named, with why. Exits 1 when the run is over already.
+    one in flight or sent is named, with why. Exits 1 when the run is over already,
+    or was gathered into another run's digest already (a digest step's member).
 
     \b
     Example:
@@ -110,6 +111,8 @@ def cancel(state: State, run_id: int, as_json: bool) -> None:
     else:
         if done["changed"]:
             click.echo(f"run {run_id} canceled")
+        elif done.get("too_late"):
+            click.echo(f"run {run_id} not canceled: {done['too_late']}")
         else:
             click.echo(f"run {run_id} is {done['status']} already: nothing canceled")
         for did in done["canceled"]:

@@ -88,6 +88,8 @@ class Canceled:
     canceled: tuple[int, ...] = ()
     held: tuple[int, ...] = ()
     left: Mapping[int, str] = field(default_factory=dict)
+    #: why a run not over could not be canceled (a digest's member gathered already)
+    too_late: str | None = None
 
 
 def run_from(row: Mapping[str, Any], *, lenient: bool = False) -> Run:
@@ -525,9 +527,9 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
     run = run_from(rows[0], lenient=True)
     if run.status is RunStatus.CANCELED:
         return Canceled(run=run, changed=False)
-    cancelable = yield from run_digests.cancel_check(run)
-    if not cancelable:  # gathered into another run's digest already: too late
-        return Canceled(run=run, changed=False)
+    late = yield from run_digests.cancel_check(run)
+    if late is not None:  # gathered into another run's digest already
+        return Canceled(run=run, changed=False, too_late=late)
     if run.status is RunStatus.DONE:  # every step taken: its last deliveries may not have gone
         canceled, held, left, again = yield from _cancel_deliveries(run_id, now)
         if not (canceled or held or again):

@@ -95,21 +95,24 @@ def events_of(run_id: int) -> Operation[tuple[Mapping[str, Any], ...]]:
     return tuple(json.loads(rows[0]["events"] or "[]"))
 
 
-def cancel_check(run: Run) -> Operation[bool]:
+def cancel_check(run: Run) -> Operation[str | None]:
     """Before a cancellation of ``run`` (locked): lock its window, if it joined one;
-    False when it is too late to cancel it (its window sealed, another run holds it:
-    it was gathered into that one's digest already)."""
+    why it is too late to cancel it (its window sealed, another run holds it: it was
+    gathered into that one's digest already), else None."""
     if run.status is not RunStatus.WAITING:
-        return True
+        return None
     rows = yield Query("run_digest_member", {"run_id": run.id})
     if not rows:
-        return True
+        return None
     [window] = yield Query(
         "lock_run_digest", {"stream": rows[0]["stream"], "window_start": rows[0]["window_start"]}
     )
     if window["sealed_at"] is None:
-        return True  # the seal, under this lock after us, leaves it out
-    return window["holder_run_id"] is not None and int(window["holder_run_id"]) == run.id
+        return None  # the seal, under this lock after us, leaves it out
+    holder = window["holder_run_id"]
+    if holder is not None and int(holder) == run.id:
+        return None  # the holder's cancellation cancels the digest
+    return f"gathered into the digest of run {holder} already: too late to cancel"
 
 
 def _value(run: Run, step: Digest) -> str:
