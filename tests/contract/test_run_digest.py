@@ -228,6 +228,28 @@ async def test_the_holders_cancel_after_the_seal_cancels_the_digest(
     assert (await app.must_get_run(runs[1])).recorded[0].outcome is StepOutcome.JOINED
 
 
+async def test_a_cancelling_event_never_takes_another_values_events(
+    app: Kirim, clock: ManualClock, email: FlakyProvider
+) -> None:
+    """A digest by recipient of a type cancelled by post: the runs of each post gather
+    apart (a window holds one cancel_key value), so the event that deletes post p1,
+    after the seal, cancels p1's digest and never drops the comments of p2."""
+    p1 = [await _event(app, 1, post="p1"), await _event(app, 3, post="p1")]
+    p2 = [await _event(app, 2, post="p2")]
+    await drain(app)
+    clock.advance(3601)
+    claims = await app.store.claim_runs(worker_id="w", now=clock.now(), lease=30, limit=5)
+    by_id = {c.run.id: c for c in claims}
+    joiner = by_id[p1[1]]
+    await app.store.advance_run(joiner.run.id, joiner.token, now=clock.now())  # seals p1's
+    canceled = await app.cancel_by_event("post_deleted", {"post": "p1"})
+    assert {c.run.id for c in canceled if c.changed} == {p1[0]}  # the holder: the digest
+    clock.advance(60)
+    await drain(app)
+    assert [p["body"] for p in _sent(email)] == ["c2;"]
+    assert (await app.must_get_run(p2[0])).status is RunStatus.DONE
+
+
 async def test_a_retried_advance_gathers_once(
     app: Kirim, clock: ManualClock, email: FlakyProvider
 ) -> None:
@@ -248,8 +270,7 @@ async def test_a_retried_advance_gathers_once(
 
 
 def test_the_config_is_checked() -> None:
-    """At most one digest, a send after it, a window of 1 s to 31 days, and with
-    cancel_on a key that is the recipient or the cancel_key."""
+    """At most one digest, a send after it, a window of 1 s to 31 days."""
     base = {"templates": {"email": {"body": "b"}}}
     cases = {
         "at most one digest": [{"digest": "1h"}, {"digest": "2h"}, {"send": "email"}],
@@ -261,16 +282,6 @@ def test_the_config_is_checked() -> None:
     for match, steps in cases.items():
         with pytest.raises(ConfigError, match=match):
             parse_type("t", {**base, "steps": steps})
-    with pytest.raises(ConfigError, match="cancel_key"):
-        parse_type(
-            "t",
-            {
-                **base,
-                "cancel_on": ["x"],
-                "cancel_key": "order",
-                "steps": [{"digest": {"window": "1h", "key": "post"}}, {"send": "email"}],
-            },
-        )
     t = parse_type("t", {**base, "steps": [{"digest": "90s"}, {"send": "email"}]})
     assert t.steps[0].to_json() == {
         "kind": "digest",
@@ -338,11 +349,12 @@ async def test_postgres_two_arrivals_of_one_instant_find_one_window(
 
     import psycopg
 
+    from kirim.keys import canonical_json
     from kirim.runs import digest_stream
 
     first = await _event(app, 1)
     second = await _event(app, 2)
-    stream = digest_stream("gather", "u1", "")
+    stream = digest_stream("gather", "u1", canonical_json(["", "p1"]))  # post p1's runs
     other = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
     watcher = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
     async with other, watcher:

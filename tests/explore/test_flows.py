@@ -385,3 +385,30 @@ def test_mutation_every_member_continues_is_caught(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(kirim.store.run_digests, "at_step", every)
     _digest_mutation_caught("digest_one_holder")
+
+
+def test_mutation_windows_mix_cancel_values_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A digest stream without the run's cancellation value (so that a cancelling event
+    for one order could take a digest that gathered another's) is caught within 200
+    seeds."""
+    import kirim.store.run_digests
+
+    def key_only(run, step):  # type: ignore[no-untyped-def]
+        value = "" if step.key == "recipient" else run.data.get(step.key)
+        return "" if value is None else str(value)
+
+    monkeypatch.setattr(kirim.store.run_digests, "_value", key_only)
+    _digest_mutation_caught("digest_windows")
+
+
+def test_mutation_holder_drops_its_digest_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder whose digest's send is not made (its render fails, and the run ends
+    done: the digest dropped, as novu's #12373) is caught by ``digest_made`` within
+    200 seeds."""
+    import kirim.notify.messages
+
+    def fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ValueError("dropped")
+
+    monkeypatch.setattr(kirim.notify.messages, "render_gathered", fails)
+    _digest_mutation_caught("digest_made")

@@ -14,7 +14,10 @@ promise checked against the windows the store kept and what the provider was ask
   once, unless its run was canceled before that window's seal (then in none), and a
   run canceled before the seal never holds it;
 - ``digest_windows``: the windows of a stream never overlap, each member arrived
-  within its window;
+  within its window, and a window's members share their cancellation value (a
+  cancelling event that cancels its holder cancels them all);
+- ``digest_made``: the holder of a sealed window, once done, made each send step
+  after the digest (never a digest dropped silently);
 - ``digest_liveness``: once time has passed every window's end and the workers ran,
   no run waits at its digest step.
 
@@ -276,6 +279,12 @@ def _check(
             hr = runs.get(h)
             if hr is not None and hr.status is not RunStatus.CANCELED and holders != [h]:
                 v.append(f"digest_one_holder: window {start} held by {h}, gathered: {holders}")
+        values = {runs[r].cancel_value for r in ids if r in runs}
+        if len(values) > 1:
+            shown = sorted(str(x) for x in values)
+            v.append(f"digest_windows: window {start} gathers runs of cancel values {shown}")
+        if w["sealed_at"] is not None and h is not None:
+            _check_made(runs.get(h), v)
         _check_sends(world, runs, ids, w, email, v)
     for spans in streams.values():
         spans.sort()
@@ -284,6 +293,21 @@ def _check(
                 v.append(f"digest_windows: windows {s1}-{e1} and {s2} overlap")
     if len(windows) > 1:
         out.reached.add("digest:windows")
+
+
+def _check_made(holder: Run | None, v: list[str]) -> None:
+    """``digest_made``: the holder of a sealed window, once done (not canceled), made
+    each send step after the digest (a digest is never dropped silently)."""
+    if holder is None or holder.status is not RunStatus.DONE:
+        return
+    digest = next(i for i, s in enumerate(holder.steps) if isinstance(s, Digest))
+    rec = {s.index: s for s in holder.recorded}
+    for i, step in enumerate(holder.steps):
+        if i > digest and isinstance(step, Send):
+            r = rec.get(i)
+            if r is None or r.outcome is not StepOutcome.SENT:
+                got = "nothing" if r is None else f"{r.outcome} ({r.why})"
+                v.append(f"digest_made: holder run {holder.id} step {i} recorded {got}")
 
 
 def _check_sends(

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from kirim.errors import ConfigError
 from kirim.notify.shapes import JSON_PARTS, check_json_part
-from kirim.notify.steps import Step, digest_of, parse_cancel, parse_steps
+from kirim.notify.steps import Step, parse_cancel, parse_steps
 from kirim.notify.templates import PARTS, check_syntax, normalize_locale
 from kirim.preferences import TypePolicy, Window
 from kirim.validation import DAY, BadValue, Number, require_duration
@@ -147,17 +147,6 @@ class NotificationType:
             raise ConfigError(f"{where}: steps with a throttle or a digest are not supported")
         if self.cancel_on and not self.steps:
             raise ConfigError(f"{where}: cancel_on cancels a workflow's runs: give steps")
-        gathers = digest_of(self.steps)
-        if (
-            gathers is not None
-            and self.cancel_on
-            and gathers.key not in ("recipient", self.cancel_key)
-        ):
-            raise ConfigError(
-                f'{where}: the digest step\'s key must be "recipient" or the cancel_key '
-                f"({self.cancel_key!r}): a cancellation by {self.cancel_key} would split "
-                f"a window of {gathers.key!r}"
-            )
         if self.throttle is not None and self.throttle.per == "key" and not self.throttle.key:
             raise ConfigError(f'{where}.throttle: per = "key" needs key = "a data field"')
 

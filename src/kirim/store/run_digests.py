@@ -2,7 +2,8 @@
 ``kirim_run_digest_members``; the step: ``kirim.notify.steps.Digest``;
 docs/workflows.md#a-digest-step).
 
-A *stream* is one (type, recipient, value of the step's key: ``runs.digest_stream``).
+A *stream* is one (type, recipient, value of the step's key, and the run's
+cancellation value if its type has ``cancel_on``: ``runs.digest_stream``).
 A run reaching the step joins its stream's open window (``arrive``): the one whose
 end is still ahead, else a new one starting now (a window ended but not sealed yet is
 sealed first, so that at most one window of a stream is open: the partial UNIQUE
@@ -116,10 +117,15 @@ def cancel_check(run: Run) -> Operation[str | None]:
 
 
 def _value(run: Run, step: Digest) -> str:
-    if step.key == "recipient":
-        return ""
-    value = run.data.get(step.key)
-    return "" if value is None else str(value)
+    """The run's value of the step's key (empty for ``"recipient"``), with its
+    cancellation value when it has one (a type's ``cancel_on``): a window never mixes
+    runs that one cancelling event would not cancel all of, so the holder's
+    cancellation by an event takes only a digest whose every member it cancels."""
+    value = "" if step.key == "recipient" else run.data.get(step.key)
+    text = "" if value is None else str(value)
+    if run.cancel_value is None:
+        return text
+    return canonical_json([text, run.cancel_value])
 
 
 def _open(stream: str, window: float, now: float) -> Operation[Mapping[str, Any]]:
