@@ -45,6 +45,7 @@ def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:
                 "recipient": r.address(ch),
                 "payload": text,
                 "payload_hash": payload_hash(text),
+                "locale": r.locale or "",  # a digest's later send renders in it again
             }
         out.append(
             NewRun(
@@ -133,6 +134,7 @@ def canceled_json(c: Canceled) -> dict[str, Any]:
         "left": {str(k): v for k, v in c.left.items()},
         "why": c.run.why,
         "at": iso(c.run.updated_at),
+        **({} if c.too_late is None else {"too_late": c.too_late}),
     }
 
 

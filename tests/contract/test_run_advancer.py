@@ -117,7 +117,7 @@ async def test_a_run_this_kirim_cannot_read_is_left_for_a_newer_one(
     later, why said) instead of failing every claim, and the readable runs advance."""
     await _start(app, 2)
     future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
-    steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+    steps = canonical_json([{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}])
     await _set_steps(database_url, future.runs[0].run_id, steps)  # as a newer kirim wrote
     advancer = app.worker(settings=SETTINGS)._runs
     assert await advancer.tick() == 2
@@ -142,14 +142,14 @@ async def test_an_operator_reads_and_cancels_a_run_this_kirim_cannot_read(
     cancel`` cancels it (a cancellation needs no step)."""
     future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
     run_id = future.runs[0].run_id
-    steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+    steps = canonical_json([{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}])
     await _set_steps(database_url, run_id, steps)
     found = await app.must_get_run(run_id)
     assert found.unreadable is not None
     assert "cannot read" in found.unreadable
     shown = run_json(found)
     assert shown["unreadable"] == found.unreadable
-    assert [(s["kind"], s["state"]) for s in shown["steps"]] == [("digest", "unreadable")]
+    assert [(s["kind"], s["state"]) for s in shown["steps"]] == [("webhook_wait", "unreadable")]
     assert [r.id for r in await app.store.list_runs()] == [run_id]
     done = await app.cancel_run(run_id)
     assert done.changed
@@ -169,7 +169,9 @@ def test_the_cli_shows_a_run_this_kirim_cannot_read(tmp_path: Path) -> None:
             done = await kirim.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
         finally:
             await kirim.close()
-        steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+        steps = canonical_json(
+            [{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}]
+        )
         await _set_steps(url, done.runs[0].run_id, steps)
         return done.runs[0].run_id
 
@@ -178,6 +180,6 @@ def test_the_cli_shows_a_run_this_kirim_cannot_read(tmp_path: Path) -> None:
     shown = runner.invoke(main, ["--database", url, "run", "show", str(run_id)])
     assert shown.exit_code == 0, shown.output
     assert "its steps are a newer kirim's" in shown.output
-    assert " 0 digest" in shown.output
+    assert " 0 webhook_wait" in shown.output
     listed = runner.invoke(main, ["--database", url, "run", "list"])
     assert listed.exit_code == 0, listed.output

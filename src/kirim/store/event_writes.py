@@ -155,6 +155,8 @@ def cancel_matching(cancels: Sequence[CancelBy], given: float) -> Operation[list
         for run_id in (yield from flows.to_cancel(c.type, c.value)):
             found.setdefault(run_id, c.why)
     out = []
+    if len(found) > 1:  # every run locked before a digest window (flows.lock_runs)
+        yield from flows.lock_runs(list(found))
     for run_id in sorted(found):
         done = yield from flows.cancel(run_id, found[run_id], given)
         if done is not None and done.changed:
