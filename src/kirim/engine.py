@@ -672,6 +672,7 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
             policies={name: t.policy for name, t in self.types.items()},
             digests=messages.composers(self.types),
             on_feed=self.feed_changed,
+            render_run=messages.run_renderer(self.types, self.config.max_payload_bytes),
             topics=self.plan_topic_batch,
         )
 

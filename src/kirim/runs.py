@@ -23,13 +23,13 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kirim import day_time
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Delay, Step
+from kirim.notify.steps import Branch, Delay, Digest, Step
 from kirim.views import iso
 
 log = logging.getLogger("kirim.runs")
@@ -49,6 +49,8 @@ class StepOutcome(enum.StrEnum):
     THEN = "then"  # a branch's condition held: the run went on
     ELSE = "else"  # it did not: the run skipped to ``else`` (or ended)
     SKIPPED = "skipped"  # passed over by a branch
+    GATHERED = "gathered"  # a digest step: this run holds its window's events, goes on
+    JOINED = "joined"  # a digest step: gathered into another run's digest, ends done
 
 
 #: (source, target, who) of every change of a run's status
@@ -79,10 +81,34 @@ def _part(text: str) -> str:
     return text.replace("%", "%25").replace(":", "%3A")
 
 
+def cancel_value(data: Mapping[str, Any], key: str | None) -> str | None:
+    """The value ``data`` gives a type's ``cancel_key``: its runs keep it, and an event
+    of its ``cancel_on`` cancels those whose value it gives too (None: no value)."""
+    if key is None:
+        return None
+    value = data.get(key)
+    return None if value is None else str(value)
+
+
 def run_key(type: str, event_id: str, recipient_id: str) -> str:
     """A run's key: sha256 of ``run:{type}:{event_id}:{recipient_id}``."""
     text = f"run:{_part(type)}:{_part(event_id)}:{_part(recipient_id)}"
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def digest_stream(type: str, recipient_id: str, value: str) -> str:
+    """A digest step's stream: sha256 of ``rundigest:{type}:{recipient}:{value}``
+    (``value``: the event's data at the step's key, empty for ``"recipient"``)."""
+    text = f"rundigest:{_part(type)}:{_part(recipient_id)}:{_part(value)}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+#: A gathered run's later send, rendered when it is made: (the run, the channel, its
+#: message as the event's record rendered it: ``recipient``, ``payload``, ``locale``,
+#: the window's events, oldest first: ``{"run_id", "event_id", "data"}``) -> the
+#: payload's JSON text; None: this worker does not know the run's type. What it raises
+#: is the render's failure (the step is then recorded ``skipped``, with why).
+RenderGathered = Callable[["Run", str, Mapping[str, str], Sequence[Mapping[str, Any]]], str | None]
 
 
 def step_key(key: str, index: int, channel: str) -> str:
@@ -127,6 +153,11 @@ class Run:
     claimed_by: str | None = None
     claim_expires_at: float | None = None
     recorded: tuple[RunStep, ...] = field(default=())
+    #: why this kirim cannot read the run's steps (a newer kirim's kind or shape, in a
+    #: rolling upgrade; ``steps`` is then empty and ``stored_steps`` holds them as
+    #: written): an operator's reads show it, a worker leaves the run to a newer one
+    unreadable: str | None = None
+    stored_steps: tuple[Mapping[str, Any], ...] = field(default=())
 
     @property
     def over(self) -> bool:
@@ -238,10 +269,13 @@ class EventRun:
 
 def timeline(run: Run) -> list[dict[str, Any]]:
     """Each step of ``run``, in order: ``state`` (what it did, or ``waits``, ``next``,
-    ``to come``, ``canceled``), when, and why (``kirim run show``, the dashboard); an
+    ``to come``, ``canceled``), when, and why (a digest step's outcome also as
+    ``summary``: ``gathered (3 events)``, ``joined run 12``) (``kirim run show``, the dashboard); an
     until-delay's end also as the recipient's clock read it (``local_until``:
     ``2026-12-03 09:00 CET (Europe/Berlin)``)."""
     done = {s.index: s for s in run.recorded}
+    if run.unreadable is not None:
+        return _unreadable_timeline(run, done)
     out = []
     for i, step in enumerate(run.steps):
         entry: dict[str, Any] = {"index": i, **step.to_json()}
@@ -261,15 +295,37 @@ def timeline(run: Run) -> list[dict[str, Any]]:
                 delivery_status=None if r.delivery_status is None else str(r.delivery_status),
                 doubt=None if r.delivery_doubt is None else str(r.delivery_doubt),
             )
+            if r.outcome is StepOutcome.GATHERED:
+                entry["summary"] = f"gathered ({r.why})"
+            elif r.outcome is StepOutcome.JOINED:
+                entry["summary"] = f"joined {r.why}"
             if isinstance(step, Delay) and step.until is not None and r.until is not None:
                 zone = day_time.zone_in(r.why) or day_time.zone_of(None, step.zone)
                 entry["local_until"] = f"{day_time.local_text(r.until, zone)} ({zone})"
+        elif run.status is RunStatus.WAITING and i == run.cursor and isinstance(step, Digest):
+            why = run.why or "in a digest window"
+            entry.update(state="waits", until=iso(run.next_at), why=why)
         elif run.status is RunStatus.WAITING and i == run.cursor:
             entry.update(state="next", until=iso(run.next_at), why="due then")
         elif run.status is RunStatus.CANCELED:
             entry.update(state="canceled", why=run.why)
         else:
             entry.update(state="to come")
+        out.append(entry)
+    return out
+
+
+def _unreadable_timeline(run: Run, done: Mapping[int, RunStep]) -> list[dict[str, Any]]:
+    """The steps of a run this kirim cannot read, as stored: each recorded one with
+    its outcome, the others ``unreadable`` (why: ``run.unreadable``)."""
+    out = []
+    for i, raw in enumerate(run.stored_steps):
+        entry: dict[str, Any] = {"index": i, **raw, "kind": str(raw.get("kind", "?"))}
+        r = done.get(i)
+        if r is not None:
+            entry.update(state=str(r.outcome), at=iso(r.at), why=r.why, delivery_id=r.delivery_id)
+        else:
+            entry.update(state="unreadable", why=run.unreadable)
         out.append(entry)
     return out
 
@@ -288,6 +344,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "claimed_by": run.claimed_by,
         "created_at": iso(run.created_at),
         "updated_at": iso(run.updated_at),
+        "unreadable": run.unreadable,
         "steps": timeline(run),
     }
 
@@ -295,13 +352,16 @@ def run_json(run: Run) -> dict[str, Any]:
 __all__ = [
     "Decision",
     "EventRun",
+    "RenderGathered",
     "Run",
     "RunClaim",
     "RunStatus",
     "RunStep",
     "StepOutcome",
     "StepState",
+    "cancel_value",
     "decide",
+    "digest_stream",
     "run_json",
     "run_key",
     "step_key",

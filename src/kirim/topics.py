@@ -127,6 +127,11 @@ class TopicEvent:
     lease_owner: str | None = None
     lease_token: str | None = None
     lease_expires_at: float | None = None
+    #: when an event that cancels this type's runs (its ``cancel_on``, with the same
+    #: ``cancel_key`` value) reached the fan-out still under way, and why: the runs of
+    #: its later batches start canceled (None: no such event)
+    canceled_at: float | None = None
+    cancel_why: str | None = None
     #: this call recorded it (False: the same type, event id and topic were given before)
     created: bool = False
 
@@ -143,6 +148,8 @@ class TopicEvent:
             "recipients": self.recipients,
             "created_at": iso(self.created_at),
             "finished_at": iso(self.finished_at),
+            "canceled_at": iso(self.canceled_at),
+            "cancel_why": self.cancel_why,
             "created": self.created,
         }
 

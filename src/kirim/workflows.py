@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kirim.errors import NotFound
 from kirim.keys import canonical_json, payload_hash
 from kirim.notify.steps import Send
-from kirim.runs import EventRun, Run, run_key
+from kirim.runs import EventRun, Run, cancel_value, run_key
 from kirim.store.event_writes import CancelBy, EventWrite
 from kirim.store.flows import Canceled, NewRun, Started
 from kirim.views import iso
@@ -35,9 +35,7 @@ def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:
     ntype = event.type
     channels = {s.channel for s in ntype.steps if isinstance(s, Send)}
     steps_json = canonical_json([s.to_json() for s in ntype.steps])
-    value = None
-    if ntype.cancel_key is not None and event.data.get(ntype.cancel_key) is not None:
-        value = str(event.data[ntype.cancel_key])
+    value = cancel_value(event.data, ntype.cancel_key)
     out = []
     for r in event.recipients:
         messages: dict[str, Mapping[str, str]] = {}
@@ -47,6 +45,7 @@ def plan_runs(event: Event, max_attempts: int) -> list[NewRun]:
                 "recipient": r.address(ch),
                 "payload": text,
                 "payload_hash": payload_hash(text),
+                "locale": r.locale or "",  # a digest's later send renders in it again
             }
         out.append(
             NewRun(
@@ -92,11 +91,11 @@ class Runs:
         ``cancel_key``."""
         out = []
         for ntype in self.types.values():
-            key = ntype.cancel_key
-            if event not in ntype.cancel_on or key is None or data.get(key) is None:
+            key, value = ntype.cancel_key, cancel_value(data, ntype.cancel_key)
+            if event not in ntype.cancel_on or key is None or value is None:
                 continue
             why = f"event {event} ({key} = {data[key]})"
-            out.append(CancelBy(type=ntype.name, value=str(data[key]), why=why))
+            out.append(CancelBy(type=ntype.name, key=key, value=value, why=why))
         return out
 
     async def cancel_by_event(self, event: str, data: Mapping[str, Any]) -> list[Canceled]:
@@ -135,6 +134,7 @@ def canceled_json(c: Canceled) -> dict[str, Any]:
         "left": {str(k): v for k, v in c.left.items()},
         "why": c.run.why,
         "at": iso(c.run.updated_at),
+        **({} if c.too_late is None else {"too_late": c.too_late}),
     }
 
 

@@ -10,7 +10,8 @@ would, and the request is then given again."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import psycopg
@@ -22,9 +23,12 @@ from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.errors import InvalidNotification
 from kirim.notify.types import parse_type
+from kirim.observe.logging import get_logger
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import RunStatus
 from kirim.testing import FlakyProvider, ManualClock
+from kirim.topics import TopicEvent
+from kirim.worker.topics import TopicExpander
 from pg import fresh_database
 
 ESCALATE = parse_type(
@@ -238,3 +242,120 @@ async def test_a_workflow_type_goes_to_a_topic_as_runs(api: Api) -> None:
     after = {(r.event_id, r.recipient_id): r.status for r in await api.kirim.store.list_runs()}
     assert after[("t1", "u1")] is RunStatus.CANCELED
     assert after[("t2", "u1")] is RunStatus.WAITING
+
+
+def _expander(kirim: Kirim) -> TopicExpander:
+    """A topic expander that fans out one subscriber per batch."""
+    return TopicExpander(
+        kirim.store,
+        kirim.plan_topic_batch,
+        worker_id="w1",
+        clock=kirim.clock,
+        lease=30.0,
+        poll_interval=1.0,
+        log=get_logger(worker_id="w1"),
+        batch=1,
+    )
+
+
+@pytest.mark.parametrize("via", ["library", "event", "topic"])
+async def test_a_cancellation_during_a_fan_out_cancels_its_later_runs(api: Api, via: str) -> None:
+    """A cancelling event committed while a workflow type's topic event still fans out
+    cancels the runs of the batches after it too, not only those started before it:
+    nothing of that event is sent after the cancellation; an unrelated fan-out goes on."""
+    kirim = api.kirim
+    for who in ("u1", "u2", "u3"):
+        await kirim.subscribe("orders", who)
+    await kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
+    await kirim.notify_topic("escalate", "orders", {"order_id": "o2"}, event_id="t2")
+    expander = _expander(kirim)
+    data = {"order_id": "o1"}
+    canceled: list[int] = []
+
+    async def cancel_midway(event: TopicEvent, batch: Sequence[str]) -> None:
+        """After t1's first batch (u1's run) committed, before u2's is planned."""
+        if event.event_id != "t1" or event.batches != 1 or canceled:
+            return
+        if via == "library":
+            canceled.extend(c.run.id for c in await kirim.cancel_by_event("order_done", data))
+        elif via == "event":
+            done = await kirim.notify_event("order_done", ["u1"], data, event_id="d1")
+            canceled.extend(done.canceled_runs)
+        else:
+            await kirim.notify_topic("order_done", "orders", data, event_id="d1")
+            canceled.append(0)
+
+    expander.before_batch = cancel_midway
+    while await expander.step():
+        pass
+    assert len(canceled) == 1  # u1's run, the only one started when it committed
+    await kirim.worker().run(burst=True)
+    runs = {(r.event_id, r.recipient_id): r.status for r in await kirim.store.list_runs()}
+    assert runs == {
+        **{("t1", who): RunStatus.CANCELED for who in ("u1", "u2", "u3")},
+        **{("t2", who): RunStatus.WAITING for who in ("u1", "u2", "u3")},
+    }
+    for run in await kirim.store.list_runs():
+        if run.event_id == "t1" and run.recipient_id != "u1":  # started canceled
+            assert (await kirim.must_get_run(run.id)).recorded == (), run
+    events = {e.event_id: e for e in await kirim.store.latest_topic_events(limit=10)}
+    assert events["t1"].cancel_why == "event order_done (order_id = o1)"
+    assert events["t2"].canceled_at is None
+    shown = await api.client.get("/v1/topics/orders")
+    assert shown.status_code == 200, shown.text
+    why = {e["event_id"]: e["cancel_why"] for e in shown.json()["recent"]}
+    assert why["t1"] == "event order_done (order_id = o1)"
+    assert why["t2"] is None
+
+
+async def test_a_cancellation_waits_for_the_batch_under_way(
+    pg_app: tuple[Kirim, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL, the interleaving forced: a cancellation that comes while a batch of
+    the fan-out holds its topic event's row (its progress fenced, its runs not yet
+    committed) waits for that batch and cancels its runs too: it marks the fan-out
+    before it reads the runs to cancel."""
+    from kirim.store.postgres import driver as pg_driver
+
+    kirim, url = pg_app
+    for who in ("u1", "u2", "u3"):
+        await kirim.subscribe("orders", who)
+    await kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
+    execute = pg_driver.execute
+    armed, locked, go = [False], asyncio.Event(), asyncio.Event()
+
+    async def pausing(cur: Any, step: Any) -> Any:
+        answer = await execute(cur, step)
+        if step.name == "advance_topic_event" and armed[0]:
+            armed[0] = False
+            locked.set()  # the batch holds the topic event's row, its runs to come
+            await go.wait()
+        return answer
+
+    monkeypatch.setattr(pg_driver, "execute", pausing)
+    expander = _expander(kirim)
+
+    async def arm(event: TopicEvent, batch: Sequence[str]) -> None:
+        armed[0] = event.batches == 1  # u2's batch
+
+    expander.before_batch = arm
+    expanding = asyncio.create_task(expander.step())
+    await asyncio.wait_for(locked.wait(), 30)
+    canceling = asyncio.create_task(kirim.cancel_by_event("order_done", {"order_id": "o1"}))
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watch:
+        for _ in range(300):  # until the cancellation waits on a row lock (bounded)
+            cur = await watch.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            row = await cur.fetchone()
+            if (row is not None and row[0]) or canceling.done():
+                break
+            await asyncio.sleep(0.05)
+    assert not canceling.done()  # it waits for the batch
+    go.set()
+    canceled = await asyncio.wait_for(canceling, 30)
+    await asyncio.wait_for(expanding, 30)
+    assert sorted(c.run.recipient_id for c in canceled) == ["u1", "u2"]
+    runs = {r.recipient_id: r.status for r in await kirim.store.list_runs()}
+    assert runs == {who: RunStatus.CANCELED for who in ("u1", "u2", "u3")}

@@ -135,6 +135,8 @@ def test_check_as_json(database_url: str) -> None:
         "0013_lean_ledger",
         "0014_workflows",
         "0015_record_retention",
+        "0016_topic_event_cancels",
+        "0017_run_digests",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

@@ -6,19 +6,23 @@ advance fails for a reason of its own stops neither the batch's others nor the w
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from kirim.channels import Channel
+from kirim.cli import main
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.keys import canonical_json
 from kirim.notify.types import parse_type
 from kirim.providers.inbox import InboxProvider
-from kirim.runs import RunStatus
+from kirim.runs import RunStatus, run_json
 from kirim.store.flows import NewRun
 from kirim.testing import ManualClock
 from kirim.worker import WorkerSettings
@@ -113,7 +117,7 @@ async def test_a_run_this_kirim_cannot_read_is_left_for_a_newer_one(
     later, why said) instead of failing every claim, and the readable runs advance."""
     await _start(app, 2)
     future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
-    steps = canonical_json([{"kind": "digest", "name": "d", "window": 3600}])
+    steps = canonical_json([{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}])
     await _set_steps(database_url, future.runs[0].run_id, steps)  # as a newer kirim wrote
     advancer = app.worker(settings=SETTINGS)._runs
     assert await advancer.tick() == 2
@@ -127,3 +131,55 @@ async def test_a_run_this_kirim_cannot_read_is_left_for_a_newer_one(
     clock.advance(3601)  # the readable runs' delay is over; the unreadable is due again
     assert await advancer.tick(force=True) == 2
     assert (await app.store.counts())["deliveries"] == {"pending": 4}
+
+
+async def test_an_operator_reads_and_cancels_a_run_this_kirim_cannot_read(
+    app: Kirim, database_url: str
+) -> None:
+    """The operator's reads of a newer kirim's run (``get_run``, ``list_runs``, what
+    ``kirim run show|list`` and the dashboard print) answer it with its steps as
+    stored and why this kirim cannot read them, instead of raising; and ``kirim run
+    cancel`` cancels it (a cancellation needs no step)."""
+    future = await app.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
+    run_id = future.runs[0].run_id
+    steps = canonical_json([{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}])
+    await _set_steps(database_url, run_id, steps)
+    found = await app.must_get_run(run_id)
+    assert found.unreadable is not None
+    assert "cannot read" in found.unreadable
+    shown = run_json(found)
+    assert shown["unreadable"] == found.unreadable
+    assert [(s["kind"], s["state"]) for s in shown["steps"]] == [("webhook_wait", "unreadable")]
+    assert [r.id for r in await app.store.list_runs()] == [run_id]
+    done = await app.cancel_run(run_id)
+    assert done.changed
+    assert done.run.status is RunStatus.CANCELED
+
+
+def test_the_cli_shows_a_run_this_kirim_cannot_read(tmp_path: Path) -> None:
+    """``kirim run show`` and ``kirim run list`` print a newer kirim's run (exit 0),
+    its stored steps and why this kirim cannot read them."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    async def setup() -> int:
+        channels = {"inbox": Channel(name="inbox", provider=InboxProvider())}
+        kirim = Kirim(Config(database=url), channels=channels, clock=ManualClock(), types=[FLOW])
+        await kirim.open(migrate=True)
+        try:
+            done = await kirim.notify_event("flow", ["u9"], {"n": 1}, event_id="e2")
+        finally:
+            await kirim.close()
+        steps = canonical_json(
+            [{"kind": "webhook_wait", "name": "d", "url": "http://127.0.0.1:9/"}]
+        )
+        await _set_steps(url, done.runs[0].run_id, steps)
+        return done.runs[0].run_id
+
+    run_id = asyncio.run(setup())
+    runner = CliRunner()
+    shown = runner.invoke(main, ["--database", url, "run", "show", str(run_id)])
+    assert shown.exit_code == 0, shown.output
+    assert "its steps are a newer kirim's" in shown.output
+    assert " 0 webhook_wait" in shown.output
+    listed = runner.invoke(main, ["--database", url, "run", "list"])
+    assert listed.exit_code == 0, listed.output

@@ -1137,7 +1137,7 @@ async def test_op_record_event(make_app, clock) -> None:
     app = await make_app()
     (started,) = await app.store.start_runs([_new_run()], now=clock.now())
     items = [app.prepare(NotifyRequest(event_id="e", recipient="u", channel="push", payload={}))]
-    cancels = [CancelBy(type="flow", value="o1", why="test")]
+    cancels = [CancelBy(type="flow", key="order", value="o1", why="test")]
 
     def refuse(results) -> None:
         raise StoreError("refused")

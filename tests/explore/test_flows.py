@@ -303,6 +303,24 @@ def test_mutation_unreadable_run_fails_the_claim_is_caught(
     pytest.fail("a claim failing on an unreadable run was not caught within 60 seeds")
 
 
+def test_mutation_reads_raise_on_an_unreadable_run_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An operator's read that raises on a run a newer kirim recorded (as ``kirim run
+    show|list`` did) is caught within 60 seeds."""
+    strict = kirim.store.flows.run_from
+
+    def raising(row, *, lenient=False):  # type: ignore[no-untyped-def]
+        return strict(row)
+
+    monkeypatch.setattr(kirim.store.flows, "run_from", raising)
+    for seed in range(60):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith("set_aside: an operator's read") for v in result.violations):
+            return
+    pytest.fail("a read raising on an unreadable run was not caught within 60 seeds")
+
+
 def test_mutation_topic_event_cancels_nothing_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """An event to a topic that cancels nothing (as before ``event_writes.topic_event``)
     is caught within 200 seeds, by one recorded by a process that dies right after."""
@@ -317,3 +335,80 @@ def test_mutation_topic_event_cancels_nothing_is_caught(monkeypatch: pytest.Monk
         if any("topic event" in v for v in result.violations):
             return
     pytest.fail("a topic event that cancels nothing was not caught within 200 seeds")
+
+
+def test_the_digest_worlds_reach_their_edges() -> None:
+    """Over the seeds, digest worlds gather and join, open later windows, and cancel
+    members before the seal (left out) and after it (too late)."""
+    worlds = [w for w in (FlowWorld.draw(s) for s in range(120)) if w.digest is not None]
+    reached: set[str] = set()
+    for result in flows.run_worlds(worlds[:30]):
+        assert result.violations == [], (result.seed, result.violations)
+        reached |= result.reached
+    wanted = {
+        "digest:gathered",
+        "digest:joined",
+        "digest:windows",
+        "digest:cancel_before_seal",
+        "digest:cancel_unchanged",
+    }
+    assert wanted <= reached, sorted(reached)
+
+
+def _digest_mutation_caught(prefix: str) -> None:
+    for seed in range(200):
+        (result,) = flows.run_seeds([seed])
+        if any(v.startswith(prefix) for v in result.violations):
+            return
+    pytest.fail(f"the digest mutation was not caught by {prefix} within 200 seeds")
+
+
+def test_mutation_seal_counts_canceled_members_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seal that counts the canceled members as holder candidates and events is
+    caught within 200 seeds."""
+    import kirim.store.run_digests
+
+    monkeypatch.setattr(kirim.store.run_digests, "standing", lambda members: list(members))
+    _digest_mutation_caught("digest_events")
+
+
+def test_mutation_every_member_continues_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every member of a window going on as if it held it (none ``joined``) is caught
+    within 200 seeds."""
+    import kirim.store.run_digests
+
+    original = kirim.store.run_digests.at_step
+
+    def every(run, step, now):  # type: ignore[no-untyped-def]
+        gather = yield from original(run, step, now)
+        return gather if gather.wait else replace(gather, holder=run.id)
+
+    monkeypatch.setattr(kirim.store.run_digests, "at_step", every)
+    _digest_mutation_caught("digest_one_holder")
+
+
+def test_mutation_windows_mix_cancel_values_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A digest stream without the run's cancellation value (so that a cancelling event
+    for one order could take a digest that gathered another's) is caught within 200
+    seeds."""
+    import kirim.store.run_digests
+
+    def key_only(run, step):  # type: ignore[no-untyped-def]
+        value = "" if step.key == "recipient" else run.data.get(step.key)
+        return "" if value is None else str(value)
+
+    monkeypatch.setattr(kirim.store.run_digests, "_value", key_only)
+    _digest_mutation_caught("digest_windows")
+
+
+def test_mutation_holder_drops_its_digest_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holder whose digest's send is not made (its render fails, and the run ends
+    done: the digest dropped, as novu's #12373) is caught by ``digest_made`` within
+    200 seeds."""
+    import kirim.notify.messages
+
+    def fails(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise ValueError("dropped")
+
+    monkeypatch.setattr(kirim.notify.messages, "render_gathered", fails)
+    _digest_mutation_caught("digest_made")

@@ -154,6 +154,30 @@ def test_command_replays_a_file() -> None:
     assert result.exit_code in (0, 1)
 
 
+def test_command_plays_a_saved_flows_world() -> None:
+    """``kirim explore --replay`` of a saved flows world (tests/explore/seeds/flows/)
+    plays and checks it, and says whether it still reaches what it was kept for."""
+    saved = sorted((Path(__file__).parent / "seeds" / "flows").glob("*.json"))[0]
+    result = CliRunner().invoke(explore, ["--replay", str(saved), "--json"])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["violations"] == []
+    assert shown["missed"] == []
+    assert set(json.loads(saved.read_text())["reaches"]) <= set(shown["reached"])
+
+
+@pytest.mark.parametrize("text", ["not json", '{"x": 1}', "[1, 2]"])
+def test_command_refuses_a_file_it_cannot_replay(tmp_path: Path, text: str) -> None:
+    """A file that is neither a failure file nor a flows world: a usage error (exit 2),
+    one line, no traceback."""
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    result = CliRunner().invoke(explore, ["--replay", str(bad)])
+    assert result.exit_code == 2, result.output
+    assert "--replay" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_every_option_has_help() -> None:
     """Each option of ``kirim explore`` says what it does."""
     assert [p.name for p in explore.params if not getattr(p, "help", "")] == []

@@ -9,7 +9,7 @@ import pytest
 
 import kirim.store.topics
 from kirim.explore.scenario import Settings, run_schedule
-from kirim.explore.topics import COUNTS, FLOW, NAME, RUNS, TopicSend
+from kirim.explore.topics import CANCELS, COUNTS, FLOW, NAME, RUNS, STOP, TopicCancel, TopicSend
 from kirim.explore.world import World
 from kirim.store.event_writes import TopicBatch, Written
 from kirim.store.sequence import Operation, Query
@@ -150,3 +150,45 @@ def test_mutation_topic_counts_miss_topics_without_subscribers_is_caught(
         if any(v.name == COUNTS for v in outcome.violations):
             return
     pytest.fail("topic counts that miss topics were not caught within 200 seeds")
+
+
+#: the workflow topic worlds whose type a ``STOP`` event cancels, near one of its events
+CANCEL_SEEDS = [
+    s
+    for s in FLOW_SEEDS
+    if (t := World.draw(s).topics) and any(isinstance(x, TopicCancel) for x in t.steps)
+]
+
+
+def test_some_workflow_topic_worlds_cancel_during_a_fan_out() -> None:
+    """Some workflow topic worlds draw a cancellation of the type's runs (``cancel_on``)
+    near one of its topic events; the type then names it."""
+    assert len(CANCEL_SEEDS) > 5
+    world = World.draw(CANCEL_SEEDS[0])
+    assert world.notification_type(FLOW).cancel_on == (STOP,)
+
+
+def test_the_cancelled_workflow_topic_worlds_hold() -> None:
+    """Over those worlds no invariant fails: a cancellation reaches the runs of the
+    fan-out's later batches too."""
+    failing = {}
+    for seed in CANCEL_SEEDS[:12]:
+        outcome = run_schedule(Settings.draw(seed, workload="full"))
+        if outcome.violations:
+            failing[seed] = [str(v) for v in outcome.violations][:2]
+    assert failing == {}
+
+
+def test_mutation_a_batch_ignores_the_fan_outs_cancellation_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fan-out whose later batches start their runs as if no cancellation had
+    reached it (the defect of the first topic runs) is caught
+    (``topic_cancel_honored``) within 200 seeds."""
+    original = kirim.store.topics.batch
+
+    def heedless(items: TopicBatch, given: float, *, canceled: str | None = None) -> Any:
+        return original(items, given)
+
+    monkeypatch.setattr(kirim.store.topics, "batch", heedless)
+    assert _caught([s for s in CANCEL_SEEDS if s < 200], CANCELS) is not None

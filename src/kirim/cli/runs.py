@@ -52,6 +52,8 @@ def show_run(state: State, run_id: int, as_json: bool) -> None:
         f"recipient {shown['recipient_id']}  {shown['status']}"
         + (f" ({shown['why']})" if shown["why"] else "")
     )
+    if shown.get("unreadable"):
+        click.echo(f"  its steps are a newer kirim's: {shown['unreadable']}")
     for step in shown["steps"]:
         click.echo("  " + _line(step))
 
@@ -65,8 +67,10 @@ def _line(step: dict[str, Any]) -> str:
         else f"delay {step.get('seconds', 0):g}s",
         "branch": f"branch {step.get('condition')}"
         + (f" on {step['step']}" if step.get("step") else ""),
-    }[kind]
-    parts = [f"{step['index']:>2} {what:<28} {step['state']}"]
+        "digest": f"digest {step.get('window', 0):g}s"
+        + (f" by {step['key']}" if step.get("key") not in (None, "recipient") else ""),
+    }.get(kind, str(kind))
+    parts = [f"{step['index']:>2} {what:<28} {step.get('summary') or step['state']}"]
     if step.get("delivery_id") is not None:
         doubt = f" ({step['doubt']})" if step.get("doubt") else ""
         parts.append(f"delivery {step['delivery_id']} {step.get('delivery_status')}{doubt}")
@@ -77,7 +81,7 @@ def _line(step: dict[str, Any]) -> str:
         parts.append(f"until {step['until']}")
     if step.get("at"):
         parts.append(f"at {step['at']}")
-    if step.get("why") and kind != "send":
+    if step.get("why") and kind != "send" and not step.get("summary"):
         parts.append(f"- {step['why']}")
     return "  ".join(parts)
 
@@ -89,7 +93,8 @@ def _line(step: dict[str, Any]) -> str:
 def cancel(state: State, run_id: int, as_json: bool) -> None:
     """Cancel a run: no further step is taken, and each of its deliveries that may
     be canceled is (one whose request may have reached the user: canceled (held));
-    one in flight or sent is named, with why. Exits 1 when the run is over already.
+    one in flight or sent is named, with why. Exits 1 when the run is over already,
+    or was gathered into another run's digest already (a digest step's member).
 
     \b
     Example:
@@ -106,6 +111,8 @@ def cancel(state: State, run_id: int, as_json: bool) -> None:
     else:
         if done["changed"]:
             click.echo(f"run {run_id} canceled")
+        elif done.get("too_late"):
+            click.echo(f"run {run_id} not canceled: {done['too_late']}")
         else:
             click.echo(f"run {run_id} is {done['status']} already: nothing canceled")
         for did in done["canceled"]:

@@ -166,6 +166,8 @@ def show_topic(state: State, topic: str, recent: int, as_json: bool) -> None:
             f"{head:<12} #{e.id} {e.type} {e.event_id}  {progress(e)}  "
             f"{e.recipients} recipients in {e.batches} batches  (at {iso(e.created_at)})"
         )
+        if e.canceled_at is not None:
+            line += f"  canceled at {iso(e.canceled_at)}: {e.cancel_why}"
         click.echo(visible(line))
 
 

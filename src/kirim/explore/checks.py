@@ -64,6 +64,7 @@ NAMES = (
     "stream_faithful",  # kirim.explore.streams
     "topic_fanout_exactly_once",  # kirim.explore.topics
     "topic_runs_exactly_once",  # kirim.explore.topics
+    "topic_cancel_honored",  # kirim.explore.topics
     "topic_counts_true",  # kirim.explore.topics
 )
 

@@ -165,7 +165,8 @@ def _factory(spec: str | None) -> Any:
     "--replay",
     "replay_file",
     type=PathParam(exists=True, dir_okay=False, path_type=Path),
-    help="Replay a saved failure file exactly and print its timeline.",
+    help="Replay a saved failure file exactly and print its timeline, or play a saved "
+    "flows world (tests/explore/seeds/flows/*.json) and check it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
@@ -217,6 +218,9 @@ def explore(
     """
     console = Console(stderr=True)
     if replay_file is not None:
+        saved = _saved(replay_file)
+        if "world" in saved and "format" not in saved:  # a flows world (FlowWorld.to_json)
+            raise SystemExit(_flows_world(replay_file, saved, as_json, database))
         outcome, exact = replay(replay_file)
         same = same_code(replay_file)
         held = not outcome.violations
@@ -305,6 +309,61 @@ def explore(
             for line in summary.shortest:
                 click.echo(line)
     raise SystemExit(1 if summary.failing else 0)
+
+
+def _saved(path: Path) -> dict[str, Any]:
+    """The JSON object of a file given to --replay; a usage error (exit 2) when it is
+    none, or neither a failure file nor a saved flows world."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise click.BadParameter(f"{path}: not JSON ({exc})", param_hint="--replay") from exc
+    if not isinstance(found, dict) or ("format" not in found and "world" not in found):
+        raise click.BadParameter(
+            f"{path}: neither an explorer failure file nor a saved flows world",
+            param_hint="--replay",
+        )
+    return found
+
+
+def _flows_world(path: Path, saved: dict[str, Any], as_json: bool, database: str | None) -> int:
+    """--replay of a saved flows world: played and checked; whether it still reaches
+    the edges it was kept for (``reaches``). 1 on a violation or an edge not reached."""
+    from kirim.explore import flows
+    from kirim.observe.logging import configure
+
+    try:
+        world = flows.FlowWorld.from_json(saved["world"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise click.BadParameter(
+            f"{path}: not a flows world ({exc})", param_hint="--replay"
+        ) from exc
+    configure(fmt="logfmt", level="error")
+    (result,) = flows.run_worlds([world], database=database)
+    missed = sorted(set(saved.get("reaches", [])) - result.reached)
+    if as_json:
+        shown = {
+            "seed": result.seed,
+            "why": saved.get("why"),
+            "violations": result.violations,
+            "reported": result.reported,
+            "reached": sorted(result.reached),
+            "missed": missed,
+        }
+        click.echo(json.dumps(shown, indent=1))
+    else:
+        if saved.get("why"):
+            click.echo(f"kept because: {saved['why']}")
+        for v in result.violations:
+            click.echo(f"VIOLATION {v}")
+        for r in result.reported:
+            click.echo(f"reported: {r}")
+        click.echo(f"reached: {', '.join(sorted(result.reached))}")
+        if missed:
+            click.echo(f"did not reach: {', '.join(missed)}")
+        held = "yes" if not result.violations else f"no ({len(result.violations)} violations)"
+        click.echo(f"flows world (seed {result.seed}): {result.runs} runs; promise held: {held}")
+    return 1 if result.violations or missed else 0
 
 
 def _flows(seeds: range, as_json: bool, database: str | None) -> int:

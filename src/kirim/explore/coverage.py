@@ -164,6 +164,11 @@ KNOBS: dict[str, Read] = {
     "topics.batch": lambda w, f: [] if w.topics is None else [w.topics.batch],
     "topics.pace": lambda w, f: [] if w.topics is None else [w.topics.pace],
     "topics.flow": lambda w, f: [] if w.topics is None else [w.topics.flow is not None],
+    "topics.cancel": lambda w, f: (
+        []
+        if w.topics is None or w.topics.flow is None
+        else [any(type(s).__name__ == "TopicCancel" for s in w.topics.steps)]
+    ),
     "topics.again": lambda w, f: (
         [] if w.topics is None else [any(getattr(s, "again", False) for s in w.topics.steps)]
     ),

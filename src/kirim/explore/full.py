@@ -227,7 +227,7 @@ class Full:
                 await self._prefs(app, step.recipient, step.prefs)
             elif kind == "FeedAct":
                 await self.readers.act(app, step)
-            elif self.topics is not None and kind in ("SubStep", "TopicSend"):
+            elif self.topics is not None and kind in ("SubStep", "TopicSend", "TopicCancel"):
                 await self.topics.step(app, step)
             else:
                 await self._act(app, step)

@@ -34,7 +34,15 @@ subscribed as of the commit has exactly one run of the event (``run_key(type,
 event_id, recipient)``, every run ever started counted: the run audit keeps those
 retention pruned), and nobody else has one, whatever crashed mid-fan-out, lost a
 batch's answer or gave the event again; the runs' send steps are then judged as every
-topic event's deliveries (above).
+topic event's deliveries (above), but a canceled run's (below).
+
+``topic_cancel_honored`` judges the worlds whose workflow type a ``STOP`` event
+cancels (half of them; ``cancel_key = "topic"``), one drawn near one of its topic
+events (before its fan-out's first batch, during it, or after it is done): every run
+of a topic event recorded before the cancellation with its value, read right after
+the cancellation returned and again at the end, is canceled, unless it was over
+already then, and takes no step after it. A run the fan-out started after the
+cancellation (a later batch) is canceled and took no step at all.
 
 ``topic_counts_true`` judges what an operator is shown (``kirim status``, the
 dashboard's topics page: ``Store.topic_counts``) once every fan-out is done: as many
@@ -60,8 +68,11 @@ NAME = "topic_fanout_exactly_once"
 RUNS = "topic_runs_exactly_once"
 COUNTS = "topic_counts_true"
 TOPICS = ("project:1", "project:2")
+CANCELS = "topic_cancel_honored"
 #: the name of a topic world's workflow type (``TopicsPlan.flow``)
 FLOW = "topic_flow"
+#: the event that cancels its runs (its ``cancel_on``; its ``cancel_key`` is ``topic``)
+STOP = "topic_flow_stop"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,11 +99,20 @@ class TopicSend:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TopicCancel:
+    """The application's ``cancel_by_event(STOP, {"topic": value})`` at ``at``: it
+    cancels the runs of ``FLOW`` whose event's ``topic`` is ``value``."""
+
+    at: float
+    value: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TopicsPlan:
     """A world's topic workload."""
 
     subscribers: tuple[str, ...]
-    steps: tuple[SubStep | TopicSend, ...]
+    steps: tuple[SubStep | TopicSend | TopicCancel, ...]
     #: subscribers per batch, and virtual seconds before each batch's commit
     batch: int
     pace: float
@@ -183,7 +203,23 @@ def _with_flow(seed: int, plan: TopicsPlan, types: Sequence[Any]) -> TopicsPlan:
         replace(s, type=FLOW) if isinstance(s, TopicSend) and s.event_id in chosen else s
         for s in plan.steps
     )
-    return replace(plan, steps=out, flow=table)
+    return _with_cancel(seed, replace(plan, steps=out, flow=table))
+
+
+def _with_cancel(seed: int, plan: TopicsPlan) -> TopicsPlan:
+    """Half of the workflow topic worlds: ``FLOW`` is canceled by ``STOP`` events
+    (``cancel_key = "topic"``), and one comes at a seeded time near one of its topic
+    events: before its fan-out's first batch, during it, or after it is done."""
+    rng = random.Random(f"world:{seed}:topic_cancels")
+    if plan.flow is None or rng.random() < 0.5:
+        return plan
+    flows = [s for s in plan.steps if isinstance(s, TopicSend) and s.type == FLOW]
+    target = rng.choice(flows)
+    at = target.at + rng.uniform(0.0, 3.0 * plan.pace + 1.0)
+    cancel = TopicCancel(at=at, value=str(target.data["topic"]))
+    table = {**plan.flow, "cancel_on": [STOP], "cancel_key": "topic"}
+    steps = tuple(sorted((*plan.steps, cancel), key=lambda s: s.at))
+    return replace(plan, steps=steps, flow=table)
 
 
 def faults(seed: int, plan: TopicsPlan | None, *, hosts: Sequence[str]) -> list[Fault]:
@@ -222,9 +258,34 @@ class EventRecord:
     created: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RunSeen:
+    """A run of a ``FLOW`` topic event as the driver read it: its status and how many
+    steps it had recorded."""
+
+    id: int
+    event_id: str
+    recipient: str
+    status: str
+    steps: int
+
+
+@dataclass(slots=True)
+class CancelRecord:
+    """One ``TopicCancel`` of the driver: the value it canceled, the ``FLOW`` topic
+    events recorded before it with that value, and their runs as the driver read them
+    right after it returned (``after``) and at the end (``end``)."""
+
+    step: TopicCancel
+    events: frozenset[str]
+    after: dict[int, RunSeen]
+    end: dict[int, RunSeen] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class TopicTruth:
     events: list[EventRecord] = field(default_factory=list)
+    cancels: list[CancelRecord] = field(default_factory=list)
     #: the topics the driver subscribed to or sent to (each has its row)
     touched: set[str] = field(default_factory=set)
     #: what ``Store.topic_counts`` said once every fan-out was done, and the driver's
@@ -245,7 +306,10 @@ class TopicDriver:
         self.note = note
         self.model: dict[str, set[str]] = {t: set() for t in TOPICS}
 
-    async def step(self, app: Any, step: SubStep | TopicSend) -> None:
+    async def step(self, app: Any, step: SubStep | TopicSend | TopicCancel) -> None:
+        if isinstance(step, TopicCancel):
+            await self._cancel(app, step)
+            return
         if isinstance(step, SubStep):
             if step.on:
                 await app.subscribe(step.topic, step.recipient)
@@ -271,6 +335,23 @@ class TopicDriver:
             host="S",
         )
 
+    async def _cancel(self, app: Any, step: TopicCancel) -> None:
+        """``cancel_by_event`` of ``STOP``, and the runs of the topic events it names as
+        they are once it returned."""
+        events = frozenset(
+            r.step.event_id
+            for r in self.truth.events
+            if r.step.type == FLOW and str(r.step.data.get("topic")) == step.value
+        )
+        done = await app.cancel_by_event(STOP, {"topic": step.value})
+        after = await _runs_of(app, events)
+        self.truth.cancels.append(CancelRecord(step=step, events=events, after=after))
+        self.note(
+            f"topic_cancel topic={step.value} events={','.join(sorted(events))} "
+            f"canceled={','.join(str(c.run.id) for c in done)} runs_then={len(after)}",
+            host="S",
+        )
+
     async def wait_done(self, app: Any) -> None:
         """Until every fan-out is done, and every run it started is past its steps
         (the run's bound judges one that never is)."""
@@ -278,10 +359,31 @@ class TopicDriver:
             await asyncio.sleep(1.0)
         while self.plan.flow is not None and (await app.store.run_counts()).get("waiting"):  # noqa: ASYNC110
             await asyncio.sleep(1.0)
+        for c in self.truth.cancels:
+            c.end = await _runs_of(app, c.events)
         self.truth.counts = await app.store.topic_counts()
         self.truth.live = sum(len(m) for m in self.model.values())
         held = await app.store.latest_topic_events(limit=10_000)
         self.truth.present = {e.id for e in held}
+
+
+async def _runs_of(app: Any, events: Collection[str]) -> dict[int, RunSeen]:
+    """The runs of ``FLOW`` of these events (a pruned run is not read)."""
+    out: dict[int, RunSeen] = {}
+    for listed in await app.store.list_runs(limit=100_000):
+        if listed.type != FLOW or listed.event_id not in events:
+            continue
+        run = await app.store.get_run(listed.id)
+        if run is None:
+            continue
+        out[run.id] = RunSeen(
+            id=run.id,
+            event_id=run.event_id,
+            recipient=run.recipient_id,
+            status=str(run.status),
+            steps=len(run.recorded),
+        )
+    return out
 
 
 def pace(plan: TopicsPlan) -> Callable[[Any, Sequence[str]], Any]:
@@ -328,6 +430,21 @@ def check_topics(
                     detail=f"{s.event_id} to {s.topic} given again made another",
                 )
             )
+    # the runs a cancellation named that ended canceled, or that an operator's prune
+    # took once over (a done one's deliveries stay in the ledger: judged as others)
+    stopped = {
+        (r.event_id, r.recipient)
+        for c in truth.cancels
+        for r in c.end.values()
+        if r.status == "canceled"
+    }
+    seen = {(r.event_id, r.recipient) for c in truth.cancels for r in c.end.values()}
+    named = {e for c in truth.cancels for e in c.events}
+    stopped |= {
+        (str(r["event_id"]), str(r["recipient_id"]))
+        for r in ledger.runs
+        if r["type"] == FLOW and r["event_id"] in named
+    } - seen
     by_event: dict[str, list[dict[str, Any]]] = {}
     for d in ledger.deliveries:
         by_event.setdefault(str(d["event_id"]), []).append(d)
@@ -346,6 +463,8 @@ def check_topics(
         got = {(d["recipient_id"], d["channel"]) for d in rows}
         want = {(r, c) for r in record.expected for c in channels_of(type_name)}
         for who, channel in sorted(want - got):
+            if (event_id, who) in stopped:  # its run canceled: judged by _cancels
+                continue
             out.append(
                 Violation(
                     name=NAME,
@@ -362,6 +481,7 @@ def check_topics(
                 )
             )
     out += _runs(ledger, [(k, r) for k, r in firsts.items() if k[0] in flows])
+    out += _cancels(truth)
     out += _counts(truth, sum(r.id in truth.present for r in firsts.values()))
     return out
 
@@ -388,6 +508,26 @@ def _runs(
                     detail=f"{event_id} to {topic}: {who} {why}, {n} runs of it",
                 )
             )
+    return out
+
+
+def _cancels(truth: TopicTruth) -> list[Violation]:
+    """``topic_cancel_honored`` (the module's text): nothing of a canceled ``FLOW``
+    topic event is done after the cancellation."""
+    out: list[Violation] = []
+    for c in truth.cancels:
+        if not c.end and not c.after:
+            continue
+        for run_id, end in sorted(c.end.items()):
+            then = c.after.get(run_id)
+            tag = f"{end.event_id} to {end.recipient} (run {run_id}, canceled at {c.step.at:.2f})"
+            over_then = then is not None and then.status != "waiting"
+            if end.status != "canceled" and not over_then:
+                out.append(Violation(name=CANCELS, delivery=None, detail=f"{tag}: {end.status}"))
+            taken = then.steps if then is not None else 0
+            if end.steps > taken:
+                detail = f"{tag}: {end.steps - taken} steps taken after the cancellation"
+                out.append(Violation(name=CANCELS, delivery=None, detail=detail))
     return out
 
 

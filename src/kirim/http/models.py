@@ -484,6 +484,10 @@ class TopicEventOut(BaseModel):
     recipients: int
     created_at: StrTime | None
     finished_at: StrTime | None
+    #: when a cancellation of the type's runs (its ``cancel_on``) reached the fan-out
+    #: under way, and why: its later batches start their runs canceled
+    canceled_at: StrTime | None = None
+    cancel_why: str | None = None
     created: bool
 
 

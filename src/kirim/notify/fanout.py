@@ -39,6 +39,7 @@ from kirim.keys import canonical_json, default_key, device_key, device_tag, payl
 from kirim.model import DeliveryStatus, Doubt, EnqueueResult
 from kirim.notify import sandbox
 from kirim.notify.messages import check_data, digest_context, render_channel
+from kirim.notify.steps import digest_of
 from kirim.notify.templates import normalize_locale
 from kirim.notify.types import NotificationType
 from kirim.preferences import Preferences, Reason, Verdict, decide
@@ -264,6 +265,11 @@ def prepare(
     if ntype.throttle is not None and ntype.throttle.key is not None:
         _field(ntype, data, ntype.throttle.key)
     context = digest_context([data]) if digest is not None else data
+    gathers = digest_of(ntype.steps)
+    if gathers is not None:  # a digest step: its later sends see events and count
+        if gathers.key != "recipient":
+            _field(ntype, data, gathers.key)  # the data has the field it is gathered by
+        context = {**data, **digest_context([data])}
     rendered: dict[tuple[str, str], str] = {}
     placeholders: dict[tuple[str, str], str] = {}
     total = 0

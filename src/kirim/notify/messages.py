@@ -30,6 +30,7 @@ from kirim.notify.templates import (
     render,
 )
 from kirim.notify.types import NotificationType
+from kirim.runs import RenderGathered, Run
 from kirim.store.base import Compose
 from kirim.validation import BadValue, check_payload
 
@@ -158,6 +159,40 @@ def compose_digest(
     payload["count"] = len(events)
     payload["events"] = [e["event_id"] for e in events]
     return payload
+
+
+def render_gathered(
+    types: Mapping[str, NotificationType],
+    max_payload_bytes: int,
+    run: Run,
+    channel: str,
+    message: Mapping[str, str],
+    events: Sequence[Mapping[str, Any]],
+) -> str | None:
+    """A digest step's holder's later send (``kirim.runs.RenderGathered``): the
+    channel's templates rendered with the run's data, ``events`` (the window's events'
+    data, oldest first) and ``count``, in the locale the event asked for; the payload
+    also has ``count`` and ``events`` (the events' ids). None: an unknown type."""
+    ntype = types.get(run.type)
+    if ntype is None or channel not in ntype.templates:
+        return None
+    locale = message.get("locale") or None
+    context = {**run.data, **digest_context([e["data"] for e in events])}
+    payload = render_channel(ntype, channel, context, locale=locale, recipient=run.recipient_id)
+    payload["count"] = len(events)
+    payload["events"] = [e["event_id"] for e in events]
+    text = canonical_json(payload)
+    if len(text) > max_payload_bytes:
+        raise PayloadTooLarge(
+            f"the digest of {len(events)} events renders {len(text)} bytes, over the "
+            f"limit of {max_payload_bytes}"
+        )
+    return text
+
+
+def run_renderer(types: Mapping[str, NotificationType], max_payload_bytes: int) -> RenderGathered:
+    """``render_gathered`` for these types: what the worker advances runs with."""
+    return functools.partial(render_gathered, dict(types), max_payload_bytes)
 
 
 def composer(ntype: NotificationType) -> Compose:

@@ -13,7 +13,7 @@ Written in kirim.toml (docs/workflows.md)::
       { send = "email" },
     ]
 
-Each step is a table with exactly one of ``send``, ``delay`` or ``branch``:
+Each step is a table with exactly one of ``send``, ``delay``, ``branch`` or ``digest``:
 
 - ``send = CHANNEL``: one delivery on a channel of the type, rendered from its
   templates when the event is recorded; ``name`` (default: the channel) is what a
@@ -30,6 +30,12 @@ Each step is a table with exactly one of ``send``, ``delay`` or ``branch``:
   next step; false: it skips to the step named ``else`` (default: it ends).
   ``on_doubt``: what a condition on a step in doubt does, ``"else"`` (the default),
   ``"then"`` or ``"wait"`` (docs/workflows.md says why ``else``).
+- ``digest = { window = "1h", key = "recipient" }`` (or ``digest = "1h"``): the runs
+  of one recipient (and, with ``key = FIELD``, one value of the event's data field)
+  that reach the step within a window are gathered: the oldest goes on, its later
+  sends rendered with ``events`` and ``count``; the others end ``joined``. At most one
+  per type, a send step after it; with ``cancel_on``, its key is ``"recipient"`` or
+  the ``cancel_key``.
 
 Everything is checked when the type is made: a ``ConfigError`` names the step.
 """
@@ -48,6 +54,8 @@ from kirim.validation import DAY, BadValue, Number, require_duration
 #: the most steps a type may have
 MAX_STEPS = 32
 DELAY_RULE = Number(minimum=0, maximum=366 * DAY, unit="seconds")
+#: a digest step's window: a second to 31 days
+DIGEST_RULE = Number(minimum=1, maximum=31 * DAY, unit="seconds")
 
 #: conditions on an earlier step's delivery
 STEP_CONDITIONS = (
@@ -115,7 +123,21 @@ class Branch:
         }
 
 
-Step = Send | Delay | Branch
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Digest:
+    """The runs of one stream (the type, the recipient, and with ``key`` other than
+    ``"recipient"`` the event's ``data[key]``) reaching this step within ``window``
+    seconds of the first are gathered into one (``kirim.store.run_digests``)."""
+
+    window: float
+    name: str
+    key: str = "recipient"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "digest", "window": self.window, "key": self.key, "name": self.name}
+
+
+Step = Send | Delay | Branch | Digest
 
 
 class UnreadableStep(ValueError):
@@ -134,8 +156,10 @@ def step_from_json(value: Mapping[str, Any]) -> Step:
 
 def _step_from_json(value: Mapping[str, Any]) -> Step:
     kind = value["kind"]
-    if kind not in ("send", "delay", "branch"):
+    if kind not in ("send", "delay", "branch", "digest"):
         raise ValueError(f"unknown step kind {kind!r}")
+    if kind == "digest":
+        return Digest(window=float(value["window"]), name=value["name"], key=str(value["key"]))
     if kind == "send":
         return Send(channel=value["channel"], name=value["name"])
     if kind == "delay":
@@ -187,22 +211,42 @@ def parse_steps(value: Any, channels: Sequence[str], prefix: str) -> tuple[Step,
                 raise ConfigError(f"{where}[{i}].else: {step.otherwise!r} is not a later step")
     if not any(isinstance(s, Send) for s in steps):
         raise ConfigError(f"{where}: no send step")
+    digests = [i for i, s in enumerate(steps) if isinstance(s, Digest)]
+    if len(digests) > 1:
+        raise ConfigError(f"{where}[{digests[1]}]: at most one digest step per type")
+    if digests and not any(isinstance(s, Send) for s in steps[digests[0] + 1 :]):
+        raise ConfigError(
+            f"{where}[{digests[0]}]: a digest step needs a send step after it (what it "
+            "gathers is sent by one)"
+        )
     return tuple(steps)
+
+
+def digest_of(steps: Sequence[Step]) -> Digest | None:
+    """The type's digest step, if it has one."""
+    return next((s for s in steps if isinstance(s, Digest)), None)
 
 
 def _step(item: Any, channels: Sequence[str], where: str, index: int) -> Step:
     if not isinstance(item, Mapping):
-        raise ConfigError(f"{where} must be a table (send = ..., delay = ... or branch = ...)")
-    kinds = [k for k in ("send", "delay", "branch") if k in item]
+        raise ConfigError(
+            f"{where} must be a table (send = ..., delay = ..., branch = ... or digest = ...)"
+        )
+    kinds = [k for k in ("send", "delay", "branch", "digest") if k in item]
     if len(kinds) != 1:
-        raise ConfigError(f"{where}: give exactly one of send, delay, branch")
+        raise ConfigError(f"{where}: give exactly one of send, delay, branch, digest")
     kind = kinds[0]
     if kind == "delay" and "until" in item:
         raise ConfigError(
             f'{where}: a delay is a duration or until a time, not both: delay = "1h" or '
             'delay = { until = "09:00" }'
         )
-    allowed = {"send": {"name"}, "delay": {"name"}, "branch": set(_BRANCH_KEYS)}[kind]
+    allowed = {
+        "send": {"name"},
+        "delay": {"name"},
+        "branch": set(_BRANCH_KEYS),
+        "digest": {"name"},
+    }[kind]
     bad = set(item) - allowed - {kind}
     if bad:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(bad))} for a {kind} step")
@@ -217,6 +261,8 @@ def _step(item: Any, channels: Sequence[str], where: str, index: int) -> Step:
                 f"({', '.join(channels)}): give its templates"
             )
         return Send(channel=channel, name=name or channel)
+    if kind == "digest":
+        return _digest(item["digest"], f"{where}.digest", name or f"digest{index}")
     if kind == "delay" and isinstance(item["delay"], Mapping):
         return _until(item["delay"], f"{where}.delay", name or f"delay{index}")
     if kind == "delay":
@@ -248,6 +294,25 @@ def _until(spec: Mapping[str, Any], where: str, name: str) -> Delay:
     except BadValue as exc:
         raise ConfigError(str(exc)) from None
     return Delay(seconds=0.0, name=name, until=until, zone=zone)
+
+
+def _digest(spec: Any, where: str, name: str) -> Digest:
+    """``digest = "1h"`` or ``digest = { window = "1h", key = "recipient" }``."""
+    if not isinstance(spec, Mapping):
+        spec = {"window": spec}
+    bad = set(spec) - {"window", "key"}
+    if bad:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(bad))} (window, key)")
+    if "window" not in spec:
+        raise ConfigError(f'{where}: a digest table needs window = "1h"')
+    try:
+        window = require_duration(f"{where}.window", spec["window"], DIGEST_RULE)
+    except BadValue as exc:
+        raise ConfigError(str(exc)) from None
+    key = spec.get("key", "recipient")
+    if not isinstance(key, str) or not key:
+        raise ConfigError(f'{where}.key must be "recipient" or a data field\'s name')
+    return Digest(window=window, name=name, key=key)
 
 
 _BRANCH_KEYS = ("name", "step", "field", "equals", "else", "on_doubt")
@@ -306,8 +371,10 @@ def parse_cancel(spec: Mapping[str, Any], prefix: str) -> tuple[tuple[str, ...],
 __all__ = [
     "Branch",
     "Delay",
+    "Digest",
     "Send",
     "Step",
+    "digest_of",
     "parse_cancel",
     "parse_steps",
     "step_from_json",

@@ -45,14 +45,14 @@ from kirim.model import (
 from kirim.preferences import Preferences, TypePolicy
 
 if TYPE_CHECKING:
-    from kirim.runs import Run, RunClaim, RunStatus
+    from kirim.runs import RenderGathered, Run, RunClaim, RunStatus
     from kirim.store.event_writes import CancelBy, EventWrite, TopicBatch, Written
     from kirim.store.feed_changes import FeedChanges
     from kirim.store.flows import Advanced, Canceled, NewRun, Started
     from kirim.store.retention import PruneResult
     from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
-SCHEMA_VERSION = 15
+SCHEMA_VERSION = 17
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the
@@ -980,13 +980,20 @@ class Workflows(Protocol):
         """Claim up to ``limit`` due runs, each with a lease and a fresh token."""
         ...
 
-    async def advance_run(self, run_id: int, token: str, *, now: float) -> Advanced | None:
+    async def advance_run(
+        self, run_id: int, token: str, *, now: float, render: RenderGathered | None = None
+    ) -> Advanced | None:
         """Take the run's due steps, each recorded once, fenced by ``token`` (None: the
-        claim no longer holds, nothing written)."""
+        claim no longer holds, nothing written); ``render``: a digest holder's later
+        sends (``kirim.runs.RenderGathered``)."""
         ...
 
     async def advance_runs(
-        self, claims: Sequence[tuple[int, str]], *, now: float
+        self,
+        claims: Sequence[tuple[int, str]],
+        *,
+        now: float,
+        render: RenderGathered | None = None,
     ) -> list[Advanced | None]:
         """``advance_run`` of each (run id, token) claimed, in one transaction (one
         commit for a batch); what one raises rolls back all of them."""

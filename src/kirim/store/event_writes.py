@@ -26,21 +26,26 @@ each with its deliveries (``flows.cancel``), as an operator's cancel takes them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kirim.model import EnqueueResult
+from kirim.runs import cancel_value
 from kirim.store import flows, intake
 from kirim.store.base import NewDelivery, Refuse, StoredResponse
-from kirim.store.sequence import Operation
+from kirim.store.sequence import TIME, Operation, Query
 from kirim.topics import TopicEvent
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CancelBy:
-    """Cancel the waiting runs of ``type`` whose cancellation value is ``value``."""
+    """Cancel the waiting runs of ``type`` whose cancellation value is ``value``, and
+    the fan-outs under way of its topic events whose data has ``value`` for ``key``
+    (the type's ``cancel_key``)."""
 
     type: str
+    key: str
     value: str
     why: str
 
@@ -88,13 +93,21 @@ class TopicBatch:
     runs: Sequence[flows.NewRun] = ()
 
 
-def batch(items: TopicBatch, given: float) -> Operation[Written]:
+def batch(items: TopicBatch, given: float, *, canceled: str | None = None) -> Operation[Written]:
     """A fan-out batch's rows (``topics.expand_batch``, after its progress is fenced):
     its deliveries as ``enqueue`` records them, its runs as ``flows.start`` starts them
-    (a key given again returns its row: nothing twice)."""
+    (a key given again returns its row: nothing twice). ``canceled``: why a
+    cancellation reached the fan-out before this batch: each run it starts is canceled
+    at once, in its transaction (none of its steps is taken)."""
     results = (yield from intake.enqueue(items.deliveries, given)) if items.deliveries else []
     started = (yield from flows.start(items.runs, given)) if items.runs else []
-    return Written(deliveries=tuple(results), runs=tuple(started))
+    out: list[flows.Canceled] = []
+    if canceled is not None:
+        for run_id in sorted(s.run.id for s in started if s.created):
+            done = yield from flows.cancel(run_id, canceled, given)
+            if done is not None and done.changed:
+                out.append(done)
+    return Written(deliveries=tuple(results), runs=tuple(started), canceled=tuple(out))
 
 
 def record(write: EventWrite, given: float, refuse: Refuse | None = None) -> Operation[Written]:
@@ -128,18 +141,54 @@ def topic_event(
 
 
 def cancel_matching(cancels: Sequence[CancelBy], given: float) -> Operation[list[flows.Canceled]]:
-    """Cancel the waiting runs each of ``cancels`` names, in run id order (the lock
-    order of concurrent cancellations); a run found over already is left out."""
+    """Cancel what each of ``cancels`` names: first the matching topic events still
+    fanning out (marked, in id order: their later batches start their runs canceled),
+    then the waiting runs, in run id order (the lock order of concurrent
+    cancellations); a run found over already is left out.
+
+    The marks come first: each takes its topic event's row lock, so a batch of that
+    fan-out under way commits before the runs are read (they are then canceled with
+    the others), and a batch after it reads the mark (``topics.expand_batch``)."""
+    yield from _cancel_fan_outs(cancels, given)
     found: dict[int, str] = {}
     for c in cancels:
         for run_id in (yield from flows.to_cancel(c.type, c.value)):
             found.setdefault(run_id, c.why)
     out = []
+    if len(found) > 1:  # every run locked before a digest window (flows.lock_runs)
+        yield from flows.lock_runs(list(found))
     for run_id in sorted(found):
         done = yield from flows.cancel(run_id, found[run_id], given)
         if done is not None and done.changed:
             out.append(done)
     return out
+
+
+def _cancel_fan_outs(cancels: Sequence[CancelBy], given: float) -> Operation[None]:
+    """Mark each topic event still fanning out whose type and value one of
+    ``cancels`` names (the first one's reason kept)."""
+    marks: dict[int, str] = {}
+    for c in cancels:
+        for row in (yield Query("expanding_topic_events_of", {"type": c.type})):
+            value = _value_of(str(row["data"]), c.key)
+            if value is not None and value == c.value:
+                marks.setdefault(int(row["id"]), c.why)
+    if not marks:
+        return
+    at = yield TIME
+    now = at(given)
+    for event_id in sorted(marks):
+        args = {"id": event_id, "why": marks[event_id], "now": now}
+        yield Query("cancel_topic_event", args, count=True)
+
+
+def _value_of(data_json: str, key: str) -> str | None:
+    """The cancellation value of an event's data (``workflows.cancel_value``)."""
+    try:
+        data = json.loads(data_json)
+    except ValueError:
+        return None
+    return cancel_value(data, key) if isinstance(data, dict) else None
 
 
 __all__ = [

@@ -30,14 +30,15 @@ from typing import Any
 
 from kirim import day_time, runs
 from kirim.errors import NotSettled, StoreError
-from kirim.keys import canonical_json
+from kirim.keys import canonical_json, payload_hash
 from kirim.model import DeliveryStatus, Doubt
-from kirim.notify.steps import Branch, Delay, Send, UnreadableStep, step_from_json
-from kirim.runs import Run, RunClaim, RunStatus, RunStep, StepOutcome, StepState
-from kirim.store import recipients, transitions
+from kirim.notify.steps import Branch, Delay, Digest, Send, UnreadableStep, step_from_json
+from kirim.runs import RenderGathered, Run, RunClaim, RunStatus, RunStep, StepOutcome, StepState
+from kirim.store import recipients, run_digests, transitions
 from kirim.store.retention import key_hash
 from kirim.store.sequence import TIME, Operation, Query
 from kirim.validation import BadValue
+from kirim.views import iso
 
 #: seconds until a branch on a step not yet settled looks again
 RECHECK = 5.0
@@ -87,9 +88,25 @@ class Canceled:
     canceled: tuple[int, ...] = ()
     held: tuple[int, ...] = ()
     left: Mapping[int, str] = field(default_factory=dict)
+    #: why a run not over could not be canceled (a digest's member gathered already)
+    too_late: str | None = None
 
 
-def run_from(row: Mapping[str, Any]) -> Run:
+def run_from(row: Mapping[str, Any], *, lenient: bool = False) -> Run:
+    """A row of ``kirim_runs``; ``UnreadableStep`` when a step is a newer kirim's,
+    unless ``lenient`` (an operator's read, a cancellation: they need no step): the run
+    then has no ``steps``, its ``stored_steps`` as written and why (``unreadable``)."""
+    try:
+        return _run_from(row)
+    except UnreadableStep as exc:
+        if not lenient:
+            raise
+        stored = json.loads(row["steps"])
+        raw = tuple(s for s in stored if isinstance(s, Mapping)) if isinstance(stored, list) else ()
+        return replace(_run_from({**row, "steps": "[]"}), unreadable=str(exc), stored_steps=raw)
+
+
+def _run_from(row: Mapping[str, Any]) -> Run:
     return Run(
         id=int(row["id"]),
         key=str(row["key"]),
@@ -161,10 +178,10 @@ def start(items: Sequence[NewRun], given: float) -> Operation[list[Started]]:
                 "drop_pruned_run_twin", {"id": rows[0]["id"], "key": item.key}, optional=True
             )
             if not twin:
-                out[i] = Started(run=run_from(rows[0]), created=True)
+                out[i] = Started(run=run_from(rows[0], lenient=True), created=True)
                 continue
         [row] = yield Query("run_by_key", {"key": item.key})
-        out[i] = Started(run=run_from(row), created=False)
+        out[i] = Started(run=run_from(row, lenient=True), created=False)
     if any(s.created for s in out.values()):
         yield Query("notify", optional=True)
     return [out[i] for i in range(len(items))]
@@ -206,9 +223,13 @@ def _set_aside(row: Mapping[str, Any], why: str, now: float) -> Operation[None]:
     yield Query("update_run", {**released, "next_at": now + UNREADABLE_AGAIN}, count=True)
 
 
-def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]:
+def advance(
+    run_id: int, token: str, given: float, render: RenderGathered | None = None
+) -> Operation[Advanced | None]:
     """Take the run's due steps under the claim ``token``; None: the claim no longer
-    holds (nothing written)."""
+    holds (nothing written). ``render``: a gathered run's later sends, rendered with
+    its digest's events (``kirim.runs.RenderGathered``; None: such a run is set aside
+    until a worker that has it takes it)."""
     rows = yield Query("lock_run", {"id": run_id})
     at = yield TIME  # after the lock
     now = at(given)
@@ -251,13 +272,50 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
             )
         )
 
+    why_now = run.why
+    gathered = next(
+        (int(r["idx"]) for r in done if r["outcome"] == str(StepOutcome.GATHERED)), None
+    )
+    events: tuple[Mapping[str, Any], ...] | None = None
     while True:
         if cursor >= len(run.steps):
             status, next_at = RunStatus.DONE, None
             break
         step = run.steps[cursor]
+        if isinstance(step, Digest):
+            gather = yield from run_digests.at_step(run, step, now)
+            if gather.wait:
+                next_at = gather.until
+                why_now = f"in a digest window until {iso(gather.until)}"
+                break
+            if gather.holder != run.id:
+                yield from record(cursor, StepOutcome.JOINED, f"run {gather.holder}")
+                cursor += 1
+                status, next_at = RunStatus.DONE, None
+                break
+            events = gather.events
+            gathered, why_now = cursor, None
+            yield from record(cursor, StepOutcome.GATHERED, f"{len(events)} events")
+            cursor += 1
+            continue
         if isinstance(step, Send):
             message = messages[step.channel]
+            if gathered is not None and gathered < cursor:  # rendered with the digest's events
+                if events is None:
+                    events = yield from run_digests.events_of(run.id)
+                payload = None
+                try:
+                    payload = None if render is None else render(run, step.channel, message, events)
+                except Exception as exc:  # the render's failure: the step is not sent
+                    why = f"the digest could not be rendered: {exc}"[:500]
+                    yield from record(cursor, StepOutcome.SKIPPED, why)
+                    cursor += 1
+                    continue
+                if payload is None:  # a worker that does not know the type: one that does
+                    next_at = now + UNREADABLE_AGAIN
+                    why_now = f"type {run.type} is not known to this worker (left for one)"
+                    break
+                message = {**message, "payload": payload, "payload_hash": payload_hash(payload)}
             delivery_id = yield from _make_delivery(run, cursor, step, message, row, now)
             deliveries[cursor] = delivery_id
             yield from record(
@@ -294,7 +352,7 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
             "status": str(status),
             "cursor": cursor,
             "next_at": next_at,
-            "why": run.why if status is RunStatus.WAITING else "past its last step",
+            "why": why_now if status is RunStatus.WAITING else _ended(recorded),
             "claim_token": None,
             "claimed_by": None,
             "claim_expires_at": None,
@@ -305,6 +363,7 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
     after = replace(
         run,
         status=status,
+        why=why_now if status is RunStatus.WAITING else _ended(recorded),
         cursor=cursor,
         next_at=next_at,
         claim_token=None,
@@ -315,16 +374,31 @@ def advance(run_id: int, token: str, given: float) -> Operation[Advanced | None]
     return Advanced(run=after, recorded=tuple(recorded))
 
 
+def _ended(recorded: Sequence[RunStep]) -> str:
+    if recorded and recorded[-1].outcome is StepOutcome.JOINED:
+        return f"gathered into the digest of {recorded[-1].why}"
+    return "past its last step"
+
+
+def lock_runs(run_ids: Sequence[int]) -> Operation[None]:
+    """Lock every run of a transaction first, in id order, before any digest window
+    (the lock order: the runs, then the windows, then the deliveries; SQLite, whose
+    write lock is the transaction's, has no such query)."""
+    yield Query("lock_runs", {"ids": sorted(set(run_ids))}, optional=True)
+
+
 def advance_many(
-    claims: Sequence[tuple[int, str]], given: float
+    claims: Sequence[tuple[int, str]], given: float, render: RenderGathered | None = None
 ) -> Operation[list[Advanced | None]]:
     """``advance`` of each (run id, token), in one transaction, in run id order (the
-    lock order of every writer of runs: a cancellation takes them so too); the
-    answers in the order given."""
+    lock order of every writer of runs: a cancellation takes them so too; every run
+    locked before the first digest window); the answers in the order given."""
     done: dict[int, Advanced | None] = {}
+    if len(claims) > 1:
+        yield from lock_runs([run_id for run_id, _ in claims])
     for i in sorted(range(len(claims)), key=lambda i: claims[i][0]):
         run_id, token = claims[i]
-        done[i] = yield from advance(run_id, token, given)
+        done[i] = yield from advance(run_id, token, given, render)
     return [done[i] for i in range(len(claims))]
 
 
@@ -450,9 +524,12 @@ def cancel(run_id: int, why: str, given: float) -> Operation[Canceled | None]:
     now = at(given)
     if not rows:
         return None
-    run = run_from(rows[0])
+    run = run_from(rows[0], lenient=True)
     if run.status is RunStatus.CANCELED:
         return Canceled(run=run, changed=False)
+    late = yield from run_digests.cancel_check(run)
+    if late is not None:  # gathered into another run's digest already
+        return Canceled(run=run, changed=False, too_late=late)
     if run.status is RunStatus.DONE:  # every step taken: its last deliveries may not have gone
         canceled, held, left, again = yield from _cancel_deliveries(run_id, now)
         if not (canceled or held or again):
@@ -555,7 +632,7 @@ def get(run_id: int) -> Operation[Run | None]:
     )
     if not rows:
         return None
-    run = run_from(rows[0])
+    run = run_from(rows[0], lenient=True)
     return replace(
         run,
         recorded=tuple(_step_from(s) for s in steps),
@@ -566,7 +643,7 @@ def list_runs(status: RunStatus | None, limit: int) -> Operation[list[Run]]:
     rows = yield Query(
         "list_runs", {"status": None if status is None else str(status), "limit": limit}
     )
-    return [run_from(r) for r in rows]
+    return [run_from(r, lenient=True) for r in rows]
 
 
 def counts() -> Operation[dict[str, int]]:

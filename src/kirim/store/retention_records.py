@@ -80,12 +80,21 @@ def prune_records(
     runs, steps = yield from _prune_runs([int(r["id"]) for r in candidates], now, before)
     found = yield Query("prune_topic_event_candidates", bounded)
     events = yield from _prune_topic_events([int(r["id"]) for r in found], now, before)
-    ended, runs_expired, events_expired = yield (
+    ended, runs_expired, events_expired, windows = yield (
         Query("prune_subscriptions", bounded, count=True),
         Query("prune_expire_run_tombstones", {**bounded, "before": forgotten}, count=True),
         Query("prune_expire_topic_event_tombstones", {**bounded, "before": forgotten}, count=True),
+        # digest windows no run is a member of any more, sealed or ended before the cut-off
+        Query("prune_run_digests", bounded, count=True),
     )
-    full = (len(candidates), len(found), int(ended), int(runs_expired), int(events_expired))
+    full = (
+        len(candidates),
+        len(found),
+        int(ended),
+        int(runs_expired),
+        int(events_expired),
+        int(windows),
+    )
     return RecordsPruned(
         runs=runs,
         run_steps=steps,
@@ -106,7 +115,7 @@ def _prune_runs(ids: list[int], now: float, before: float) -> Operation[tuple[in
     rows = yield Query("prune_lock_runs", {"ids": ids})
     if not rows:
         return 0, 0
-    locked = [flows.run_from(r) for r in rows]
+    locked = [flows.run_from(r, lenient=True) for r in rows]
     holding = yield Query("prune_runs_holding", {"ids": [r.id for r in locked]})
     kept = {int(r["run_id"]) for r in holding}
     gone = [r for r in locked if over(r) and r.updated_at < before and r.id not in kept]
@@ -131,6 +140,7 @@ def _prune_runs(ids: list[int], now: float, before: float) -> Operation[tuple[in
     args = {"ids": [r.id for r in gone]}
     yield Query("prune_write_run_tombstones", {"items": items}, count=True)
     n_steps = yield Query("prune_delete_run_steps", args, count=True)
+    yield Query("prune_delete_run_digest_members", args, count=True)
     n_runs = yield Query("prune_delete_runs", args, count=True)
     return int(n_runs), int(n_steps)
 

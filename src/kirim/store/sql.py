@@ -18,7 +18,7 @@ from kirim.errors import StoreError
 from kirim.inbox import FeedAction, FeedCounts, FeedFilter, FeedItem, FeedMark, FeedPage
 from kirim.model import Attempt, Delivery, EnqueueResult, Job, Record, RecordFilter
 from kirim.preferences import Preferences, TypePolicy
-from kirim.runs import Run, RunClaim, RunStatus
+from kirim.runs import RenderGathered, Run, RunClaim, RunStatus
 from kirim.store import (
     addresses,
     digests,
@@ -516,15 +516,21 @@ class SQLStore:
     ) -> list[RunClaim]:
         return await self._op(flows.claim(worker_id, now, lease, limit))
 
-    async def advance_run(self, run_id: int, token: str, *, now: float) -> flows.Advanced | None:
-        return await self._op(flows.advance(run_id, token, now))
+    async def advance_run(
+        self, run_id: int, token: str, *, now: float, render: RenderGathered | None = None
+    ) -> flows.Advanced | None:
+        return await self._op(flows.advance(run_id, token, now, render))
 
     async def advance_runs(
-        self, claims: Sequence[tuple[int, str]], *, now: float
+        self,
+        claims: Sequence[tuple[int, str]],
+        *,
+        now: float,
+        render: RenderGathered | None = None,
     ) -> list[flows.Advanced | None]:
         if not claims:
             return []
-        return await self._op(flows.advance_many(claims, now))
+        return await self._op(flows.advance_many(claims, now, render))
 
     async def cancel_run(self, run_id: int, *, why: str, now: float) -> flows.Canceled | None:
         return await self._op(flows.cancel(run_id, why, now))

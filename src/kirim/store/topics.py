@@ -16,7 +16,10 @@ then the batch's rows are written in the same transaction
 ``default_key(event_id, recipient, channel)``, or a workflow type's runs, keyed
 ``run_key(type, event_id, recipient_id)`` (UNIQUE), so a batch done again, or the same
 event given again, adds nothing, and a crash leaves both the progress and the rows of a
-batch, or neither.
+batch, or neither. A fan-out a cancellation reached while under way (its ``canceled_at``,
+``event_writes.cancel_matching``) starts the runs of its later batches canceled: the
+batch reads the mark in the statement that fences its progress, under the event's row
+lock, which the cancellation takes too before it reads the runs to cancel.
 
 Lock order: the topic's row, then its subscriptions (a change); the topic event's row,
 then the deliveries or the runs (a batch), in key order.
@@ -79,6 +82,8 @@ def event_from(row: Row, *, created: bool = False) -> TopicEvent:
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=opt("lease_expires_at"),
+        canceled_at=opt("canceled_at"),
+        cancel_why=row["cancel_why"],
         created=created,
     )
 
@@ -246,10 +251,11 @@ def expand_batch(
         "now": now,
         "expires": now + lease,
     }
-    moved = yield Query("advance_topic_event", args, count=True)
+    moved = yield Query("advance_topic_event", args)
     if not moved:
         return None
-    return (yield from batch(items, now))
+    why = moved[0]["cancel_why"] if moved[0]["canceled_at"] is not None else None
+    return (yield from batch(items, now, canceled=why))
 
 
 def expanding() -> Operation[int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kirim.errors import StoreError
-from kirim.runs import RunClaim
+from kirim.runs import RenderGathered, RunClaim
 from kirim.store.flows import Advanced
 from kirim.worker.context import WorkerContext
 
@@ -21,8 +21,11 @@ BATCH = 50
 class RunAdvancer:
     """Advances due runs; ``tick`` once per turn of the worker's loop."""
 
-    def __init__(self, context: WorkerContext) -> None:
+    def __init__(self, context: WorkerContext, render: RenderGathered | None = None) -> None:
+        """``render``: a digest holder's later sends (``kirim.runs.RenderGathered``,
+        from the worker's types)."""
         self.context = context
+        self.render = render
         self._last: float | None = None
         #: the last tick claimed a full batch: more runs may be due, the next turn
         #: claims again at once instead of after the poll interval
@@ -77,7 +80,7 @@ class RunAdvancer:
         ctx = self.context
         pairs = [(c.run.id, c.token) for c in claims]
         try:
-            return await ctx.store.advance_runs(pairs, now=ctx.clock.now())
+            return await ctx.store.advance_runs(pairs, now=ctx.clock.now(), render=self.render)
         except StoreError:
             raise
         except Exception as exc:  # one run's fault rolled the batch back: each alone
@@ -85,7 +88,11 @@ class RunAdvancer:
         out: list[Advanced | None] = []
         for run_id, token in pairs:
             try:
-                out.append(await ctx.store.advance_run(run_id, token, now=ctx.clock.now()))
+                out.append(
+                    await ctx.store.advance_run(
+                        run_id, token, now=ctx.clock.now(), render=self.render
+                    )
+                )
             except StoreError:
                 raise
             except Exception as exc:  # one run's fault stops neither the worker nor others

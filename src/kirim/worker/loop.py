@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from kirim.model import AttemptStatus
     from kirim.observe.metrics import Metrics
     from kirim.preferences import TypePolicy
+    from kirim.runs import RenderGathered
     from kirim.store.base import Compose
 
 __all__ = ["Worker"]
@@ -75,6 +76,7 @@ class Worker:
         digests: Mapping[str, Compose] | None = None,
         on_feed: FeedListener | None = None,
         topics: Plan | None = None,
+        render_run: RenderGathered | None = None,
     ) -> None:
         """``metrics``: None records none. ``tracer``: by default kirim's tracer from the
         global OpenTelemetry SDK provider when one is set, else none (the worker's spans
@@ -85,7 +87,8 @@ class Worker:
         Compose``), whose deliveries are sealed before they are sent. ``on_feed``: told
         of each inbox message a commit wrote (``Kirim.on_feed_change``). ``topics``: plans
         a batch of a topic event's subscribers (``kirim.worker.topics``; None: this
-        worker expands no topic events)."""
+        worker expands no topic events). ``render_run``: a digest step's holder's later
+        sends, rendered with its events (``kirim.runs.RenderGathered``)."""
         self._on_feed = on_feed
         self.store = store
         self.channels = dict(channels)
@@ -141,7 +144,7 @@ class Worker:
             cast(Topics, store), topics, worker_id=self.worker_id, clock=self.clock,
             lease=self.settings.lease, poll_interval=self.settings.poll_interval, log=self.log,
         )  # fmt: skip
-        self._runs = RunAdvancer(self.context)
+        self._runs = RunAdvancer(self.context, render=render_run)
 
     @property
     def checkpoints(self) -> Checkpoint | None:

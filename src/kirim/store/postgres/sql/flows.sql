@@ -33,6 +33,11 @@ SELECT * FROM kirim_runs WHERE id = %(id)s::bigint;
 -- A run, its row locked.
 SELECT * FROM kirim_runs WHERE id = %(id)s::bigint FOR UPDATE;
 
+-- name: lock_runs
+-- Runs, their rows locked in id order (every run of a transaction before any digest
+-- window: kirim.store.run_digests).
+SELECT id FROM kirim_runs WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id FOR UPDATE;
+
 -- name: claim_runs
 -- Claim up to :limit due runs not claimed (or whose claim expired: a waiting run's next
 -- step, a canceled run's deliveries not settled when it was canceled), each with a token

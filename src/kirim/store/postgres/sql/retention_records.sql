@@ -142,3 +142,20 @@ SELECT
   (SELECT COUNT(*) FROM kirim_run_tombstones WHERE pruned_at < %(forgotten)s::float8)
   + (SELECT COUNT(*) FROM kirim_topic_event_tombstones
      WHERE pruned_at < %(forgotten)s::float8) AS tombstones_expired;
+
+-- name: prune_delete_run_digest_members
+-- The digest windows' memberships of these runs.
+DELETE FROM kirim_run_digest_members WHERE run_id = ANY (%(ids)s::bigint[]);
+
+-- name: prune_run_digests
+-- Up to :limit digest windows no run is a member of any more, sealed or ended before
+-- :before (an open one a run may still join is kept; one a run holds locked is left).
+DELETE FROM kirim_run_digests
+WHERE ctid IN (
+    SELECT w.ctid FROM kirim_run_digests w
+    WHERE (w.sealed_at IS NOT NULL OR w.window_end < %(before)s::float8)
+      AND NOT EXISTS (SELECT 1 FROM kirim_run_digest_members m
+                      WHERE m.stream = w.stream AND m.window_start = w.window_start)
+    LIMIT %(limit)s::int
+    FOR UPDATE SKIP LOCKED
+);

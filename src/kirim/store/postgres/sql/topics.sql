@@ -78,7 +78,8 @@ UNION ALL
 SELECT id, topic, type, event_id, 'null' AS data, mark, 'done' AS status,
        NULL AS cursor, batches, recipients, NULL AS lease_owner, NULL AS lease_token,
        NULL::float8 AS lease_expires_at, created_at,
-       coalesce(finished_at, created_at) AS updated_at, finished_at
+       coalesce(finished_at, created_at) AS updated_at, finished_at,
+       NULL::float8 AS canceled_at, NULL::text AS cancel_why
 FROM kirim_topic_event_tombstones t
 WHERE t.type = %(type)s AND t.event_id = %(event_id)s AND t.topic = %(topic)s
   AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
@@ -119,7 +120,21 @@ SET cursor = %(cursor)s, batches = batches + 1, recipients = recipients + %(n)s,
     lease_expires_at = CASE WHEN %(status)s::text = 'done' THEN NULL
                             ELSE %(expires)s::float8 END
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'expanding'
-  AND cursor IS NOT DISTINCT FROM %(before)s::text;
+  AND cursor IS NOT DISTINCT FROM %(before)s::text
+RETURNING canceled_at, cancel_why;
+
+-- name: expanding_topic_events_of
+-- The topic events of a type still fanning out and not canceled, with their data (a
+-- cancellation reads its cancel_key's value there).
+SELECT id, data FROM kirim_topic_events
+WHERE type = %(type)s AND status = 'expanding' AND canceled_at IS NULL ORDER BY id;
+
+-- name: cancel_topic_event
+-- Mark a topic event still fanning out canceled: its later batches start their runs
+-- canceled (the first cancellation's reason is kept). Its row lock waits for a batch
+-- of its fan-out under way, whose runs the cancellation then reads.
+UPDATE kirim_topic_events SET canceled_at = %(now)s::float8, cancel_why = %(why)s
+WHERE id = %(id)s AND status = 'expanding' AND canceled_at IS NULL;
 
 -- name: topic_events_expanding
 -- How many topic events are still expanding.

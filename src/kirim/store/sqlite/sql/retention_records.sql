@@ -133,3 +133,19 @@ SELECT
   (SELECT COUNT(*) FROM kirim_run_tombstones WHERE pruned_at < :forgotten)
   + (SELECT COUNT(*) FROM kirim_topic_event_tombstones WHERE pruned_at < :forgotten)
       AS tombstones_expired;
+
+-- name: prune_delete_run_digest_members
+-- The digest windows' memberships of these runs.
+DELETE FROM kirim_run_digest_members WHERE run_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_run_digests
+-- Up to :limit digest windows no run is a member of any more, sealed or ended before
+-- :before (an open one a run may still join is kept).
+DELETE FROM kirim_run_digests
+WHERE rowid IN (
+    SELECT w.rowid FROM kirim_run_digests w
+    WHERE (w.sealed_at IS NOT NULL OR w.window_end < :before)
+      AND NOT EXISTS (SELECT 1 FROM kirim_run_digest_members m
+                      WHERE m.stream = w.stream AND m.window_start = w.window_start)
+    LIMIT :limit
+);

@@ -74,7 +74,7 @@ UNION ALL
 SELECT id, topic, type, event_id, 'null' AS data, mark, 'done' AS status, NULL AS cursor,
        batches, recipients, NULL AS lease_owner, NULL AS lease_token,
        NULL AS lease_expires_at, created_at, coalesce(finished_at, created_at) AS updated_at,
-       finished_at
+       finished_at, NULL AS canceled_at, NULL AS cancel_why
 FROM kirim_topic_event_tombstones t
 WHERE t.type = :type AND t.event_id = :event_id AND t.topic = :topic
   AND NOT EXISTS (SELECT 1 FROM kirim_topic_events e
@@ -106,7 +106,20 @@ SET cursor = :cursor, batches = batches + 1, recipients = recipients + :n,
     status = :status, updated_at = :now,
     finished_at = CASE WHEN :status = 'done' THEN :now END,
     lease_expires_at = CASE WHEN :status = 'done' THEN NULL ELSE :expires END
-WHERE id = :id AND lease_token = :token AND status = 'expanding' AND cursor IS :before;
+WHERE id = :id AND lease_token = :token AND status = 'expanding' AND cursor IS :before
+RETURNING canceled_at, cancel_why;
+
+-- name: expanding_topic_events_of
+-- The topic events of a type still fanning out and not canceled, with their data (a
+-- cancellation reads its cancel_key's value there).
+SELECT id, data FROM kirim_topic_events
+WHERE type = :type AND status = 'expanding' AND canceled_at IS NULL ORDER BY id;
+
+-- name: cancel_topic_event
+-- Mark a topic event still fanning out canceled: its later batches start their runs
+-- canceled (the first cancellation's reason is kept).
+UPDATE kirim_topic_events SET canceled_at = :now, cancel_why = :why
+WHERE id = :id AND status = 'expanding' AND canceled_at IS NULL;
 
 -- name: topic_events_expanding
 -- How many topic events are still expanding.
