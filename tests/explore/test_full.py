@@ -12,6 +12,7 @@ import pytest
 
 import kirim.store.addresses
 import kirim.store.rules
+import kirim.store.sqlite.changed
 import kirim.store.transitions
 from kirim.explore import coverage
 from kirim.explore.command import run_seeds
@@ -175,6 +176,23 @@ def test_mutation_claim_time_check_off_is_caught(monkeypatch: pytest.MonkeyPatch
     """With the claim-time preference check removed, preferences_honoured fires."""
     monkeypatch.setattr(kirim.store.rules, "preference_check", lambda *a, **k: None)
     assert first_violation("preferences_honoured", range(90, 130)) is not None
+
+
+def test_mutation_cleared_columns_left_unwritten_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With SQLite's write-backs leaving out every column a transition clears (a
+    value turned NULL taken for no change), claims_at_rest fires: a finished delivery
+    still holds its claim token."""
+
+    def careless(set_: Any, record: Any, row: Any) -> tuple[bool, ...]:
+        if row is None:
+            return (True,) * len(set_.pairs)
+        pairs = zip(set_.new(record), set_.old(row), strict=True)
+        return tuple(new is not None and new != old for new, old in pairs)
+
+    monkeypatch.setattr(kirim.store.sqlite.changed, "changed", careless)
+    assert first_violation("claims_at_rest", range(200)) is not None
 
 
 def test_mutation_dedup_window_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,6 +23,10 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
 - ``one_provider_in_doubt``: after an attempt to a provider that may have arrived
   (it ends ``requested`` or ``unknown``), no later attempt of the delivery goes to
   another provider (failover only after a definite non-acceptance), within an epoch.
+- ``claims_at_rest``: a delivery that is not ``processing`` holds no claim (no claim
+  token, no claim expiry), and a job that is not ``running`` no lease (no lease owner,
+  token or expiry): what a transition ends it writes back, column by column (SQLite
+  sets only the columns that changed: ``kirim.store.sqlite.changed``).
 
 The notification layer (the events workload, ``events.py``):
 
@@ -69,6 +73,7 @@ NAMES = (
     "final",
     "unreported_doubt",
     "one_provider_in_doubt",
+    "claims_at_rest",
     "suppressed_unsent",
     "digest_once",
     "opted_out_unsent",
@@ -176,6 +181,7 @@ def check(
     for d in ledger.deliveries:
         once = at_least_once(d) if callable(at_least_once) else at_least_once
         out.extend(_delivery(d, attempts.get(d["id"], []), truth, once, in_commit))
+    out.extend(_at_rest(ledger))
     out.extend(_requests(ledger, truth, by_key))
     out.extend(_suppressed(ledger, truth, attempts))
     out.extend(_digests(ledger, truth, attempts))
@@ -254,6 +260,22 @@ def _delivery(
                 detail=f"{shown}; {len(open_doubt)} attempt(s) may have arrived",
             )
         )
+    return out
+
+
+def _at_rest(ledger: Ledger) -> list[Violation]:
+    """``claims_at_rest``: no claim outlives ``processing``, no lease ``running``."""
+    out = []
+    for d in ledger.deliveries:
+        held = [c for c in ("claim_token", "claim_expires_at") if d[c] is not None]
+        if d["status"] != "processing" and held:
+            detail = f"{d['status']} delivery still holds {', '.join(held)}"
+            out.append(Violation(name="claims_at_rest", delivery=d["id"], detail=detail))
+    for j in ledger.jobs:
+        held = [c for c in ("lease_owner", "lease_token", "lease_expires_at") if j[c] is not None]
+        if j["status"] != "running" and held:
+            detail = f"{j['status']} job {j['id']} still holds {', '.join(held)}"
+            out.append(Violation(name="claims_at_rest", delivery=j["delivery_id"], detail=detail))
     return out
 
 

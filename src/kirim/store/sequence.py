@@ -11,6 +11,10 @@ answers each step from its own ``sql/`` files:
   dict of column values); the dialect reads it as one parameter (SQLite:
   ``json_each``; PostgreSQL: ``ANY`` of an array, or ``jsonb_to_recordset``), so one
   statement handles a whole batch.
+- ``Query(..., read=rows)``: a write of ``items`` over rows the operation read in
+  this transaction, ``rows`` being those rows as read, one per item (None where one
+  was not read): a dialect may set only the columns whose values differ (SQLite:
+  ``kirim.store.sqlite.changed``), with the statement's WHERE as it is.
 - ``Query(..., optional=True)``: a step only some dialects need (PostgreSQL's row
   locks and wake-ups: SQLite holds the database's write lock for the whole
   transaction and its workers poll); a dialect without the query skips it.
@@ -32,7 +36,7 @@ what follows what is made here, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
@@ -62,6 +66,8 @@ class Query:
     count: bool = False
     #: a dialect that has no query of this name skips the step (its result: no rows)
     optional: bool = False
+    #: the rows ``items`` write over, as read, one per item (see the module's text)
+    read: Sequence[Mapping[str, Any] | None] | None = None
 
 
 class _Time:

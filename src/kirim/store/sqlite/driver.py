@@ -26,6 +26,7 @@ from kirim.store.base import SCHEMA_VERSION, Intent, StoreTime
 from kirim.store.schema import check_version, parse_version, too_new
 from kirim.store.sequence import At, Now, Operation, Query, callers_time, fixed_time
 from kirim.store.sqlfiles import load_queries, migrations
+from kirim.store.sqlite.changed import write_changed
 from kirim.text import redact_url
 
 T = TypeVar("T")
@@ -116,6 +117,10 @@ def execute(conn: sqlite3.Connection, step: Query) -> Any:
         # one run per record (executemany), each with the step's other arguments too
         rest = {k: v for k, v in step.args.items() if k != "items"}
         rows = [{**rest, **item} for item in items] if rest else items
+        if not step.count:
+            raise ValueError(f"{step.name}: a statement run per record returns no rows")
+        if step.read is not None:  # written over rows read: set only what changed
+            return write_changed(conn, sql, rows, step.read, positional)
         numbered, pick = positional(sql)
         try:
             values = [pick(row) for row in rows]
@@ -123,8 +128,6 @@ def execute(conn: sqlite3.Connection, step: Query) -> Any:
             cursor = conn.executemany(sql, rows)
         else:
             cursor = conn.executemany(numbered, values)
-        if not step.count:
-            raise ValueError(f"{step.name}: a statement run per record returns no rows")
         return cursor.rowcount
     cursor = conn.execute(sql, bind(step.args))
     return cursor.rowcount if step.count else cursor.fetchall()
