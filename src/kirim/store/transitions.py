@@ -635,6 +635,8 @@ def finish_fenced(items: Sequence[Finish]) -> Operation[list[FinishResult | None
         return out
     first = yield Now(chosen[0].now)
     at = None if first is None else (yield TIME)
+    # in job id order: the order the statement's plans update them in (lock order)
+    chosen.sort(key=lambda it: it.job_id)
     rows = yield Query("finish_fenced", {"items": [_fenced(it, at) for it in chosen]})
     done = {int(r["delivery_id"]) for r in rows}
     for i, it in enumerate(items):

@@ -198,14 +198,15 @@ SELECT pg_notify('kirim_jobs', '');
 -- delivery, then its attempt, each written only where the claim's token still holds on
 -- both rows (the statement's own row locks: UPDATE waits for a concurrent writer and
 -- checks the fence again on the row it left). Every job is updated before any delivery
--- (the ARRAY below is computed first), every delivery before any attempt: the lock order
--- of every transaction. A job written whose delivery then failed its fence (taken over
--- by another job's claim meanwhile) aborts the whole statement with an error naming
--- kirim_fence_raced: nothing is written, and the batch goes the careful way. Returns the
--- finished items (job and delivery ids). The columns are those of
--- rules.committed_columns and rules.job_committed_columns, the one rule of the commit.
+-- (the ARRAY below is computed first), every delivery before any attempt: the lock
+-- order of every transaction; the items come in job id order (docs/design.md, "Lock
+-- order"). A job written whose delivery then failed its fence (changed by a writer
+-- that did not wait for the job) aborts the whole statement with an error naming
+-- kirim_fence_raced: nothing is written, and the batch goes the careful way. Returns
+-- the finished items. The columns written are those of rules.committed_columns and
+-- rules.job_committed_columns, the one rule of the commit.
 WITH u AS (
-    SELECT u.*, kirim_now(u.now) AS at
+    SELECT u.*, kirim_now(u.now) AS at, won.id AS won
     FROM unnest(
         %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
         %(i_now)s::float8[], %(i_request_id)s::text[], %(i_outcome)s::text[],
@@ -216,6 +217,12 @@ WITH u AS (
     ) AS u (delivery_id, job_id, token, now, request_id, outcome, outcome_message_id,
         outcome_error, completed_at, status, message_id, error, reason, job_status,
         run_at, delay)
+    -- a success of the delivery's, looked up by index per item (LIMIT 1: never a scan)
+    LEFT JOIN LATERAL (
+        SELECT s.id FROM kirim_attempts s
+        WHERE s.delivery_id = u.delivery_id AND s.status = 'succeeded' AND u.status <> 'sent'
+        LIMIT 1
+    ) won ON true
 ),
 j AS (
     UPDATE kirim_jobs j
@@ -227,11 +234,10 @@ j AS (
       AND j.status = 'running' AND j.id = ANY (%(i_job_id)s::bigint[])
       AND EXISTS (SELECT 1 FROM kirim_deliveries x
                   WHERE x.id = u.delivery_id AND x.claim_token = u.token
-                    AND x.status = 'processing')
+                    AND x.status = 'processing'
+                    AND x.id = ANY (%(i_delivery_id)s::bigint[]))
       -- a success recorded by any attempt outranks a failure: then the careful way
-      AND (u.status = 'sent' OR NOT EXISTS (SELECT 1 FROM kirim_attempts s
-                                           WHERE s.delivery_id = u.delivery_id
-                                             AND s.status = 'succeeded'))
+      AND (u.status = 'sent' OR u.won IS NULL)
     RETURNING j.id, j.delivery_id
 ),
 d AS (
