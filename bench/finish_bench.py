@@ -26,8 +26,8 @@ BATCH = 256
 
 async def measure(url: str, notifications: int) -> dict[str, Any]:
     import psycopg
-
     from fresh_db import fresh_postgres
+
     from kirim.keys import canonical_json, payload_hash
     from kirim.model import AttemptStatus, DeliveryStatus
     from kirim.store.base import AttemptOutcome, Finish, Intent, NewDelivery
