@@ -16,6 +16,7 @@ from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, NewDelivery
 from kirim.store.postgres import PostgresStore
 from kirim.store.postgres.driver import Q
+from kirim.store.transitions import FenceRaced
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
 
@@ -247,7 +248,7 @@ async def test_a_finish_whose_lease_was_lost_writes_nothing(
 
 
 async def test_a_takeover_inside_the_statement_aborts_it(
-    database_url: str, store: PostgresStore, sent: list[str]
+    database_url: str, store: PostgresStore, sent: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The delivery is taken over after the statement wrote the job and before it
     reaches the delivery (a transaction holds the delivery's row and commits a new
@@ -272,10 +273,22 @@ async def test_a_takeover_inside_the_statement_aborts_it(
             (c.delivery.id,),
         )
         sent.clear()
+        raced: list[BaseException] = []
+        alone = store.driver.run_alone
+
+        async def watched(op: Any) -> Any:
+            try:
+                return await alone(op)
+            except FenceRaced as exc:
+                raced.append(exc)
+                raise
+
+        monkeypatch.setattr(store.driver, "run_alone", watched)
         finishing = asyncio.create_task(store.finish([finish]))
         await _waits_for_a_row_lock(other, finishing)
         await other.commit()
     [result] = await finishing
+    assert len(raced) == 1  # the statement had written the job, and aborted
     assert not result.committed
     assert sent[:2] == ["finish_fenced", "lock_jobs"]  # aborted, then the careful way
     found = await rows(store)
@@ -290,10 +303,12 @@ async def _waits_for_a_row_lock(
     conn: psycopg.AsyncConnection[Any], task: asyncio.Task[Any]
 ) -> None:
     """Until another session waits for a lock that ``conn`` holds (the statement stands
-    at the delivery's row), or ``task`` ended (it did not wait: the test fails)."""
+    at the delivery's row), or ``task`` ended (it did not wait: the test fails). Polls
+    for the wait itself: no time is assumed."""
     while not task.done():
         cur = await conn.execute(
-            "SELECT count(*) FROM pg_locks w WHERE NOT w.granted AND w.pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))"
         )
         found = await cur.fetchone()
         if found is not None and found[0] > 0:
