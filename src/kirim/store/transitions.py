@@ -598,9 +598,10 @@ def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
 
 
 class FenceRaced(Exception):
-    """A fenced finish wrote a job whose delivery failed its fence in the same statement
-    (another job's claim took the delivery over meanwhile): the statement was aborted,
-    nothing was written; the batch goes the careful way (``finish``)."""
+    """A fenced finish wrote a job whose delivery then failed its fence in the same
+    statement (changed meanwhile by a writer that did not wait for the job's lock; none
+    does today: docs/design.md, "Lock order"): the statement aborted itself, nothing was
+    written; the batch goes the careful way (``finish``)."""
 
 
 def fenceable(it: Finish) -> bool:
