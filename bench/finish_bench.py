@@ -6,7 +6,8 @@ throw-away database, then finishes each batch (every delivery sent by its own
 success: the plain, common finish) and reports, for the finishes alone: the named
 statements sent per batch, the explicit transactions per batch, and the WAL bytes
 per delivery (``pg_current_wal_lsn`` before and after: server-wide, so the lowest of
-several runs is the closest to kirim's own). One JSON object. Run it on two
+several runs is the closest to kirim's own), and the finishes' wall time per delivery.
+One JSON object. Run it on two
 checkouts (``PYTHONPATH=<checkout>/src``) to compare them.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 import sys
 from pathlib import Path
 from typing import Any
@@ -107,10 +109,12 @@ async def measure(url: str, notifications: int) -> dict[str, Any]:
         lsn = (await (await conn.execute("SELECT pg_current_wal_lsn()")).fetchone())[0]
         psycopg.AsyncCursor.execute = counted  # type: ignore[method-assign]
         psycopg.AsyncConnection.transaction = counted_tx  # type: ignore[method-assign]
+        started = time.perf_counter()
         try:
             for batch in batches:
                 results = await store.finish(batch)
                 assert all(r.committed for r in results)
+            seconds = time.perf_counter() - started
         finally:
             psycopg.AsyncCursor.execute = execute  # type: ignore[method-assign]
             psycopg.AsyncConnection.transaction = transaction  # type: ignore[method-assign]
@@ -124,6 +128,7 @@ async def measure(url: str, notifications: int) -> dict[str, Any]:
         "statements_per_batch": statements / len(batches),
         "transactions_per_batch": transactions / len(batches),
         "finish_wal_bytes_per_delivery": round(wal / done),
+        "finish_us_per_delivery": round(seconds / done * 1e6, 1),
     }
 
 

@@ -489,7 +489,7 @@ async def test_mutation_unfenced_finish_is_caught(
     from pg import fresh_database
 
     unfenced = Q["finish_fenced"]
-    for fence in ("j.lease_token = u.token", "x.claim_token = u.token", "d.claim_token = u.token"):
+    for fence in ("j.lease_token = u.token", "d.claim_token = u.token"):
         assert fence in unfenced
         unfenced = unfenced.replace(fence, "true")
     monkeypatch.setitem(Q, "finish_fenced", unfenced)
