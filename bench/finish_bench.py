@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
