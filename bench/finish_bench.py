@@ -2,7 +2,7 @@
 
 ``python bench/finish_bench.py --database postgresql://… [--notifications 5000]``
 enqueues, claims (batches of 256) and writes the intents of the notifications on a
-throw-away database, then finishes each batch (every delivery sent by its own
+throw-away database (dropped after), then finishes each batch (every delivery sent by its own
 success: the plain, common finish) and reports, for the finishes alone: the named
 statements sent per batch, the explicit transactions per batch, and the WAL bytes
 per delivery (``pg_current_wal_lsn`` before and after: server-wide, so the lowest of
@@ -121,6 +121,8 @@ async def measure(url: str, notifications: int) -> dict[str, Any]:
         cur = await conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,))
         wal = float((await cur.fetchone())[0])
     await store.close()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as admin:
+        await admin.execute("DROP DATABASE IF EXISTS kirim_finish_bench")
     done = sum(len(b) for b in batches)
     return {
         "deliveries": done,
