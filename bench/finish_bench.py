@@ -1,14 +1,14 @@
-"""What the finish of a batch costs PostgreSQL: statements, transactions, WAL.
+"""What the finish of a batch costs PostgreSQL: statements, transactions, time, WAL.
 
 ``python bench/finish_bench.py --database postgresql://… [--notifications 5000]``
 enqueues, claims (batches of 256) and writes the intents of the notifications on a
-throw-away database (dropped after), then finishes each batch (every delivery sent by its own
-success: the plain, common finish) and reports, for the finishes alone: the named
-statements sent per batch, the explicit transactions per batch, and the WAL bytes
-per delivery (``pg_current_wal_lsn`` before and after: server-wide, so the lowest of
-several runs is the closest to kirim's own), and the finishes' wall time per delivery.
-One JSON object. Run it on two
-checkouts (``PYTHONPATH=<checkout>/src``) to compare them.
+throw-away database (dropped after), then finishes each batch (every delivery sent
+by its own success: the plain, common finish) and reports, for the finishes alone:
+the named statements sent per batch, the explicit transactions per batch, the wall
+time per delivery, and the WAL bytes per delivery (``pg_current_wal_lsn`` before and
+after: server-wide, so the lowest of several runs is the closest to kirim's own).
+One JSON object. Run it on two checkouts (``PYTHONPATH=<checkout>/src``) to compare
+them.
 """
 
 from __future__ import annotations
