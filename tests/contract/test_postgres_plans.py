@@ -105,6 +105,32 @@ STATEMENTS: dict[str, tuple[dict[str, Any], set[str]]] = {
         },
         {"kirim_deliveries"},
     ),
+    "finish_fenced": (
+        {
+            "items": [
+                {
+                    "delivery_id": i,
+                    "job_id": i,
+                    "token": "t",
+                    "now": 2.0,
+                    "request_id": f"q-{i}",
+                    "outcome": "failed_transient" if i % 2 else "succeeded",
+                    "outcome_message_id": None if i % 2 else f"m-{i}",
+                    "outcome_error": "e" if i % 2 else None,
+                    "completed_at": 2.0,
+                    "status": "pending" if i % 2 else "sent",
+                    "message_id": None if i % 2 else f"m-{i}",
+                    "error": "e" if i % 2 else None,
+                    "reason": None,
+                    "job_status": "retry_scheduled" if i % 2 else "completed",
+                    "run_at": None,
+                    "delay": 5.0 if i % 2 else None,
+                }
+                for i in BATCH
+            ]
+        },
+        {"kirim_deliveries", "kirim_jobs", "kirim_attempts"},
+    ),
     "extend_leases": (
         {"items": [{"job_id": i, "delivery_id": i, "token": "t"} for i in BATCH], "until": 2.0},
         {"kirim_jobs"},

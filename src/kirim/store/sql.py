@@ -73,10 +73,12 @@ class Driver(Protocol):
     dialect: str
     url: str
     time: StoreTime
-    #: optional capabilities: LISTEN/NOTIFY wake-ups, and operations inside the
-    #: application's own transaction (PostgreSQL's)
+    #: optional capabilities: LISTEN/NOTIFY wake-ups, operations inside the
+    #: application's own transaction, and the plain finish as one fenced statement on
+    #: its own (PostgreSQL's)
     listens: bool
     enqueues_in: bool
+    finishes_fenced: bool
 
     async def open(self) -> None: ...
 
@@ -111,6 +113,14 @@ class EnqueuingIn(Protocol):
     async def run_in(self, conn: Any, op: Operation[T]) -> T: ...
 
 
+class FinishingFenced(Protocol):
+    """A driver that ``finishes_fenced``: an operation of one statement, atomic on its
+    own, run outside any transaction (one round trip); ``transitions.FenceRaced`` when
+    the statement aborted itself (``finish_fenced``)."""
+
+    async def run_alone(self, op: Operation[T]) -> T: ...
+
+
 class SQLStore:
     """Every store operation, on the database of ``driver``."""
 
@@ -120,6 +130,7 @@ class SQLStore:
         self.url = driver.url
         self.listens = driver.listens
         self.enqueues_in = driver.enqueues_in
+        self.finishes_fenced = driver.finishes_fenced
         self.time: StoreTime = driver.time
 
     async def _op(self, op: Operation[T]) -> T:
@@ -193,9 +204,22 @@ class SQLStore:
         return done
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
+        """Where the driver ``finishes_fenced``, the fenceable items first in one fenced
+        statement (``transitions.finish_fenced``); the others, and those whose fence
+        failed, the careful way, in a transaction of their own (``transitions.finish``)."""
         if not items:
             return []
-        return await self._op(transitions.finish(items))
+        if not self.finishes_fenced or not any(map(transitions.fenceable, items)):
+            return await self._op(transitions.finish(items))
+        fenced: list[FinishResult | None]
+        try:
+            driver = cast(FinishingFenced, self.driver)
+            fenced = await driver.run_alone(transitions.finish_fenced(items))
+        except transitions.FenceRaced:  # nothing was written: every item the careful way
+            fenced = [None] * len(items)
+        rest = [it for it, done in zip(items, fenced, strict=True) if done is None]
+        careful = iter(await self._op(transitions.finish(rest)) if rest else ())
+        return [done if done is not None else next(careful) for done in fenced]
 
     async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
         return await self._op(transitions.reap(now, in_commit))

@@ -53,7 +53,7 @@ from kirim.store.base import (
 )
 from kirim.store.recipients import preferences_from
 from kirim.store.rows import Row, attempt_from, delivery_from, evolve, job_from, job_of
-from kirim.store.sequence import TIME, Group, Operation, Query
+from kirim.store.sequence import TIME, At, Group, Now, Operation, Query
 
 LATE = FinishResult(
     committed=False,
@@ -608,6 +608,89 @@ def finish(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
     return out
 
 
+class FenceRaced(Exception):
+    """A fenced finish wrote a job whose delivery then failed its fence in the same
+    statement (changed meanwhile by a writer that did not wait for the job's lock; none
+    does today: docs/design.md, "Lock order"): the statement aborted itself, nothing was
+    written; the batch goes the careful way (``finish``)."""
+
+
+def fenceable(it: Finish) -> bool:
+    """A finish the one fenced statement may write (``finish_fenced``): sent by its own
+    success (or with no request), failed, or scheduled again, with no doubt decision,
+    no refund and no feed message. What the careful way would still check (the claim's
+    token on the delivery and the job, a success of another attempt outranking a
+    failure) is the statement's fence; any other finish goes the careful way."""
+    if it.doubt is not None or it.refund_attempt or it.feed is not None:
+        return False
+    if it.delivery_status is DeliveryStatus.SENT:
+        return rules.plain(it)
+    return it.delivery_status in (DeliveryStatus.FAILED, DeliveryStatus.PENDING) and (
+        it.attempt is None or it.attempt.status is not AttemptStatus.SUCCEEDED
+    )
+
+
+def finish_fenced(items: Sequence[Finish]) -> Operation[list[FinishResult | None]]:
+    """``finish`` of the fenceable items (``fenceable``; each delivery once in the
+    batch) in one statement that writes each only where its claim's token still holds
+    on its job and its delivery, with no lock taken before (PostgreSQL's
+    ``finish_fenced``, run on its own: one round trip). None for an item it did not
+    write (not fenceable, or its fence failed): ``finish`` decides it, the careful way,
+    in a transaction of its own.
+
+    The statement writes what ``_finish_plain`` writes for a claim that holds
+    (``rules.committed_columns``, ``rules.job_committed_columns``)."""
+    once = _once(items)
+    chosen = [it for it in items if it.delivery_id in once and fenceable(it)]
+    out: list[FinishResult | None] = [None] * len(items)
+    if not chosen:
+        return out
+    first = yield Now(chosen[0].now)
+    at = None if first is None else (yield TIME)
+    # in job id order: the order the statement's plans update them in (lock order)
+    chosen.sort(key=lambda it: it.job_id)
+    rows = yield Query("finish_fenced", {"items": [_fenced(it, at) for it in chosen]})
+    done = {int(r["delivery_id"]) for r in rows}
+    for i, it in enumerate(items):
+        if it.delivery_id in done:  # each delivery is once among those chosen
+            # the fence held on a delivery processing under the claim: the edge written
+            machine.check(
+                it.delivery_id, "processing", str(it.delivery_status), "store.transitions"
+            )
+            out[i] = FinishResult(
+                committed=True,
+                delivery_status=it.delivery_status,
+                job_status=it.job_status,
+                doubt=None,
+                error=it.error,
+            )
+    return out
+
+
+def _fenced(it: Finish, at: At | None) -> dict[str, Any]:
+    """One item of ``finish_fenced``: its fence, its outcome and what it writes (``now``
+    None: the statement reads the database's clock, ``kirim_now``)."""
+    outcome = it.attempt
+    return {
+        "delivery_id": it.delivery_id,
+        "job_id": it.job_id,
+        "token": it.token,
+        "now": None if at is None else at(it.now),
+        "request_id": None if outcome is None else outcome.provider_request_id,
+        "outcome": None if outcome is None else str(outcome.status),
+        "outcome_message_id": None if outcome is None else outcome.provider_message_id,
+        "outcome_error": None if outcome is None else outcome.error,
+        "completed_at": None if outcome is None else outcome.completed_at,
+        "status": str(it.delivery_status),
+        "message_id": it.provider_message_id,
+        "error": it.error,
+        "reason": it.reason,
+        "job_status": str(it.job_status),
+        "run_at": it.run_at,
+        "delay": it.delay,
+    }
+
+
 def _feed_messages(items: Sequence[Finish], results: Sequence[FinishResult]) -> list[FeedMessage]:
     """The feed messages of the finishes that left their delivery sent, one per key."""
     found: dict[tuple[str, str], FeedMessage] = {}
@@ -1150,12 +1233,15 @@ __all__ = [
     "KEEP_CALLBACKS",
     "LATE",
     "STALE",
+    "FenceRaced",
     "Ledger",
     "apply_kept",
     "cancel",
     "claim",
     "confirm",
+    "fenceable",
     "finish",
+    "finish_fenced",
     "heartbeat",
     "reap",
     "reconcile",

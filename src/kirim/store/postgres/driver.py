@@ -97,6 +97,8 @@ async def together(cur: Cursor, steps: Group) -> list[Any]:
 
 
 _NOW = Query("store_now", {"now": None})
+#: what the error of a fenced finish that aborted itself names (``run_alone``)
+RACED = "kirim_fence_raced"
 
 
 async def drive(op: Operation[T], cur: Cursor, time: StoreTime) -> T:
@@ -144,6 +146,7 @@ class PostgresDriver:
     dialect = "postgres"
     listens = True
     enqueues_in = True
+    finishes_fenced = True
 
     def __init__(
         self,
@@ -258,6 +261,21 @@ class PostgresDriver:
         False), in autocommit: one round trip."""
         async with self.cursor(transaction=write or snapshot) as cur:
             return await drive(op, cur, self.time)
+
+    async def run_alone(self, op: Operation[T]) -> T:
+        """Run ``op``, one statement atomic on its own, in autocommit: one round trip.
+        A statement that aborted itself because a fence it had passed on one row failed
+        on the next (``finish_fenced``: an error naming ``kirim_fence_raced``) raises
+        ``FenceRaced``: it wrote nothing."""
+        from kirim.store.transitions import FenceRaced
+
+        async with self.cursor(transaction=False) as cur:
+            try:
+                return await drive(op, cur, self.time)
+            except psycopg.errors.InvalidTextRepresentation as exc:
+                if RACED not in str(exc):
+                    raise
+                raise FenceRaced(str(exc)) from exc
 
     def committed(self, intents: Sequence[Intent], done: Sequence[bool]) -> None:
         self.ledger.committed(intents, done)

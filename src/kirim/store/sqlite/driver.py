@@ -155,9 +155,11 @@ class SQLiteDriver:
     """Runs operations on one SQLite file (``sqlite:///kirim.db``)."""
 
     dialect = "sqlite"
-    #: no LISTEN/NOTIFY (a worker polls), no enqueue in a caller's transaction
+    #: no LISTEN/NOTIFY (a worker polls), no enqueue in a caller's transaction, and the
+    #: careful finish only (one transaction holds the database's write lock anyway)
     listens = False
     enqueues_in = False
+    finishes_fenced = False
 
     def __init__(
         self,

@@ -191,3 +191,88 @@ WHERE d.id = u.delivery_id AND d.claim_token = u.token
 -- name: notify
 -- Wake the workers that listen (delivered at commit).
 SELECT pg_notify('kirim_jobs', '');
+
+-- name: finish_fenced
+-- The plain finish of a batch (transitions.finish_fenced), one statement on its own
+-- (autocommit: one round trip, no explicit row lock): each item's job, then its
+-- delivery, then its attempt, each written only where the claim's token still holds on
+-- both rows (the statement's own row locks: UPDATE waits for a concurrent writer and
+-- checks the fence again on the row it left). Every job is updated before any delivery
+-- (the ARRAY below is computed first), every delivery before any attempt: the lock
+-- order of every transaction; the items come in job id order (docs/design.md, "Lock
+-- order"). A job written whose delivery then failed its fence (its claim not the
+-- job's lease: changed by a writer that did not wait for the job) aborts the whole
+-- statement with an error naming kirim_fence_raced: nothing is written, and the batch
+-- goes the careful way. Returns the finished items. The columns written are those of rules.committed_columns and
+-- rules.job_committed_columns, the one rule of the commit.
+WITH u AS (
+    SELECT u.*, kirim_now(u.now) AS at, won.id AS won
+    FROM unnest(
+        %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
+        %(i_now)s::float8[], %(i_request_id)s::text[], %(i_outcome)s::text[],
+        %(i_outcome_message_id)s::text[], %(i_outcome_error)s::text[],
+        %(i_completed_at)s::float8[], %(i_status)s::text[], %(i_message_id)s::text[],
+        %(i_error)s::text[], %(i_reason)s::text[], %(i_job_status)s::text[],
+        %(i_run_at)s::float8[], %(i_delay)s::float8[]
+    ) AS u (delivery_id, job_id, token, now, request_id, outcome, outcome_message_id,
+        outcome_error, completed_at, status, message_id, error, reason, job_status,
+        run_at, delay)
+    -- a success of the delivery's, looked up by index per item (LIMIT 1: never a scan)
+    LEFT JOIN LATERAL (
+        SELECT s.id FROM kirim_attempts s
+        WHERE s.delivery_id = u.delivery_id AND s.status = 'succeeded' AND u.status <> 'sent'
+        LIMIT 1
+    ) won ON true
+),
+j AS (
+    UPDATE kirim_jobs j
+    SET status = u.job_status, run_at = COALESCE(u.run_at, u.at + u.delay, j.run_at),
+        last_error = u.error, lease_owner = NULL, lease_token = NULL,
+        lease_expires_at = NULL, updated_at = u.at
+    FROM u
+    WHERE j.id = u.job_id AND j.delivery_id = u.delivery_id AND j.lease_token = u.token
+      AND j.status = 'running' AND j.id = ANY (%(i_job_id)s::bigint[])
+      -- a success recorded by any attempt outranks a failure: then the careful way
+      AND (u.status = 'sent' OR u.won IS NULL)
+    RETURNING j.id, j.delivery_id
+),
+d AS (
+    UPDATE kirim_deliveries d
+    SET status = u.status, doubt = NULL, claim_token = NULL, claimed_by = NULL,
+        claim_expires_at = NULL,
+        provider_message_id = COALESCE(u.message_id, d.provider_message_id),
+        last_error = u.error,
+        sent_at = CASE WHEN u.status = 'sent' THEN u.at ELSE d.sent_at END,
+        reason = COALESCE(u.reason, d.reason), updated_at = u.at
+    FROM u
+    WHERE d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+      AND d.id = ANY (ARRAY(SELECT j.delivery_id FROM j))
+    RETURNING d.id, d.provider_message_id
+),
+a AS (
+    UPDATE kirim_attempts a
+    SET status = u.outcome,
+        provider_message_id = COALESCE(u.outcome_message_id, a.provider_message_id),
+        error = u.outcome_error, completed_at = u.completed_at
+    FROM u
+    WHERE a.provider_request_id = u.request_id AND a.delivery_id = u.delivery_id
+      AND a.status IN ('requested', 'unknown')
+      AND a.provider_request_id = ANY (ARRAY(
+          SELECT f.request_id FROM u f JOIN d ON d.id = f.delivery_id
+          WHERE f.request_id IS NOT NULL))
+    RETURNING a.delivery_id, a.provider_message_id
+),
+m AS (
+    INSERT INTO kirim_message_ids (delivery_id, message_id)
+    SELECT x.id, x.message_id
+    FROM (SELECT d.id, d.provider_message_id AS message_id FROM d
+          UNION SELECT a.delivery_id, a.provider_message_id FROM a) x
+    WHERE x.message_id IS NOT NULL
+    ORDER BY x.id, x.message_id
+    ON CONFLICT DO NOTHING
+)
+SELECT j.id AS job_id, j.delivery_id,
+       CASE WHEN n.jobs <> n.deliveries
+            THEN CAST('kirim_fence_raced: ' || n.jobs - n.deliveries || ' of ' || n.jobs AS int)
+       END AS raced
+FROM j, (SELECT (SELECT count(*) FROM j) AS jobs, (SELECT count(*) FROM d) AS deliveries) n;
