@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_topics import _expander
 
 from http_kit import Api, api_on
 from kirim.channels import Channel
@@ -23,12 +24,10 @@ from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.errors import InvalidNotification
 from kirim.notify.types import parse_type
-from kirim.observe.logging import get_logger
 from kirim.providers.inbox import InboxProvider
 from kirim.runs import RunStatus
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.topics import TopicEvent
-from kirim.worker.topics import TopicExpander
 from pg import fresh_database
 
 ESCALATE = parse_type(
@@ -244,20 +243,6 @@ async def test_a_workflow_type_goes_to_a_topic_as_runs(api: Api) -> None:
     assert after[("t2", "u1")] is RunStatus.WAITING
 
 
-def _expander(kirim: Kirim) -> TopicExpander:
-    """A topic expander that fans out one subscriber per batch."""
-    return TopicExpander(
-        kirim.store,
-        kirim.plan_topic_batch,
-        worker_id="w1",
-        clock=kirim.clock,
-        lease=30.0,
-        poll_interval=1.0,
-        log=get_logger(worker_id="w1"),
-        batch=1,
-    )
-
-
 @pytest.mark.parametrize("via", ["library", "event", "topic"])
 async def test_a_cancellation_during_a_fan_out_cancels_its_later_runs(api: Api, via: str) -> None:
     """A cancelling event committed while a workflow type's topic event still fans out
@@ -268,7 +253,7 @@ async def test_a_cancellation_during_a_fan_out_cancels_its_later_runs(api: Api, 
         await kirim.subscribe("orders", who)
     await kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
     await kirim.notify_topic("escalate", "orders", {"order_id": "o2"}, event_id="t2")
-    expander = _expander(kirim)
+    expander = _expander(kirim, batch=1)
     data = {"order_id": "o1"}
     canceled: list[int] = []
 
@@ -333,7 +318,7 @@ async def test_a_cancellation_waits_for_the_batch_under_way(
         return answer
 
     monkeypatch.setattr(pg_driver, "execute", pausing)
-    expander = _expander(kirim)
+    expander = _expander(kirim, batch=1)
 
     async def arm(event: TopicEvent, batch: Sequence[str]) -> None:
         armed[0] = event.batches == 1  # u2's batch

@@ -13,17 +13,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_topics import _expander
 
 from kirim.channels import Channel, OnUnknown
 from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.notify.types import parse_type
-from kirim.observe.logging import get_logger
 from kirim.runs import RunStatus
 from kirim.store.retention import PruneResult
 from kirim.testing import FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
-from kirim.worker.topics import TopicExpander
 
 DAY = 86_400.0
 KEEP, KEYS = 30 * DAY, 365 * DAY
@@ -209,19 +208,6 @@ async def test_a_canceled_run_that_comes_back_is_kept(
         assert await app.get_run(run_id) is None
     finally:
         await app.close()
-
-
-def _expander(app: Kirim, batch: int = 2) -> TopicExpander:
-    return TopicExpander(
-        app.store,
-        app.plan_topic_batch,
-        worker_id="w1",
-        clock=app.clock,
-        lease=30.0,
-        poll_interval=1.0,
-        log=get_logger(worker_id="w1"),
-        batch=batch,
-    )
 
 
 async def test_a_topic_event_done_goes_and_given_again_fans_out_nothing(
