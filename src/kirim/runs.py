@@ -98,7 +98,8 @@ def run_key(type: str, event_id: str, recipient_id: str) -> str:
 
 def digest_stream(type: str, recipient_id: str, value: str) -> str:
     """A digest step's stream: sha256 of ``rundigest:{type}:{recipient}:{value}``
-    (``value``: the event's data at the step's key, empty for ``"recipient"``)."""
+    (``value``: the event's data at the step's key, empty for ``"recipient"``, with the
+    run's cancellation value beside it when it has one: ``store.run_digests._value``)."""
     text = f"rundigest:{_part(type)}:{_part(recipient_id)}:{_part(value)}"
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -34,8 +34,8 @@ Each step is a table with exactly one of ``send``, ``delay``, ``branch`` or ``di
   of one recipient (and, with ``key = FIELD``, one value of the event's data field)
   that reach the step within a window are gathered: the oldest goes on, its later
   sends rendered with ``events`` and ``count``; the others end ``joined``. At most one
-  per type, a send step after it; with ``cancel_on``, its key is ``"recipient"`` or
-  the ``cancel_key``.
+  per type, a send step after it; with ``cancel_on``, a window also holds only runs of
+  one ``cancel_key`` value (``kirim.store.run_digests``).
 
 Everything is checked when the type is made: a ``ConfigError`` names the step.
 """

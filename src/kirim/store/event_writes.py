@@ -183,7 +183,7 @@ def _cancel_fan_outs(cancels: Sequence[CancelBy], given: float) -> Operation[Non
 
 
 def _value_of(data_json: str, key: str) -> str | None:
-    """The cancellation value of an event's data (``workflows.cancel_value``)."""
+    """The cancellation value of an event's stored data (``runs.cancel_value``)."""
     try:
         data = json.loads(data_json)
     except ValueError:

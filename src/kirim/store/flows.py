@@ -345,6 +345,7 @@ def advance(
             yield from record(skipped, StepOutcome.SKIPPED, f"branch {step.name} was false")
         cursor = target
     runs.check(run_id, str(run.status), str(status), "advance")
+    run_why = why_now if status is RunStatus.WAITING else _ended(recorded)
     yield Query(
         "update_run",
         {
@@ -352,7 +353,7 @@ def advance(
             "status": str(status),
             "cursor": cursor,
             "next_at": next_at,
-            "why": why_now if status is RunStatus.WAITING else _ended(recorded),
+            "why": run_why,
             "claim_token": None,
             "claimed_by": None,
             "claim_expires_at": None,
@@ -363,7 +364,7 @@ def advance(
     after = replace(
         run,
         status=status,
-        why=why_now if status is RunStatus.WAITING else _ended(recorded),
+        why=run_why,
         cursor=cursor,
         next_at=next_at,
         claim_token=None,

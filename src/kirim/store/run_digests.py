@@ -102,6 +102,8 @@ def cancel_check(run: Run) -> Operation[str | None]:
     gathered into that one's digest already), else None."""
     if run.status is not RunStatus.WAITING:
         return None
+    if run.unreadable is None and not any(isinstance(s, Digest) for s in run.steps):
+        return None  # no digest step: never a member (a newer kirim's steps: look)
     rows = yield Query("run_digest_member", {"run_id": run.id})
     if not rows:
         return None
