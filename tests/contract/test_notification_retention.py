@@ -360,6 +360,7 @@ def test_the_result_keeps_its_keys_and_adds_the_layers() -> None:
         *("digests", "digest_events", "digest_events_expired", "throttle_expired"),
         "feed_items",
         *("runs", "run_steps", "topic_events", "subscriptions", "record_tombstones_expired"),
+        "run_digests",
     ]
     for name in keys[7:]:
         one = PruneResult(**{name: 1})

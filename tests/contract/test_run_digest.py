@@ -308,11 +308,20 @@ async def test_prune_takes_the_members_with_their_runs_and_the_empty_windows(
     await drain(app)
     assert count(database_url, "kirim_run_digests") == 3
     clock.advance(86_400 * 40)  # the sends' deliveries at rest long ago
+    would = await app.store.prune(  # type: ignore[attr-defined]
+        now=clock.now(), keep=60.0, keys=86_400.0 * 365, limit=500, dry_run=True
+    )
     done = await app.store.prune(  # type: ignore[attr-defined]
         now=clock.now(), keep=60.0, keys=86_400.0 * 365, limit=500, dry_run=False
     )
     # the first window's two runs go (the second's holder keeps the newest delivery)
     assert done.runs == 3
+    # the first window goes with them, and the result says so; --dry-run counts it too,
+    # at most, as it counts the runs (here the second window's holder, whose newest
+    # delivery stays, is counted as going: so is its window)
+    assert done.run_digests == 1
+    assert done.as_dict()["run_digests"] == 1
+    assert (would.runs, would.run_digests) == (4, 2)
     assert count(database_url, "kirim_run_digest_members") == 2
     assert count(database_url, "kirim_run_digests") == 2
     assert (await app.must_get_run(open_run)).status is RunStatus.WAITING

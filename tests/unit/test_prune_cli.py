@@ -165,5 +165,7 @@ def test_the_summary_names_runs_and_topic_rows_only_when_there_were_any() -> Non
         "; 2 runs (5 steps), 0 topic events, 1 ended subscription, "
         "0 expired run or topic event keys"
     )
+    windows = summary(PruneResult(runs=2, run_steps=5, run_digests=1))
+    assert "; 2 runs (5 steps, 1 digest window), 0 topic events" in windows
     both = summary(PruneResult(feed_items=1, topic_events=3, dry_run=True))
     assert "1 feed message; 0 runs (0 steps), 3 topic events" in both

@@ -60,13 +60,15 @@ def _records_line(result: PruneResult) -> str:
     """Workflow runs, topic events, subscriptions and their tombstones, when any."""
     if not (
         result.runs
+        or result.run_digests
         or result.topic_events
         or result.subscriptions
         or result.record_tombstones_expired
     ):
         return ""
+    windows = f", {plural(result.run_digests, 'digest window')}" if result.run_digests else ""
     return (
-        f"; {plural(result.runs, 'run')} ({plural(result.run_steps, 'step')}), "
+        f"; {plural(result.runs, 'run')} ({plural(result.run_steps, 'step')}{windows}), "
         f"{plural(result.topic_events, 'topic event')}, "
         f"{plural(result.subscriptions, 'ended subscription')}, "
         f"{plural(result.record_tombstones_expired, 'expired run or topic event key')}"

@@ -128,6 +128,8 @@ class PruneResult:
     #: workflow runs over, with their steps (``kirim.store.retention_records``)
     runs: int = 0
     run_steps: int = 0
+    #: the runs' digest windows (a workflow's digest step) whose members all went
+    run_digests: int = 0
     #: topic events fully fanned out, and subscriptions ended (unsubscribed)
     topic_events: int = 0
     subscriptions: int = 0
@@ -153,6 +155,7 @@ class PruneResult:
             feed_items=self.feed_items + other.feed_items,
             runs=self.runs + other.runs,
             run_steps=self.run_steps + other.run_steps,
+            run_digests=self.run_digests + other.run_digests,
             topic_events=self.topic_events + other.topic_events,
             subscriptions=self.subscriptions + other.subscriptions,
             record_tombstones_expired=self.record_tombstones_expired
@@ -173,6 +176,7 @@ class PruneResult:
             or self.feed_items
             or self.runs
             or self.run_steps
+            or self.run_digests
             or self.topic_events
             or self.subscriptions
             or self.record_tombstones_expired
@@ -197,6 +201,7 @@ class PruneResult:
             "topic_events": self.topic_events,
             "subscriptions": self.subscriptions,
             "record_tombstones_expired": self.record_tombstones_expired,
+            "run_digests": self.run_digests,
         }
 
 
@@ -289,6 +294,7 @@ def prune(
             feed_items=int(messages["n"]),
             runs=records.runs,
             run_steps=records.run_steps,
+            run_digests=records.run_digests,
             topic_events=records.topic_events,
             subscriptions=records.subscriptions,
             record_tombstones_expired=records.tombstones_expired,
@@ -323,6 +329,7 @@ def prune(
         feed_items=int(messages),
         runs=records.runs,
         run_steps=records.run_steps,
+        run_digests=records.run_digests,
         topic_events=records.topic_events,
         subscriptions=records.subscriptions,
         record_tombstones_expired=records.tombstones_expired,

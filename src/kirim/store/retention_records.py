@@ -46,6 +46,8 @@ class RecordsPruned:
 
     runs: int = 0
     run_steps: int = 0
+    #: digest windows of runs (workflows' digest step) whose members all went
+    run_digests: int = 0
     topic_events: int = 0
     subscriptions: int = 0
     #: tombstones of runs and topic events expired (``keys`` after their prune)
@@ -71,6 +73,7 @@ def prune_records(
         return RecordsPruned(
             runs=int(found["runs"]),
             run_steps=int(found["run_steps"]),
+            run_digests=int(found["run_digests"]),
             topic_events=int(found["topic_events"]),
             subscriptions=int(found["subscriptions"]),
             tombstones_expired=int(found["tombstones_expired"]),
@@ -98,6 +101,7 @@ def prune_records(
     return RecordsPruned(
         runs=runs,
         run_steps=steps,
+        run_digests=int(windows),
         topic_events=events,
         subscriptions=int(ended),
         tombstones_expired=int(runs_expired) + int(events_expired),

@@ -103,25 +103,30 @@ WHERE rowid IN (SELECT rowid FROM kirim_topic_event_tombstones
                 WHERE pruned_at < :before ORDER BY pruned_at LIMIT :limit);
 
 -- name: prune_count_records
--- delete now (at most: a run is counted whose deliveries are at rest and older than
--- the cut-off, but one of them may stay, and the run with it), and the tombstones of runs and topic events written before :forgotten.
+-- What a round would delete now, at most: the runs whose deliveries are at rest and
+-- older than the cut-off (one of those deliveries may stay, and its run with it; the
+-- runs that go are ``gone``) with their steps, the digest windows sealed or ended
+-- whose members all go, the topic events and subscriptions, and the tombstones of
+-- runs and topic events written before :forgotten.
+WITH gone AS (
+  SELECT r.id FROM kirim_runs r
+  WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled')
+    AND r.updated_at < :before
+    AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s
+                    JOIN kirim_deliveries d ON d.id = s.delivery_id
+                    WHERE s.run_id = r.id
+                      AND (d.status NOT IN ('sent', 'failed', 'canceled', 'delivered',
+                                            'bounced', 'suppressed')
+                           OR d.updated_at >= :before)))
 SELECT
-  (SELECT COUNT(*) FROM kirim_runs r
-   WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled') AND r.updated_at < :before
-     AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s
-                     JOIN kirim_deliveries d ON d.id = s.delivery_id
-                     WHERE s.run_id = r.id
-                       AND (d.status NOT IN ('sent', 'failed', 'canceled', 'delivered',
-                                             'bounced', 'suppressed')
-                            OR d.updated_at >= :before))) AS runs,
-  (SELECT COUNT(*) FROM kirim_run_steps x JOIN kirim_runs r ON r.id = x.run_id
-   WHERE r.next_at IS NULL AND r.status IN ('done', 'canceled') AND r.updated_at < :before
-     AND NOT EXISTS (SELECT 1 FROM kirim_run_steps s
-                     JOIN kirim_deliveries d ON d.id = s.delivery_id
-                     WHERE s.run_id = r.id
-                       AND (d.status NOT IN ('sent', 'failed', 'canceled', 'delivered',
-                                             'bounced', 'suppressed')
-                            OR d.updated_at >= :before))) AS run_steps,
+  (SELECT COUNT(*) FROM gone) AS runs,
+  (SELECT COUNT(*) FROM kirim_run_steps x WHERE x.run_id IN (SELECT id FROM gone))
+      AS run_steps,
+  (SELECT COUNT(*) FROM kirim_run_digests w
+   WHERE (w.sealed_at IS NOT NULL OR w.window_end < :before)
+     AND NOT EXISTS (SELECT 1 FROM kirim_run_digest_members m
+                     WHERE m.stream = w.stream AND m.window_start = w.window_start
+                       AND m.run_id NOT IN (SELECT id FROM gone))) AS run_digests,
   (SELECT COUNT(*) FROM kirim_topic_events e
    WHERE e.status = 'done' AND e.finished_at < :before
      AND e.id < (SELECT max(id) FROM kirim_topic_events)) AS topic_events,
