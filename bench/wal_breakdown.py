@@ -100,7 +100,7 @@ def breakdown(url: str, start: str, end: str, delivered: int) -> dict[str, Any]:
         total = int(conn.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end, start]).fetchone()[0])
         names = _relations(conn)
         stats = conn.execute(
-            "SELECT \"resource_manager/record_type\", count, record_size, fpi_size"
+            'SELECT "resource_manager/record_type", count, record_size, fpi_size'
             " FROM pg_get_wal_stats(%s, %s, true) WHERE count > 0"
             " ORDER BY combined_size DESC",
             [start, end],
@@ -219,7 +219,8 @@ def show(result: dict[str, Any], top: int) -> None:
         print(f"  {table:<40} {cell['bytes']:>8.1f} {cell['fpi_bytes']:>8.1f}")
     print("\nby record type: records, bytes, FPI bytes per delivery:")
     for row in result["by_record_type"]:
-        print(f"  {row['record']:<32} {row['records']:>6.2f} {row['bytes']:>8.1f} {row['fpi_bytes']:>8.1f}")
+        cells = f"{row['records']:>6.2f} {row['bytes']:>8.1f} {row['fpi_bytes']:>8.1f}"
+        print(f"  {row['record']:<32} {cells}")
     print(f"\nby relation and record (top {top}): records, bytes, FPI bytes per delivery:")
     for row in result["by_relation"][:top]:
         name = f"{row['relation']}  {row['record']}"

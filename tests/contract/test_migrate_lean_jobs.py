@@ -46,7 +46,7 @@ ORPHANS = (
 def _keys(url: str) -> list[tuple[str, str]]:
     """The attempts' foreign keys: (the column, the table it references)."""
     if _dialect(url) == "sqlite":
-        found = rows(url, "SELECT \"from\", \"table\" FROM pragma_foreign_key_list('kirim_attempts')")
+        found = rows(url, 'SELECT "from", "table" FROM pragma_foreign_key_list(\'kirim_attempts\')')
         return sorted((str(c), str(t)) for c, t in found)
     found = rows(
         url,
@@ -64,7 +64,10 @@ def test_postgres_attempts_name_their_job_without_a_key(database_url: str) -> No
     assert cli(database_url, "migrate").exit_code == 0
     indexes = _indexes(database_url)
     if _dialect(database_url) == "sqlite":
-        assert _keys(database_url) == [("delivery_id", "kirim_deliveries"), ("job_id", "kirim_jobs")]
+        assert _keys(database_url) == [
+            ("delivery_id", "kirim_deliveries"),
+            ("job_id", "kirim_jobs"),
+        ]
         assert "kirim_attempts_job" in indexes
     else:
         assert _keys(database_url) == []
