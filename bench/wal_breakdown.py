@@ -16,7 +16,9 @@ relation of its first block reference (``rel spc/db/relfilenode`` →
 ``pg_filenode_relation``), named as a table or an index of it. Records of other
 databases (a shared server) are counted apart, by the database of their block
 reference; records with no block reference (commits, running-xacts snapshots) cannot
-be told apart, and are named by their type.
+be told apart, and are counted as this database's (``own_record_bytes_per_delivery``:
+the records of this database and those of no relation, without FPI, the figure to
+compare between runs on a shared server).
 
 Full-page images (FPI) are counted apart everywhere: the first change of a page after
 a checkpoint logs the whole page, so they depend on when the server checkpoints, not
@@ -152,8 +154,13 @@ def breakdown(url: str, start: str, end: str, delivered: int) -> dict[str, Any]:
         table = str(row["relation"]).split(".")[0].removesuffix(" (toast)")
         tables[table][0] += float(row["bytes"])
         tables[table][1] += float(row["fpi_bytes"])
+    own = {t: cell for t, cell in tables.items() if t != "(other databases)"}
     return {
         "wal_bytes_per_delivery": round(total / per, 1),
+        # this database's records (and those of no relation: commits), without FPI: the
+        # figure to compare between runs on a shared server
+        "own_record_bytes_per_delivery": round(sum(b for b, _ in own.values()), 1),
+        "own_fpi_bytes_per_delivery": round(sum(f for _, f in own.values()), 1),
         "record_bytes_per_delivery": round(summed / per, 1),
         "fpi_bytes_per_delivery": round(sum(float(r["fpi_bytes"]) for r in by_type), 1),
         "headers_and_alignment_per_delivery": round((total - summed) / per, 1),
@@ -213,6 +220,11 @@ def show(result: dict[str, Any], top: int) -> None:
         f"(records {result['record_bytes_per_delivery']:,}, of which FPI "
         f"{result['fpi_bytes_per_delivery']:,}; page headers and alignment "
         f"{result['headers_and_alignment_per_delivery']:,})"
+    )
+    print(
+        f"this database's records (and commits), without FPI: "
+        f"{result['own_record_bytes_per_delivery']:,}; their FPI: "
+        f"{result['own_fpi_bytes_per_delivery']:,}"
     )
     print("\nby table (records without FPI, FPI), bytes per delivery:")
     for table, cell in result["by_table"].items():
