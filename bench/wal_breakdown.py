@@ -12,8 +12,9 @@ It prints, per delivery: the bytes between the two positions (what ``kirim bench
 reports as ``wal_bytes_per_delivery``); the records by resource manager and record
 type (``pg_get_wal_stats``: records, their bytes without full-page images, the
 full-page images' bytes); and the records by relation: each record is put on the
-relation of its first block reference (``rel spc/db/relfilenode`` →
-``pg_filenode_relation``), named as a table or an index of it. Records of other
+relation of its first block reference (``rel spc/db/relfilenode``, matched with
+``pg_relation_filenode`` of the database's ``pg_class`` after the run), named as a
+table or an index of it. Records of other
 databases (a shared server) are counted apart, by the database of their block
 reference; records with no block reference (commits, running-xacts snapshots) cannot
 be told apart, and are counted as this database's (``own_record_bytes_per_delivery``:
@@ -29,7 +30,8 @@ few. The gap between the positions' difference and the records' sum is WAL page
 headers and each record's alignment to 8 bytes. A temporary physical replication
 slot, held by a session on the URL's database while the script runs, keeps the
 server from recycling the run's WAL before it is read (a checkpoint in the run
-would); it is gone when the session ends.
+would); it is gone when the session ends (the user needs the REPLICATION attribute
+or to be a superuser, and the server a free ``max_replication_slots``).
 
 Nothing is asserted: it prints (``--json``: one JSON object instead).
 """
