@@ -49,14 +49,16 @@ def _dialect(url: str) -> str:
 
 
 def at_version(url: str, version: int) -> None:
-    """The database as a kirim of schema ``version`` left it."""
+    """The database as a kirim of schema ``version`` left it. Each migration on its own
+    connection: one that edits SQLite's schema text (``writable_schema``) is read again
+    by the next connection, as the driver's schema cookie bump makes it (on the same
+    connection, a later ALTER TABLE would write its column into the stale text)."""
     dialect = _dialect(url)
-    statements = [load_queries(dialect)["create_meta"]]
+    _sql(url, [load_queries(dialect)["create_meta"]])
     for number, sql in migrations(dialect):
         if number <= version:
-            statements += _statements(sql) if dialect == "sqlite" else [sql]
-    statements.append(f"INSERT INTO kirim_meta (key, value) VALUES ('schema_version', '{version}')")
-    _sql(url, statements)
+            _sql(url, _statements(sql) if dialect == "sqlite" else [sql])
+    _sql(url, [f"INSERT INTO kirim_meta (key, value) VALUES ('schema_version', '{version}')"])
 
 
 def set_version(url: str, version: int) -> None:
@@ -137,6 +139,7 @@ def test_check_as_json(database_url: str) -> None:
         "0015_record_retention",
         "0016_topic_event_cancels",
         "0017_run_digests",
+        "0018_lean_jobs",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

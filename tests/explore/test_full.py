@@ -195,6 +195,19 @@ def test_mutation_cleared_columns_left_unwritten_is_caught(
     assert first_violation("claims_at_rest", range(200)) is not None
 
 
+def test_mutation_intent_naming_another_job_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every intent naming the first job rather than its claim's (no key from the
+    attempts to the jobs on PostgreSQL since schema 18; another delivery's job passes
+    SQLite's), jobs_of_attempts fires."""
+    original = kirim.store.transitions.record_intents
+    monkeypatch.setattr(
+        kirim.store.transitions,
+        "record_intents",
+        lambda intents: original([replace(it, job_id=1) for it in intents]),
+    )
+    assert first_violation("jobs_of_attempts", range(40)) is not None
+
+
 def test_mutation_dedup_window_ignored_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """With the dedup window never judged past (a key trusted for good), key_window
     fires."""

@@ -27,6 +27,9 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
   token, no claim expiry), and a job that is not ``running`` no lease (no lease owner,
   token or expiry): what a transition ends it writes back, column by column (SQLite
   sets only the columns that changed: ``kirim.store.sqlite.changed``).
+- ``jobs_of_attempts``: every attempt still kept names a job of its own delivery (the
+  intent's job: PostgreSQL holds no foreign key from the attempts to the jobs since
+  schema 18, and retention deletes a delivery's attempts with its jobs).
 
 The notification layer (the events workload, ``events.py``):
 
@@ -74,6 +77,7 @@ NAMES = (
     "unreported_doubt",
     "one_provider_in_doubt",
     "claims_at_rest",
+    "jobs_of_attempts",
     "suppressed_unsent",
     "digest_once",
     "opted_out_unsent",
@@ -182,6 +186,7 @@ def check(
         once = at_least_once(d) if callable(at_least_once) else at_least_once
         out.extend(_delivery(d, attempts.get(d["id"], []), truth, once, in_commit))
     out.extend(_at_rest(ledger))
+    out.extend(_jobs_of_attempts(ledger))
     out.extend(_requests(ledger, truth, by_key))
     out.extend(_suppressed(ledger, truth, attempts))
     out.extend(_digests(ledger, truth, attempts))
@@ -277,6 +282,22 @@ def _at_rest(ledger: Ledger) -> list[Violation]:
             detail = f"{j['status']} job {j['id']} still holds {', '.join(held)}"
             out.append(Violation(name="claims_at_rest", delivery=j["delivery_id"], detail=detail))
     return out
+
+
+def _jobs_of_attempts(ledger: Ledger) -> list[Violation]:
+    """``jobs_of_attempts``: an attempt of a delivery still kept names one of its jobs."""
+    jobs = {j["id"]: j["delivery_id"] for j in ledger.jobs}
+    pruned = {d["id"] for d in ledger.deliveries if d.get("explore_pruned")}
+    return [
+        Violation(
+            name="jobs_of_attempts",
+            delivery=a["delivery_id"],
+            detail=f"attempt {a['provider_request_id']} names job {a['job_id']}, "
+            + ("which is gone" if a["job_id"] not in jobs else "a job of another delivery"),
+        )
+        for a in ledger.attempts
+        if a["delivery_id"] not in pruned and jobs.get(a["job_id"]) != a["delivery_id"]
+    ]
 
 
 def _made(truth: GroundTruth, key: str, epochs: Sequence[int]) -> int:

@@ -1,0 +1,12 @@
+-- kirim schema version 18 (SQLite): leaner job and attempt writes (issue 24), which on
+-- SQLite change nothing. Same tables, names and checks as PostgreSQL.
+--
+-- upgrade: safe: it changes nothing on SQLite
+--
+-- PostgreSQL's 0018 drops the attempts' foreign key to the jobs with its index
+-- (kirim_attempts_job) and gives the jobs and attempts room on their pages for the
+-- versions their updates write. SQLite keeps both (it cannot drop a foreign key
+-- without rebuilding the table, a long write on a populated database; without the
+-- index, deleting a job would scan the attempts to check the key), and it has no
+-- fillfactor: it rewrites a row in place, and an UPDATE writes only the index entries
+-- of the indexes that name a column it changed.
