@@ -16,7 +16,11 @@ dropping entries). Kinds:
   ``nth`` checkpoint ``method`` (``after_claim``, ``before_provider_request``, …);
 - ``cancel``: the operator cancels ``delivery`` at ``at``;
 - ``retry``: the operator retries every dead letter (failed or held) at ``at``,
-  and again every 3 s for ``duration`` seconds (an operator working the queue).
+  and again every 3 s for ``duration`` seconds (an operator working the queue);
+- ``takeover``: SIGSTOP when the host's worker reaches its ``nth`` ``before_commit``
+  (the provider's answer in hand) until another worker claims that delivery, at
+  most ``duration`` seconds; the claimant is held while the stale finish lands
+  (``kirim.explore.takeover``; the full workload, ``draw_takeovers``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ from kirim.worker.checkpoint import CHECKPOINTS
 
 #: what a fault does (see the module docstring)
 FaultKind = Literal[
-    "skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry"
+    "skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry", "takeover"
 ]
+#: kinds set off by a worker's checkpoint, not at a time (not fired, not healed)
+AT_CHECKPOINTS = ("pause", "takeover")
 KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #: how a ``store`` fault fails its call: before the commit, or after it (the answer is
 #: lost); "" for the other kinds
@@ -178,9 +184,28 @@ def draw_short_pauses(seed: int, *, hosts: Sequence[str], lease: float) -> list[
     return plan
 
 
+def draw_takeovers(seed: int, *, hosts: Sequence[str], lease: float) -> list[Fault]:
+    """The full workload's forced takeovers (drawn apart, so that the other plans stay
+    as they were): in about a third of the seeds one worker stops at a finish until
+    another has claimed its delivery, for at most 4 to 6 leases (the lease to expire,
+    the reaper to requeue, a poll to claim: the drawn leases are 6 to 15 s)."""
+    rng = random.Random(f"plan-takeover:{seed}")
+    if rng.random() >= 0.35:
+        return []
+    return [
+        Fault(
+            kind="takeover",
+            host=rng.choice(list(hosts)),
+            method="before_commit",
+            nth=rng.randint(1, 3),
+            duration=rng.uniform(4.0, 6.0) * lease,
+        )
+    ]
+
+
 def heal_time(plan: Sequence[Fault], *, minimum: float = 30.0) -> float:
     """When crashed hosts restart, stalls are over and poison is lifted."""
-    ends = [f.at + f.duration for f in plan if f.kind not in ("skew", "pause")]
+    ends = [f.at + f.duration for f in plan if f.kind != "skew" and f.kind not in AT_CHECKPOINTS]
     return max([minimum, *ends]) + 1.0
 
 

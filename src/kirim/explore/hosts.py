@@ -24,6 +24,7 @@ from kirim.explore import events
 from kirim.explore.faults import Fault, FaultyStore
 from kirim.explore.invariants import Ledger
 from kirim.explore.loop import BASE, Host
+from kirim.explore.takeover import Takeovers
 from kirim.explore.topics import TopicsPlan, pace
 from kirim.notify import NotificationType
 from kirim.store.base import Store
@@ -264,13 +265,22 @@ class WorkerHost:
 
 class PausePoints:
     """The worker's checkpoints as SIGSTOP points: a ``pause`` fault stalls the host
-    when its worker reaches the checkpoint for the ``nth`` time."""
+    when its worker reaches the checkpoint for the ``nth`` time; the schedule's
+    ``takeover`` faults (``kirim.explore.takeover``) see every checkpoint too."""
 
-    def __init__(self, loop: Any, host: Host, faults: list[Fault], note: Any) -> None:
+    def __init__(
+        self,
+        loop: Any,
+        host: Host,
+        faults: list[Fault],
+        note: Any,
+        takeovers: Takeovers | None = None,
+    ) -> None:
         self.loop = loop
         self.host = host
         self.faults = faults
         self.note = note
+        self.takeovers = takeovers
         self.count: dict[str, int] = {}
 
     async def hit(self, name: str, *, worker_id: str, delivery_id: int, **context: Any) -> None:
@@ -280,6 +290,8 @@ class PausePoints:
                 self.note(f"fault pause at {name} delivery={delivery_id} for {fault.duration:.1f}s")
                 self.loop.stall(self.host, self.loop.time() + fault.duration)
                 await asyncio.sleep(0)
+        if self.takeovers:
+            await self.takeovers.hit(self.host, name, worker_id=worker_id, delivery_id=delivery_id)
 
 
 async def run_worker(
@@ -296,11 +308,13 @@ async def run_worker(
     note: Any,
     types: list[NotificationType] | None = None,
     topics: TopicsPlan | None = None,
+    takeovers: Takeovers | None = None,
 ) -> None:
     """The life of one worker process: open its app, run its worker, close. ``types``:
     the notification types, whose policies and digest composers the worker gets as
     ``Kirim.worker()`` gives them. ``topics``: the worker expands topic events, in that
-    plan's batches and pace (``kirim.explore.topics``)."""
+    plan's batches and pace (``kirim.explore.topics``). ``takeovers``: the schedule's
+    ``takeover`` faults, shared by its workers."""
     loop = asyncio.get_running_loop()
     store = FaultyStore(
         inner,
@@ -329,8 +343,8 @@ async def run_worker(
         worker.topics.batch, worker.topics.before_batch = topics.batch, pace(topics)
     wh.worker = worker
     pauses = [f for f in plan if f.kind == "pause" and f.host == wh.host.label]
-    if pauses:
-        worker.checkpoints = PausePoints(loop, wh.host, pauses, note)
+    if pauses or takeovers:
+        worker.checkpoints = PausePoints(loop, wh.host, pauses, note, takeovers)
     await worker.run()
     await inner.close()
 

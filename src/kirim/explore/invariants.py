@@ -82,6 +82,7 @@ NAMES = (
     "digest_once",
     "opted_out_unsent",
     "known_edges",
+    "finish_by_claim",
 )
 DEFINITE = ("failed_transient", "failed_permanent")
 DOUBTFUL = ("requested", "unknown")
@@ -119,6 +120,11 @@ class Ledger:
     feed_rows: list[dict[str, Any]] = field(default_factory=list)
     #: every workflow run ever started (``explore_run_audit``: pruned ones included)
     runs: list[dict[str, Any]] = field(default_factory=list)
+    #: each move of a delivery out of ``processing`` and each attempt outcome written,
+    #: with their transactions (``kirim.explore.finishes``); None: no such triggers
+    #: (the SQLite lane)
+    releases: list[dict[str, Any]] | None = None
+    outcomes: list[dict[str, Any]] | None = None
 
     @staticmethod
     def read_sqlite(path: str) -> Ledger:

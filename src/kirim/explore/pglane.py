@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from kirim.explore.finishes import FINISH_AUDIT_SQL
 from kirim.explore.invariants import Ledger
 
 T = TypeVar("T")
@@ -190,6 +191,7 @@ class PostgresDatabase:
             conn.execute(PRUNED_AUDIT_SQL)
             conn.execute(FEED_AUDIT_SQL)
             conn.execute(RUN_AUDIT_SQL)
+            conn.execute(FINISH_AUDIT_SQL)
         self._templates[self.admin_url] = name
         atexit.register(_drop, self.admin_url, name)
         return name
@@ -232,6 +234,8 @@ class PostgresDatabase:
                 claims=rows("SELECT * FROM explore_claim_audit"),
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
                 runs=rows("SELECT * FROM explore_run_audit ORDER BY id"),
+                releases=rows("SELECT * FROM explore_release_audit"),
+                outcomes=rows("SELECT * FROM explore_outcome_audit"),
             )
 
     def active_jobs(self, *, before: float | None = None) -> int:

@@ -29,12 +29,15 @@ from kirim.engine import Kirim
 from kirim.explore import events, operator
 from kirim.explore.checks import at_least_once, check_full
 from kirim.explore.faults import (
+    AT_CHECKPOINTS,
     Fault,
     draw_event_faults,
     draw_plan,
     draw_short_pauses,
+    draw_takeovers,
     heal_time,
 )
+from kirim.explore.finishes import check_finish_by_claim
 from kirim.explore.full import Full
 from kirim.explore.hosts import SkewedClock, SQLiteDatabase, WorkerHost, run_worker, workdir
 from kirim.explore.inbox import check_feed, check_feed_preferences, feed_truth
@@ -51,6 +54,7 @@ from kirim.explore.pglane import PostgresDatabase
 from kirim.explore.policy import ReplayPolicy, is_grouped, make_policy
 from kirim.explore.provider import GroundTruth, ProviderModel
 from kirim.explore.streams import check_streams
+from kirim.explore.takeover import Takeovers
 from kirim.explore.topics import check_topics
 from kirim.explore.topics import faults as topic_faults
 from kirim.explore.trace import Trace, capture_logs
@@ -198,6 +202,7 @@ class Sim:
             shutdown_grace=1.5,
         )
         self.driver_error: str | None = None
+        self.takeovers = Takeovers(loop, plan, self.trace.add)
         self.operator = Host("O")
         self.hosts: dict[str, WorkerHost] = {}
         self.operating = 0
@@ -237,6 +242,7 @@ class Sim:
                 note=self.trace.add,
                 types=types,
                 topics=topics,
+                takeovers=self.takeovers,
             ),
             context=host_context(wh.host),
         )
@@ -337,7 +343,7 @@ class Sim:
             for wh in self.hosts.values():
                 self.start(wh)
         for fault in self.plan:
-            if fault.kind not in ("skew", "pause"):
+            if fault.kind != "skew" and fault.kind not in AT_CHECKPOINTS:
                 self.loop.call_at(fault.at, self.fire, fault)
         self.loop.call_at(self.heal, self.heal_all)
         quiet = False
@@ -431,6 +437,23 @@ class Sim:
         return not busy and int(self.db.active_jobs()) == 0
 
 
+def draw_faults(settings: Settings) -> list[Fault]:
+    """The fault plan of a schedule's seed (the same on both lanes: SQLite and
+    PostgreSQL play one plan)."""
+    names = list(WORKER_NAMES[: settings.workers])
+    plan = draw_plan(
+        settings.seed, hosts=names, deliveries=settings.deliveries, lease=settings.lease
+    )
+    if settings.workload in ("events", "full"):
+        plan += draw_event_faults(settings.seed, hosts=names)
+    if settings.workload == "full":
+        plan += draw_short_pauses(settings.seed, hosts=names, lease=settings.lease)
+        world = World.draw(settings.seed, workers=settings.workers)
+        plan += topic_faults(settings.seed, world.topics, hosts=names)
+        plan += draw_takeovers(settings.seed, hosts=names, lease=settings.lease)
+    return plan
+
+
 def run_schedule(
     settings: Settings,
     *,
@@ -440,16 +463,7 @@ def run_schedule(
 ) -> Outcome:
     """Run one schedule (a replay when ``choices`` is given) and check it."""
     if plan is None:
-        names = list(WORKER_NAMES[: settings.workers])
-        plan = draw_plan(
-            settings.seed, hosts=names, deliveries=settings.deliveries, lease=settings.lease
-        )
-        if settings.workload in ("events", "full"):
-            plan += draw_event_faults(settings.seed, hosts=names)
-        if settings.workload == "full":
-            plan += draw_short_pauses(settings.seed, hosts=names, lease=settings.lease)
-            world = World.draw(settings.seed, workers=settings.workers)
-            plan += topic_faults(settings.seed, world.topics, hosts=names)
+        plan = draw_faults(settings)
     policy = (
         make_policy(settings.policy, settings.seed)
         if choices is None
@@ -513,6 +527,7 @@ def run_schedule(
         violations = check(
             ledger, sim.truth, at_least_once=settings.on_unknown == "retry", quiet=quiet
         )
+    violations += check_finish_by_claim(ledger)
     for why in (error, sim.driver_error):
         if why is not None:
             violations.append(Violation(name="final", delivery=None, detail=why))

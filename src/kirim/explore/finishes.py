@@ -1,0 +1,89 @@
+"""``finish_by_claim``: a stale worker's finish never writes the delivery.
+
+A finish writes an attempt's outcome and, where the worker's claim still holds, the
+delivery's status and the job. A late answer is still a fact: a stale worker's
+outcome is recorded, but the delivery is not its to move. PostgreSQL's plain finish
+is one statement whose token checks are that fence (``transitions.finish_fenced``),
+so the explorer checks what the transactions wrote, from two audit triggers the
+PostgreSQL lane installs (``FINISH_AUDIT_SQL``):
+
+- ``explore_release_audit``: each move of a delivery out of ``processing``, with the
+  claim it ends (``OLD.claim_token``, ``OLD.claimed_by``) and ``txid_current()``;
+- ``explore_outcome_audit``: each attempt outcome written (a status change of an
+  attempt), with the attempt's worker and ``txid_current()``.
+
+A non-success outcome written in the transaction that moved its delivery out of
+``processing`` must be the outcome of the worker whose claim that move ended. A
+success is exempt: a success recorded by any attempt outranks a failure, and a late
+one marks the delivery sent whoever held it (``rules.sent_late``; docs/design.md,
+step 6: "a stale token is rejected, but the attempt's own outcome is still
+written"). A finish with no attempt (nothing was sent) leaves
+no outcome here and is not judged.
+
+SQLite has no twin: its triggers cannot name the transaction they run in (nothing
+like ``txid_current()``; a trigger sees neither ``BEGIN`` nor ``COMMIT``, so two
+adjacent transactions look like one), and its finish has no fenced statement: it is
+the careful way (``transitions.finish``) that both lanes run and the other
+invariants judge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kirim.explore.invariants import Ledger, Violation
+
+FINISH_AUDIT_SQL = """
+CREATE TABLE explore_release_audit (
+    delivery_id bigint, claim_token text, claimed_by text, status text, tx bigint);
+CREATE FUNCTION explore_release_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_release_audit
+    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, txid_current());
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_release_audit AFTER UPDATE ON kirim_deliveries
+FOR EACH ROW WHEN (OLD.status = 'processing' AND NEW.status <> 'processing')
+EXECUTE FUNCTION explore_release_audit();
+CREATE TABLE explore_outcome_audit (
+    delivery_id bigint, provider_request_id text, worker_id text, status text, tx bigint);
+CREATE FUNCTION explore_outcome_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_outcome_audit
+    VALUES (NEW.delivery_id, NEW.provider_request_id, NEW.worker_id, NEW.status,
+            txid_current());
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_outcome_audit AFTER UPDATE OF status ON kirim_attempts
+FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)
+EXECUTE FUNCTION explore_outcome_audit();
+"""
+
+
+def check_finish_by_claim(ledger: Ledger) -> list[Violation]:
+    """Each non-success outcome written in the transaction that moved its delivery out
+    of ``processing`` is that of the worker whose claim the move ended (nothing to
+    judge without the audits: the SQLite lane)."""
+    if ledger.releases is None or ledger.outcomes is None:
+        return []
+    moves: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in ledger.releases:
+        moves.setdefault((int(r["tx"]), int(r["delivery_id"])), []).append(r)
+    out = []
+    for o in ledger.outcomes:
+        if o["status"] == "succeeded":
+            continue
+        for move in moves.get((int(o["tx"]), int(o["delivery_id"])), []):
+            if move["claimed_by"] == o["worker_id"]:
+                continue
+            out.append(
+                Violation(
+                    name="finish_by_claim",
+                    delivery=int(o["delivery_id"]),
+                    detail=f"{o['worker_id']}'s outcome {o['status']} of "
+                    f"{o['provider_request_id']} was written in transaction {o['tx']}, "
+                    f"which moved the delivery from processing to {move['status']}, ending "
+                    f"{move['claimed_by']}'s claim: a stale finish wrote the delivery",
+                )
+            )
+    return out
