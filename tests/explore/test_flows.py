@@ -24,20 +24,6 @@ PG_BUDGET = range(int(os.environ.get("KIRIM_FLOWS_PG_BUDGET", "10")))
 SAVED = sorted((Path(__file__).parent / "seeds" / "flows").glob("*.json"))
 
 
-@pytest.fixture(scope="module")
-def pg_server() -> str:
-    """The PostgreSQL server's admin URL (tests/pg.py: skipped without one, failed in
-    CI)."""
-    import pg
-
-    why = pg.reachable()
-    if why is not None:
-        if pg.in_ci():
-            pytest.fail(f"CI is set and PostgreSQL is required: {why}")
-        pytest.skip(f"no PostgreSQL at {pg.ADMIN_URL}: {why}")
-    return pg.ADMIN_URL
-
-
 def test_every_flow_knob_takes_more_than_one_value() -> None:
     """Each knob the workload names takes at least two values over 200 seeds."""
     worlds = [FlowWorld.draw(seed) for seed in range(200)]

@@ -16,7 +16,7 @@ import kirim.store.sqlite.changed
 import kirim.store.transitions
 from kirim.explore import coverage
 from kirim.explore.command import run_seeds
-from kirim.explore.scenario import Outcome, Settings, run_schedule
+from kirim.explore.scenario import Outcome, Settings, draw_faults, run_schedule
 from kirim.explore.shrink import replay, save
 from kirim.explore.world import World
 from kirim.worker.decisions import Decisions
@@ -47,6 +47,23 @@ def test_every_listed_knob_takes_more_than_one_value() -> None:
     listed and never drawn."""
     seen = coverage.observe(COVERAGE)
     assert {name: values for name, values in seen.items() if len(values) < 2} == {}
+
+
+def test_every_fault_kind_is_drawn_by_some_plans_only() -> None:
+    """Over the coverage seeds every fault kind (the forced takeover among them) is in
+    some full plans and not in others, and the pauses, store faults and takeovers vary
+    where they strike."""
+    seen = coverage.observe_faults(COVERAGE)
+    assert {name: values for name, values in seen.items() if len(values) < 2} == {}
+
+
+def test_both_lanes_play_one_plan() -> None:
+    """A seed's fault plan does not depend on its database: the PostgreSQL lane draws
+    every fault the SQLite lane does."""
+    for seed in range(40):
+        on_sqlite = full(seed)
+        on_postgres = replace(on_sqlite, database="postgresql://postgres@127.0.0.1:9/none")
+        assert draw_faults(on_postgres) == draw_faults(on_sqlite)
 
 
 def test_irrelevant_settings_say_why() -> None:
@@ -99,6 +116,7 @@ def budget() -> tuple[Any, Counter[str]]:
                 "replaced on the device",
                 "stream_open",
                 "feed_read ",
+                "takeover delivery=",
             ):
                 seen[what] += what in line
         for d in outcome.deliveries:
@@ -137,8 +155,9 @@ def test_the_full_budget_reaches_what_the_invariants_check(
 ) -> None:
     """The budget fails over, waits for rates, applies callbacks, reconciles, retries,
     prunes, seals digests, refuses types a worker lacks, settles doubt, flips
-    preferences, retires dead device tokens, collapses resends on the device, and ends
-    deliveries in every final status that can be reached."""
+    preferences, retires dead device tokens, collapses resends on the device, lands
+    stale finishes while another worker holds the claim, and ends deliveries in every
+    final status that can be reached."""
     _, seen = budget
     for what in (
         "failover",
@@ -156,6 +175,7 @@ def test_the_full_budget_reaches_what_the_invariants_check(
         "replaced on the device",
         "stream_open",
         "feed_read ",
+        "takeover delivery=",
     ):
         assert seen[what] > 0, what
     for status in ("sent", "delivered", "bounced", "failed", "suppressed", "in_doubt"):

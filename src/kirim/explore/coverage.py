@@ -8,14 +8,21 @@ variants) with how to read each from a drawn world. ``IRRELEVANT`` names the res
 why. ``tests/explore/test_coverage.py`` fails when a field exists that neither names
 (a knob added without explorer coverage), and when a listed knob takes only one value
 over the coverage seeds (drawn by no seed).
+
+``FAULT_KNOBS`` does the same for the faults of a seed's plan (``scenario.draw_faults``:
+one plan per seed, which SQLite and the PostgreSQL lane play alike): every fault kind,
+the ``takeover`` among them (a stale finish while another worker holds the claim,
+which the PostgreSQL lane's ``finish_by_claim`` judges), is drawn by some seeds and
+not by others.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from kirim.explore.faults import KINDS, Fault
 from kirim.explore.full import Full
 from kirim.explore.provider import GroundTruth
 from kirim.explore.trace import Trace
@@ -325,4 +332,32 @@ def observe(seeds: Iterable[int]) -> dict[str, set[str]]:
         )
         for name, read in KNOBS.items():
             seen[name].update(repr(v) for v in read(world, full))
+    return seen
+
+
+#: a fault knob's values in one seed's plan
+PlanRead = Callable[[Sequence[Fault]], Iterable[Any]]
+
+
+def _kind(kind: str) -> PlanRead:
+    return lambda plan: [any(f.kind == kind for f in plan)]
+
+
+FAULT_KNOBS: dict[str, PlanRead] = {
+    **{f"fault.{kind}": _kind(kind) for kind in KINDS},
+    "fault.pause.method": lambda plan: [f.method for f in plan if f.kind == "pause"],
+    "fault.store.method": lambda plan: [f.method for f in plan if f.kind == "store"],
+    "fault.takeover.nth": lambda plan: [f.nth for f in plan if f.kind == "takeover"],
+}
+
+
+def observe_faults(seeds: Iterable[int]) -> dict[str, set[str]]:
+    """Each fault knob's distinct values over the full workload's plans of ``seeds``."""
+    from kirim.explore.scenario import Settings, draw_faults
+
+    seen: dict[str, set[str]] = {name: set() for name in FAULT_KNOBS}
+    for seed in seeds:
+        plan = draw_faults(Settings.draw(seed, workload="full"))
+        for name, read in FAULT_KNOBS.items():
+            seen[name].update(repr(v) for v in read(plan))
     return seen
