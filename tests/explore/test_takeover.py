@@ -1,18 +1,22 @@
 """The forced takeover (``kirim.explore.takeover``) and ``finish_by_claim``
 (``kirim.explore.finishes``): a stale finish lands while another worker holds the
-claim, on both lanes; on PostgreSQL the audits judge what it wrote, and the one-statement
-finish without its token fence is caught."""
+claim, on both lanes; the audits judge what it wrote, and a finish that writes over
+a lost claim is caught: the careful way on SQLite, PostgreSQL's one statement without
+its token fence on the PostgreSQL lane."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+import kirim.store.transitions
 from kirim.explore.command import settings_for
 from kirim.explore.finishes import check_finish_by_claim
 from kirim.explore.invariants import Ledger
 from kirim.explore.scenario import Outcome, run_schedule
+from kirim.model import DeliveryStatus
 from kirim.store.postgres.driver import Q
 
 #: full seeds whose takeover lands a stale, failed finish while the claimant holds the
@@ -56,7 +60,7 @@ def test_a_stale_failure_that_moves_the_delivery_is_caught() -> None:
 def test_what_a_claim_or_a_fact_may_write_is_not() -> None:
     """The holder's own failure, a stale outcome written in a transaction of its own,
     and a stale success (a success outranks a failure: a late one marks the delivery
-    sent) are no violation; nor is anything on a lane without the audits."""
+    sent) are no violation; nor is anything on a database without the audits."""
     fine = ledger(
         [move(7, "A"), move(9, "C", "sent")],
         [
@@ -76,6 +80,28 @@ def test_the_takeover_lands_a_stale_finish_on_sqlite() -> None:
     took = next(i for i, line in enumerate(lines) if "takeover delivery=1 claimed by" in line)
     assert "A resumes its finish" in lines[took]
     assert any("host=A stale_write_rejected delivery=1 " in line for line in lines[took:])
+
+
+def test_mutation_careful_finish_takes_a_lost_claim_is_caught_on_sqlite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The careful finish (both lanes', SQLite's only) taking a claim another worker
+    now holds for its own lets the stalled worker's failure overwrite the claimant's
+    delivery: finish_by_claim fires on SQLite, from its audits numbered by
+    ``explore_tx()``."""
+    finish_one = kirim.store.transitions._finish_one
+
+    def careless(ledger: Any, it: Any, now: float) -> Any:
+        d = ledger.delivery(it.delivery_id)
+        if d is not None and d.status is DeliveryStatus.PROCESSING and d.claim_token != it.token:
+            ledger._deliveries[d.id] = replace(d, claim_token=it.token)  # as if it held
+        return finish_one(ledger, it, now)
+
+    monkeypatch.setattr(kirim.store.transitions, "_finish_one", careless)
+    for seed in RACED:
+        if any(v.name == "finish_by_claim" for v in full(seed).violations):
+            return
+    pytest.fail(f"a careful finish over a lost claim was not caught at seeds {RACED}")
 
 
 def test_the_takeover_holds_on_postgresql(pg_server: str) -> None:

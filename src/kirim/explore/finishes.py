@@ -20,15 +20,19 @@ step 6: "a stale token is rejected, but the attempt's own outcome is still
 written"). A finish with no attempt (nothing was sent) leaves
 no outcome here and is not judged.
 
-SQLite has no twin: its triggers cannot name the transaction they run in (nothing
-like ``txid_current()``; a trigger sees neither ``BEGIN`` nor ``COMMIT``, so two
-adjacent transactions look like one), and its finish has no fenced statement: it is
-the careful way (``transitions.finish``) that both lanes run and the other
-invariants judge.
+On SQLite the same triggers (``SQLITE_FINISH_AUDIT_SQL``) name the transaction by
+``explore_tx()``, a function each of the schedule's connections is given
+(``Transactions``): SQLite has nothing like ``txid_current()``, and a trigger sees
+neither ``BEGIN`` nor ``COMMIT``. The explorer's loop runs each SQLite transaction
+whole within one step (``BEGIN`` to ``COMMIT`` in one call), one at a time, so
+counting the ``BEGIN`` statements of every connection numbers them. There the finish
+is the careful way (``transitions.finish``, the Python fence both lanes share, which
+PostgreSQL takes for what its statement leaves).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
 from kirim.explore.invariants import Ledger, Violation
@@ -60,10 +64,47 @@ EXECUTE FUNCTION explore_outcome_audit();
 """
 
 
+#: the same audits on SQLite (``explore_tx()``: ``Transactions``)
+SQLITE_FINISH_AUDIT_SQL = """
+CREATE TABLE explore_release_audit (
+    delivery_id INTEGER, claim_token TEXT, claimed_by TEXT, status TEXT, tx INTEGER);
+CREATE TRIGGER explore_release_audit AFTER UPDATE ON kirim_deliveries
+WHEN OLD.status = 'processing' AND NEW.status <> 'processing' BEGIN
+    INSERT INTO explore_release_audit
+    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, explore_tx());
+END;
+CREATE TABLE explore_outcome_audit (
+    delivery_id INTEGER, provider_request_id TEXT, worker_id TEXT, status TEXT, tx INTEGER);
+CREATE TRIGGER explore_outcome_audit AFTER UPDATE OF status ON kirim_attempts
+WHEN NEW.status IS NOT OLD.status BEGIN
+    INSERT INTO explore_outcome_audit
+    VALUES (NEW.delivery_id, NEW.provider_request_id, NEW.worker_id, NEW.status, explore_tx());
+END;
+"""
+
+
+class Transactions:
+    """Numbers the transactions of a schedule's SQLite connections for the audits
+    (``explore_tx()``: the count of ``BEGIN`` statements so far, over every connection
+    watched; each transaction runs whole within one step of the explorer's loop)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def watch(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        conn.create_function("explore_tx", 0, lambda: self.count)
+        conn.set_trace_callback(self._statement)
+        return conn
+
+    def _statement(self, sql: str) -> None:
+        if sql.startswith("BEGIN"):
+            self.count += 1
+
+
 def check_finish_by_claim(ledger: Ledger) -> list[Violation]:
     """Each non-success outcome written in the transaction that moved its delivery out
     of ``processing`` is that of the worker whose claim the move ended (nothing to
-    judge without the audits: the SQLite lane)."""
+    judge without the audits)."""
     if ledger.releases is None or ledger.outcomes is None:
         return []
     moves: dict[tuple[int, int], list[dict[str, Any]]] = {}

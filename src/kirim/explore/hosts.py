@@ -22,6 +22,7 @@ from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.explore import events
 from kirim.explore.faults import Fault, FaultyStore
+from kirim.explore.finishes import SQLITE_FINISH_AUDIT_SQL, Transactions
 from kirim.explore.invariants import Ledger
 from kirim.explore.loop import BASE, Host
 from kirim.explore.takeover import Takeovers
@@ -141,6 +142,7 @@ def sqlite_template(directory: Path) -> Path:
     conn = sqlite3.connect(path)
     try:
         conn.executescript(AUDIT_SQL)
+        conn.executescript(SQLITE_FINISH_AUDIT_SQL)
         conn.executescript(pruned_audit(conn))
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
@@ -163,15 +165,20 @@ def open_sqlite(url: str, true_clock: SkewedClock) -> SQLiteStore:
 
 
 class SQLiteDatabase:
-    """One schedule's SQLite file (a copy of the template)."""
+    """One schedule's SQLite file (a copy of the template); every connection a store
+    of it opens numbers its transactions for the finish audits
+    (``kirim.explore.finishes.Transactions``)."""
 
     def __init__(self, directory: Path, name: str) -> None:
         self.url = new_sqlite_database(directory, name)
         self.path = self.url.removeprefix("sqlite:///").split("?")[0]
         self.stores: list[Any] = []
+        self.transactions = Transactions()
 
     def open_store(self, true_clock: SkewedClock) -> Any:
         store = open_sqlite(self.url, true_clock)
+        connect = store.driver._connect
+        store.driver._connect = lambda: self.transactions.watch(connect())  # type: ignore[method-assign]
         self.stores.append(store)
         return store
 

@@ -122,7 +122,6 @@ class Ledger:
     runs: list[dict[str, Any]] = field(default_factory=list)
     #: each move of a delivery out of ``processing`` and each attempt outcome written,
     #: with their transactions (``kirim.explore.finishes``); None: no such triggers
-    #: (the SQLite lane)
     releases: list[dict[str, Any]] | None = None
     outcomes: list[dict[str, Any]] | None = None
 
@@ -147,6 +146,9 @@ class Ledger:
             deliveries = sorted(
                 live + [d for d in gone_d if d["id"] not in ids], key=lambda d: d["id"]
             )
+            finishes = conn.execute(  # the finish audits (``kirim.explore.finishes``)
+                "SELECT 1 FROM sqlite_master WHERE name = 'explore_release_audit'"
+            ).fetchone()
             live_a = rows("SELECT * FROM kirim_attempts ORDER BY id")
             seen = {a["id"] for a in live_a}
             return Ledger(
@@ -162,6 +164,8 @@ class Ledger:
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
                 feed_rows=rows("SELECT * FROM kirim_feed ORDER BY id"),
                 runs=rows("SELECT * FROM explore_run_audit ORDER BY id"),
+                releases=rows("SELECT * FROM explore_release_audit") if finishes else None,
+                outcomes=rows("SELECT * FROM explore_outcome_audit") if finishes else None,
             )
         finally:
             conn.close()
