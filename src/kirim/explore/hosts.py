@@ -177,8 +177,7 @@ class SQLiteDatabase:
 
     def open_store(self, true_clock: SkewedClock) -> Any:
         store = open_sqlite(self.url, true_clock)
-        connect = store.driver._connect
-        store.driver._connect = lambda: self.transactions.watch(connect())  # type: ignore[method-assign]
+        store.driver.on_connect = self.transactions.watch
         self.stores.append(store)
         return store
 

@@ -181,6 +181,9 @@ class SQLiteDriver:
         self.busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
+        #: called with each connection this driver opens, once it is set up (the
+        #: explorer's audits give it a function: ``kirim.explore.finishes``)
+        self.on_connect: Callable[[sqlite3.Connection], object] | None = None
 
     def _at(self) -> At:
         """The time of record of one transaction: the callers' own times, or one clock
@@ -219,6 +222,8 @@ class SQLiteDriver:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {self.synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
+        if self.on_connect is not None:
+            self.on_connect(conn)
         return conn
 
     async def close(self) -> None:
