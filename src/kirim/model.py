@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kirim.frozen import quick_init
+
 
 class DeliveryStatus(enum.StrEnum):
     PENDING = "pending"
@@ -114,6 +116,7 @@ class OnUnknown(enum.StrEnum):
     RETRY = "retry"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Delivery:
     id: int
@@ -149,6 +152,7 @@ class Delivery:
         return f"{self.status} ({DOUBT_LABEL[self.doubt]})"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Job:
     id: int
@@ -165,6 +169,7 @@ class Job:
     updated_at: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt:
     id: int

@@ -24,6 +24,7 @@ CORE = {
     "clock",
     "day_time",
     "errors",
+    "frozen",  # a faster __init__ for the frozen values made per delivery
     "feed_tokens",
     "inbox",
     "keys",

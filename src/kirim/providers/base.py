@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from kirim.frozen import quick_init
 from kirim.inbox import FeedMessage
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """What a provider is asked to deliver."""
@@ -35,6 +37,7 @@ class Message:
     recipient_id: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Sent:
     """The provider accepted the message."""

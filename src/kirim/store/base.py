@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from kirim.addresses import Address
 from kirim.clock import Clock
+from kirim.frozen import quick_init
 from kirim.inbox import (
     FeedAction,
     FeedCounts,
@@ -133,6 +134,7 @@ class ClaimKind(enum.StrEnum):
     BUSY = "busy"  # another worker holds an unexpired claim; the job was put back
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Claim:
     kind: ClaimKind
@@ -161,6 +163,7 @@ class Claim:
     withheld: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Lease:
     job_id: int
@@ -168,6 +171,7 @@ class Lease:
     token: str
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Intent:
     """A write-ahead attempt row, committed only if the claim token still holds."""
@@ -189,6 +193,7 @@ class Intent:
     provider: str | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptOutcome:
     provider_request_id: str
@@ -198,6 +203,7 @@ class AttemptOutcome:
     completed_at: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finish:
     """The end of one claim: attempt outcome, delivery status and job state at once.
@@ -231,6 +237,7 @@ class Finish:
     feed: FeedMessage | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishResult:
     committed: bool  # False: the token was stale and the transition was rejected

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from kirim.channels import Channel
 from kirim.clock import Clock
 from kirim.errors import TransientFailure
+from kirim.frozen import quick_init
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.providers.base import Reconcilable, Sent
 from kirim.store.base import AttemptOutcome, Claim, Finish
@@ -87,6 +88,7 @@ class InDoubt:
 REFUSED = (AttemptStatus.FAILED_TRANSIENT, AttemptStatus.FAILED_PERMANENT)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where the next attempt of a delivery goes, and why."""
@@ -116,16 +118,18 @@ def route(chain: Sequence[str], history: Sequence[Attempt], doubtful: Sequence[A
     home = chain[0]
     if doubtful:  # never a second provider while the first one may have it
         return Route(doubtful[-1].provider or home, "pinned")
-    if not still_open(chain, history):  # every one refused for good: nothing to send
+    gone = _refused_for_good(chain, history)  # read once: a route asks it up to thrice
+    left = [c for c in chain if c not in gone] if gone else chain
+    if not left:  # every one refused for good: nothing to send
         return Route(home, "exhausted")
     last = history[-1] if history else None
     if last is not None and last.status in REFUSED:
         previous = last.provider or home
-        following = next_provider(chain, history, previous)
+        following = _after(chain, gone, previous)
         if following is not None:
             return Route(following, "failover", previous)
-        return Route(_first(chain, history), "again", previous)
-    return Route(_first(chain, history), "first")
+        return Route(left[0], "again", previous)
+    return Route(left[0], "first")
 
 
 def still_open(
@@ -148,19 +152,19 @@ def next_provider(
     gone = _refused_for_good(chain, history)
     if refused:
         gone.add(after)
+    return _after(chain, gone, after)
+
+
+def _after(chain: Sequence[str], gone: set[str], after: str) -> str | None:
+    """The channel after ``after`` in ``chain`` not in ``gone`` (None: none is)."""
     rest = chain[chain.index(after) + 1 :] if after in chain else chain
     return next((c for c in rest if c not in gone), None)
 
 
 def _refused_for_good(chain: Sequence[str], history: Sequence[Attempt]) -> set[str]:
+    if not history:  # a first attempt: no comprehension to run
+        return set()
     return {a.provider or chain[0] for a in history if a.status is AttemptStatus.FAILED_PERMANENT}
-
-
-def _first(chain: Sequence[str], history: Sequence[Attempt]) -> str:
-    """The first channel of ``chain`` that has not refused for good (the delivery's own
-    when every one has)."""
-    gone = _refused_for_good(chain, history)
-    return next((c for c in chain if c not in gone), chain[0])
 
 
 def request_timeout(channel: Channel, settings: WorkerSettings) -> float:
