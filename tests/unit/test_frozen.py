@@ -106,3 +106,29 @@ def test_refuses_what_it_cannot_copy(make: Any) -> None:
     """A class that is not slotted, has a default factory or a ``__post_init__``."""
     with pytest.raises(TypeError):
         quick_init(make())
+
+
+@pytest.mark.parametrize(
+    "cls", [kirim.model.Delivery, kirim.model.Job, kirim.model.Attempt], ids=lambda c: c.__name__
+)
+def test_evolve_is_dataclasses_replace(cls: type) -> None:
+    """``rows.evolve`` (slots set through their descriptors) makes what ``replace`` makes:
+    the changed fields new, every other field the original's."""
+    from kirim.store.rows import evolve
+
+    fields = dataclasses.fields(cls)
+    original = cls(**{f.name: object() for f in fields})
+    changes = {f.name: object() for f in fields[::2]}
+    made = evolve(original, **changes)
+    assert type(made) is cls
+    assert made == dataclasses.replace(original, **changes)
+    for f in fields:
+        assert getattr(made, f.name) is changes.get(f.name, getattr(original, f.name))
+
+
+def test_evolve_of_a_class_without_slots() -> None:
+    """A frozen dataclass without slots is evolved by name (``object.__setattr__``)."""
+    from kirim.store.rows import evolve
+
+    made = evolve(_plain()(x=1), x=2)
+    assert made.x == 2
