@@ -26,12 +26,14 @@ class Batcher(Generic[I, R]):
         self._pending: list[tuple[I, asyncio.Future[R]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
-    async def submit(self, item: I) -> R:
+    def submit(self, item: I) -> asyncio.Future[R]:
+        """The future of ``item``'s result, which its submitter awaits (a plain call, not
+        a coroutine: no coroutine made and resumed per item)."""
         future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.create_task(self._drain())
-        return await future
+        return future
 
     async def _drain(self) -> None:
         while self._pending:
