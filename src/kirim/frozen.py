@@ -56,6 +56,7 @@ def quick_init(cls: C) -> C:
     init.__module__ = cls.__module__
     generated = cls.__dict__["__init__"]
     init.__doc__ = generated.__doc__
+    init.__annotations__ = dict(generated.__annotations__)
     QUICK[cls] = generated
     type.__setattr__(cls, "__init__", init)
     return cls

@@ -26,12 +26,14 @@ def test_the_per_delivery_values_are_quick() -> None:
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__qualname__)
 def test_same_signature_as_the_dataclass_init(cls: type) -> None:
-    """Same parameters, order, kinds and defaults as the generated ``__init__``."""
+    """Same parameters, order, kinds, defaults and annotations as the generated
+    ``__init__``."""
     mine = inspect.signature(cls.__init__)  # type: ignore[misc]
     theirs = inspect.signature(QUICK[cls])
-    assert [(p.name, p.kind, p.default) for p in mine.parameters.values()] == [
-        (p.name, p.kind, p.default) for p in theirs.parameters.values()
+    assert [(p.name, p.kind, p.default, p.annotation) for p in mine.parameters.values()] == [
+        (p.name, p.kind, p.default, p.annotation) for p in theirs.parameters.values()
     ]
+    assert mine.return_annotation == theirs.return_annotation
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__qualname__)
