@@ -17,10 +17,10 @@ threshold): a worker with hundreds of deliveries in flight holds thousands of yo
 objects that are alive (claims, rows, futures), and each of those passes walks them
 and moves them up, where the next generation's passes walk them again. Measured on
 ``bench/profile_worker.py`` (5,000 deliveries, one worker, ``gc.callbacks`` timing
-each pass; medians of 3), the passes took 32 ms on SQLite and 35 ms on PostgreSQL
-(about 320 of them), some 7 µs of CPU per delivery. While workers run, the youngest
-generation's threshold is ``YOUNG`` instead: 3 to 6 passes, 5 and 8 ms (a batch
-claim's objects are walked about once).
+each pass; medians of 3), the passes took 32 ms on SQLite and 52 ms on PostgreSQL
+(about 320 of them), 6-10 µs of CPU per delivery. While workers run, the youngest
+generation's threshold is ``YOUNG`` instead: 3 passes, 5 and 8 ms (a batch claim's
+objects are walked about once).
 Garbage without cycles goes at once whatever the threshold (reference counting);
 cyclic garbage waits at most ``YOUNG`` new containers. The threshold the process had
 is put back when the last worker ends, unless the process changed it meanwhile; a
