@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean venv loop-versions explore chaos dist
-# The explorer's deterministic loop relies on asyncio internals: its tests also run on
-# these Pythons (pyenv's, else pythonX.Y on PATH; a version not found is said and skipped).
+# The explorer's deterministic loop relies on asyncio internals, kirim.frozen on
+# dataclasses': their tests also run on these Pythons (pyenv's, else pythonX.Y on
+# PATH; a version not found is said and skipped).
 LOOP_PYTHONS ?= 3.12 3.13
 
 $(STAMP): pyproject.toml
@@ -53,7 +54,8 @@ loop-versions:
 	     hypothesis && touch $$env/.installed); \
 	  echo "loop-versions: Python $$v"; \
 	  $$env/bin/python -m pytest -q -p no:cacheprovider tests/explore/test_loop.py \
-	    tests/explore/test_schedules.py::test_same_seed_same_trace_hash || exit 1; \
+	    tests/explore/test_schedules.py::test_same_seed_same_trace_hash tests/unit/test_frozen.py \
+	    || exit 1; \
 	done
 
 # The long soak: every scheduling policy over many seeds (SQLite), then the PostgreSQL
