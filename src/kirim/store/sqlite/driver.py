@@ -129,8 +129,27 @@ def execute(conn: sqlite3.Connection, step: Query) -> Any:
         else:
             cursor = conn.executemany(numbered, values)
         return cursor.rowcount
-    cursor = conn.execute(sql, bind(step.args))
-    return cursor.rowcount if step.count else cursor.fetchall()
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples, made into dicts by ``rows_of``
+    cursor.execute(sql, bind(step.args))
+    return cursor.rowcount if step.count else rows_of(cursor)
+
+
+def rows_of(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """The rows a statement read, each a dict by column name, as PostgreSQL's driver
+    gives them (``dict_row``). A transition reads a row's columns by name a dozen times
+    or more: a dict looks each up in one probe, where ``sqlite3.Row`` compares the
+    name with every column before it, ignoring case (a claim's joined row has 33).
+    A name that recurs keeps its first column's value, as ``sqlite3.Row`` does."""
+    if cursor.description is None:  # a statement that reads no columns
+        return []
+    names = [d[0] for d in cursor.description]
+    found = cursor.fetchall()
+    if len(set(names)) == len(names):
+        return [dict(zip(names, row, strict=True)) for row in found]
+    first = [i for i, name in enumerate(names) if names.index(name) == i]
+    kept = [names[i] for i in first]
+    return [dict(zip(kept, (row[i] for i in first), strict=True)) for row in found]
 
 
 def drive(op: Operation[T], conn: sqlite3.Connection, at: At) -> T:
