@@ -59,3 +59,36 @@ def test_a_record_without_a_parameter_is_sqlite3s_error(
     monkeypatch.setitem(driver.Q, "t_write", "UPDATE t SET a = :a WHERE id = :id")
     with pytest.raises(sqlite3.ProgrammingError, match="id"):
         execute(conn, Query("t_write", {"items": [{"a": "x"}]}, count=True))
+
+
+
+def test_rows_read_are_dicts_by_column_name(
+    conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement's rows come back as dicts by column name, as PostgreSQL's driver
+    gives them (a name looked up in one probe, not sqlite3.Row's scan of the columns)."""
+    conn.row_factory = sqlite3.Row  # the driver's connection has it; its reads do not
+    monkeypatch.setitem(driver.Q, "t_read", "SELECT id, a FROM t WHERE id = :id")
+    rows = execute(conn, Query("t_read", {"id": 2}))
+    assert rows == [{"id": 2, "a": None}]
+    assert type(rows[0]) is dict
+
+
+def test_a_name_that_recurs_keeps_its_first_column(
+    conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two columns of one name: the first one's value, as sqlite3.Row gives, in the
+    columns' order."""
+    monkeypatch.setitem(driver.Q, "t_read", "SELECT 1 AS x, 2 AS a, 3 AS x, 4 AS b")
+    (row,) = execute(conn, Query("t_read"))
+    assert row == {"x": 1, "a": 2, "b": 4}
+    assert list(row) == ["x", "a", "b"]
+
+
+def test_a_statement_that_reads_no_columns_gives_no_rows(
+    conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement without result columns run as a read gives an empty list."""
+    monkeypatch.setitem(driver.Q, "t_read", "UPDATE t SET a = 'z' WHERE id = 1")
+    assert execute(conn, Query("t_read")) == []
+    assert conn.execute("SELECT a FROM t WHERE id = 1").fetchone() == ("z",)

@@ -17,6 +17,7 @@ writes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -219,7 +220,7 @@ class Ledger:
                 "completed_at": outcome.completed_at,
             }
             rows[i] = {
-                **dict(row),
+                **row,
                 "status": values["status"],
                 "provider_message_id": values["message_id"],
                 "error": values["error"],
@@ -311,7 +312,7 @@ def _over(row: Row | None, written: dict[str, Any] | None) -> Row | None:
     """``row`` with the values ``written`` over it (a copy only when some were)."""
     if row is None or written is None:
         return row
-    return {**dict(row), **written}
+    return {**row, **written}
 
 
 def _present(value: V | None) -> V:
@@ -321,8 +322,14 @@ def _present(value: V | None) -> V:
     return value
 
 
+#: the written columns' values of a model value, in one C call each (``_delivery_values``)
+_DELIVERY_WRITTEN = tuple(c for c in _DELIVERY_COLUMNS if c != "released_at")
+_delivery_columns = operator.attrgetter(*_DELIVERY_WRITTEN)
+_job_columns = operator.attrgetter(*_JOB_COLUMNS)
+
+
 def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
-    values = {c: getattr(d, c) for c in _DELIVERY_COLUMNS if c != "released_at"}
+    values = dict(zip(_DELIVERY_WRITTEN, _delivery_columns(d), strict=True))
     values["status"] = str(d.status)
     values["doubt"] = None if d.doubt is None else str(d.doubt)
     values["released_at"] = released_at
@@ -330,7 +337,7 @@ def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
 
 
 def _job_values(j: Job) -> dict[str, Any]:
-    values = {c: getattr(j, c) for c in _JOB_COLUMNS}
+    values = dict(zip(_JOB_COLUMNS, _job_columns(j), strict=True))
     values["status"] = str(j.status)
     return values
 
