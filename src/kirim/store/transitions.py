@@ -17,7 +17,6 @@ writes.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -322,14 +321,8 @@ def _present(value: V | None) -> V:
     return value
 
 
-#: the written columns' values of a model value, in one C call each (``_delivery_values``)
-_DELIVERY_WRITTEN = tuple(c for c in _DELIVERY_COLUMNS if c != "released_at")
-_delivery_columns = operator.attrgetter(*_DELIVERY_WRITTEN)
-_job_columns = operator.attrgetter(*_JOB_COLUMNS)
-
-
 def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
-    values = dict(zip(_DELIVERY_WRITTEN, _delivery_columns(d), strict=True))
+    values = {c: getattr(d, c) for c in _DELIVERY_COLUMNS if c != "released_at"}
     values["status"] = str(d.status)
     values["doubt"] = None if d.doubt is None else str(d.doubt)
     values["released_at"] = released_at
@@ -337,7 +330,7 @@ def _delivery_values(d: Delivery, released_at: float | None) -> dict[str, Any]:
 
 
 def _job_values(j: Job) -> dict[str, Any]:
-    values = dict(zip(_JOB_COLUMNS, _job_columns(j), strict=True))
+    values = {c: getattr(j, c) for c in _JOB_COLUMNS}
     values["status"] = str(j.status)
     return values
 
