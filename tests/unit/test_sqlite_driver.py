@@ -61,7 +61,6 @@ def test_a_record_without_a_parameter_is_sqlite3s_error(
         execute(conn, Query("t_write", {"items": [{"a": "x"}]}, count=True))
 
 
-
 def test_rows_read_are_dicts_by_column_name(
     conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
