@@ -19,9 +19,11 @@ refuses a class it cannot copy exactly (a field with a default factory or
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from types import MemberDescriptorType
 from typing import Any, TypeVar
 
-__all__ = ["QUICK", "quick_init"]
+__all__ = ["QUICK", "quick_init", "setter"]
 
 C = TypeVar("C", bound=type)
 
@@ -37,7 +39,7 @@ def quick_init(cls: C) -> C:
     scope: dict[str, Any] = {}
     signature = []
     for f in fields:
-        scope[f"_set_{f.name}"] = cls.__dict__[f.name].__set__
+        scope[f"_set_{f.name}"] = setter(cls, f.name)
         if f.default is dataclasses.MISSING:
             signature.append(f.name)
         else:
@@ -60,6 +62,17 @@ def quick_init(cls: C) -> C:
     QUICK[cls] = generated
     type.__setattr__(cls, "__init__", init)
     return cls
+
+
+def setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """What sets field ``name`` of a new ``cls`` (one being made: a frozen class refuses
+    it afterwards): its slot's descriptor, else ``object.__setattr__`` by name (a class
+    without slots). ``rows.evolve``'s copies set their fields this way too."""
+    slot = cls.__dict__.get(name)
+    if isinstance(slot, MemberDescriptorType):
+        set_slot: Callable[[Any, Any], None] = slot.__set__
+        return set_slot
+    return lambda obj, value: object.__setattr__(obj, name, value)
 
 
 def _params(cls: type) -> str:

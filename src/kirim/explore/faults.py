@@ -38,8 +38,9 @@ from kirim.worker.checkpoint import CHECKPOINTS
 FaultKind = Literal[
     "skew", "crash", "stall", "pause", "shutdown", "store", "poison", "cancel", "retry", "takeover"
 ]
-#: kinds set off by a worker's checkpoint, not at a time (not fired, not healed)
-AT_CHECKPOINTS = ("pause", "takeover")
+#: kinds with no time of their own to fire or heal at: a skew lasts the whole run, the
+#: others are set off by a worker's checkpoint
+UNTIMED = ("skew", "pause", "takeover")
 KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 #: how a ``store`` fault fails its call: before the commit, or after it (the answer is
 #: lost); "" for the other kinds
@@ -205,7 +206,7 @@ def draw_takeovers(seed: int, *, hosts: Sequence[str], lease: float) -> list[Fau
 
 def heal_time(plan: Sequence[Fault], *, minimum: float = 30.0) -> float:
     """When crashed hosts restart, stalls are over and poison is lifted."""
-    ends = [f.at + f.duration for f in plan if f.kind != "skew" and f.kind not in AT_CHECKPOINTS]
+    ends = [f.at + f.duration for f in plan if f.kind not in UNTIMED]
     return max([minimum, *ends]) + 1.0
 
 

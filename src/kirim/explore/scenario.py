@@ -29,7 +29,7 @@ from kirim.engine import Kirim
 from kirim.explore import events, operator
 from kirim.explore.checks import at_least_once, check_full
 from kirim.explore.faults import (
-    AT_CHECKPOINTS,
+    UNTIMED,
     Fault,
     draw_event_faults,
     draw_plan,
@@ -343,7 +343,7 @@ class Sim:
             for wh in self.hosts.values():
                 self.start(wh)
         for fault in self.plan:
-            if fault.kind != "skew" and fault.kind not in AT_CHECKPOINTS:
+            if fault.kind not in UNTIMED:
                 self.loop.call_at(fault.at, self.fire, fault)
         self.loop.call_at(self.heal, self.heal_all)
         quiet = False

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
-from types import MemberDescriptorType
 from typing import Any, TypeVar
 
+from kirim.frozen import setter
 from kirim.model import (
     Attempt,
     AttemptStatus,
@@ -49,19 +49,10 @@ def _evolver(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
     lines.append("    return new")
     # each slot set through its own descriptor (``kirim.frozen``: no look-up by name)
     scope: dict[str, Any] = {"new_of": object.__new__, "cls": cls}
-    scope |= {f"set_{n}": _setter(cls, n) for n in names}
+    scope |= {f"set_{n}": setter(cls, n) for n in names}
     exec("\n".join(lines), scope)
     made: Callable[[Any, dict[str, Any]], Any] = scope["evolve"]
     return made
-
-
-def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """What sets field ``name`` of a new ``cls``: its slot's descriptor, else (a class
-    without slots) ``object.__setattr__`` by name."""
-    slot = cls.__dict__.get(name)
-    if isinstance(slot, MemberDescriptorType):
-        return slot.__set__
-    return lambda obj, value: object.__setattr__(obj, name, value)
 
 
 def delivery_from(row: Row, *, payload: bool = True) -> Delivery:

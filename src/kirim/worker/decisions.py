@@ -119,7 +119,7 @@ def route(chain: Sequence[str], history: Sequence[Attempt], doubtful: Sequence[A
     if doubtful:  # never a second provider while the first one may have it
         return Route(doubtful[-1].provider or home, "pinned")
     gone = _refused_for_good(chain, history)  # read once: a route asks it up to thrice
-    left = [c for c in chain if c not in gone] if gone else chain
+    left = _open(chain, gone) if gone else chain
     if not left:  # every one refused for good: nothing to send
         return Route(home, "exhausted")
     last = history[-1] if history else None
@@ -140,6 +140,11 @@ def still_open(
     gone = _refused_for_good(chain, history)
     if refused is not None:
         gone.add(refused)
+    return _open(chain, gone)
+
+
+def _open(chain: Sequence[str], gone: set[str]) -> list[str]:
+    """The channels of ``chain`` not in ``gone``, in order."""
     return [c for c in chain if c not in gone]
 
 
