@@ -37,7 +37,7 @@ from kirim.model import (
     JobStatus,
 )
 from kirim.preferences import Preferences, TypePolicy, Verdict
-from kirim.store import feed, rules
+from kirim.store import claim_rows, feed, rules
 from kirim.store.base import (
     AttemptOutcome,
     Callback,
@@ -404,25 +404,15 @@ def claim(
         prefs = {r["recipient_id"]: preferences_from(r) for r in (found[0] if found else ())}
     claims = []
     for row in rows:
-        job = job_of(row)
-        assert job is not None
         token = new_token()
         current = _present(current_of[row["id"]])
-        kind = kinds[job.id]
-        leased = evolve(
-            job,
-            status=JobStatus.RUNNING,
-            attempts=job.attempts + 1,
-            lease_owner=worker_id,
-            lease_token=token,
-            lease_expires_at=until,
-            updated_at=now,
-        )
+        kind = kinds[row["job_id"]]
+        leased = claim_rows.leased_job(row, worker_id, token, until, now)
         if kind is ClaimKind.BUSY:
             retry_at = current.claim_expires_at if current.claim_expires_at is not None else now
             ledger.set_job(
                 rules.unleased(
-                    job, status=JobStatus.RETRY_SCHEDULED, run_at=retry_at, updated_at=now
+                    _job(row), status=JobStatus.RETRY_SCHEDULED, run_at=retry_at, updated_at=now
                 )
             )
             reason = f"delivery claimed by {current.claimed_by}"
@@ -433,7 +423,9 @@ def claim(
             ledger.set_job(rules.unleased(leased, status=JobStatus.COMPLETED, last_error=reason))
             claims.append(_claim(ClaimKind.NOOP, leased, current, token, now, reason=reason))
             continue
-        success = ledger.success(current.id)
+        # a delivery without earlier attempts has no success, doubt nor history to read
+        earlier = current.id in ledger.attempt_rows
+        success = ledger.success(current.id) if earlier else None
         if success is not None:
             reason = "an earlier attempt succeeded"
             done = rules.sent_late(current, success.provider_message_id, now)
@@ -441,48 +433,75 @@ def claim(
             ledger.set_job(rules.unleased(leased, status=JobStatus.COMPLETED, last_error=reason))
             claims.append(_claim(ClaimKind.NOOP, leased, done, token, now, reason=reason))
             continue
-        verdict = rules.preference_check(current, policies, prefs, now)
+        verdict = rules.preference_check(current, policies, prefs, now) if policies else None
         # A deferral is always safe; a suppression is, unless an earlier request may
         # have arrived: then the delivery is claimed ``withheld``, and its doubt is
         # settled without sending (suppressing it would claim it was never sent).
         withheld = None
         if verdict is not None:
             if verdict.action == "defer" or not ledger.doubtful(current.id):
-                if (stopped := _stopped(ledger, current, job, verdict, token, now)) is not None:
+                stopped = _stopped(ledger, current, _job(row), verdict, token, now)
+                if stopped is not None:
                     claims.append(stopped)
                 continue
             withheld = str(verdict.reason)
-        delivery = evolve(
-            current,
-            status=DeliveryStatus.PROCESSING,
-            claim_token=token,
-            claimed_by=worker_id,
-            claim_expires_at=until,
-            updated_at=now,
+        delivery = claim_rows.processing(current, worker_id, token, until, now)
+        ledger.set_rows(
+            delivery.id,
+            claim_rows.processing_columns(row, worker_id, token, until, now),
+            leased.id,
+            claim_rows.leased_job_columns(leased),
         )
-        ledger.set_delivery(delivery)
-        ledger.set_job(leased)
-        found = tuple(ledger.doubtful(delivery.id))
         claims.append(
-            Claim(
+            _claimed(ledger, delivery, leased, token, now, prior.get(delivery.id, 0), withheld)
+            if earlier
+            else Claim(
                 kind=ClaimKind.CLAIMED,
                 job=leased,
                 delivery=delivery,
                 token=token,
-                doubtful=found,
                 prior_requests=prior.get(delivery.id, 0),
                 now=now,
-                unsettled_until=rules.unsettled_until(found, now),
-                history=tuple(
-                    rules.since_release(
-                        ledger.attempts(delivery.id), ledger.released_at[delivery.id]
-                    )
-                ),
                 withheld=withheld,
             )
         )
     yield ledger.writes()
     return claims
+
+
+def _job(row: Row) -> Job:
+    """The due row's job as read (a claim that does not lease it puts it back)."""
+    job = job_of(row)
+    assert job is not None
+    return job
+
+
+def _claimed(
+    ledger: Ledger,
+    delivery: Delivery,
+    leased: Job,
+    token: str,
+    now: float,
+    prior: int,
+    withheld: str | None,
+) -> Claim:
+    """The claim of a delivery with earlier attempts: those that may have reached the
+    provider, until when one may still land, and every one since the last release."""
+    found = tuple(ledger.doubtful(delivery.id))
+    return Claim(
+        kind=ClaimKind.CLAIMED,
+        job=leased,
+        delivery=delivery,
+        token=token,
+        doubtful=found,
+        prior_requests=prior,
+        now=now,
+        unsettled_until=rules.unsettled_until(found, now),
+        history=tuple(
+            rules.since_release(ledger.attempts(delivery.id), ledger.released_at[delivery.id])
+        ),
+        withheld=withheld,
+    )
 
 
 def _stopped(
