@@ -452,16 +452,18 @@ def claim(
             leased.id,
             claim_rows.leased_job_columns(leased),
         )
+        found = tuple(ledger.doubtful(delivery.id)) if earlier else ()
         claims.append(
-            _claimed(ledger, delivery, leased, token, now, prior.get(delivery.id, 0), withheld)
-            if earlier
-            else Claim(
+            Claim(
                 kind=ClaimKind.CLAIMED,
                 job=leased,
                 delivery=delivery,
                 token=token,
+                doubtful=found,
                 prior_requests=prior.get(delivery.id, 0),
                 now=now,
+                unsettled_until=rules.unsettled_until(found, now),
+                history=_since_release(ledger, delivery.id) if earlier else (),
                 withheld=withheld,
             )
         )
@@ -476,32 +478,10 @@ def _job(row: Row) -> Job:
     return job
 
 
-def _claimed(
-    ledger: Ledger,
-    delivery: Delivery,
-    leased: Job,
-    token: str,
-    now: float,
-    prior: int,
-    withheld: str | None,
-) -> Claim:
-    """The claim of a delivery with earlier attempts: those that may have reached the
-    provider, until when one may still land, and every one since the last release."""
-    found = tuple(ledger.doubtful(delivery.id))
-    return Claim(
-        kind=ClaimKind.CLAIMED,
-        job=leased,
-        delivery=delivery,
-        token=token,
-        doubtful=found,
-        prior_requests=prior,
-        now=now,
-        unsettled_until=rules.unsettled_until(found, now),
-        history=tuple(
-            rules.since_release(ledger.attempts(delivery.id), ledger.released_at[delivery.id])
-        ),
-        withheld=withheld,
-    )
+def _since_release(ledger: Ledger, delivery_id: int) -> tuple[Attempt, ...]:
+    """The delivery's attempts since its last release (a claim's ``history``)."""
+    attempts = ledger.attempts(delivery_id)
+    return tuple(rules.since_release(attempts, ledger.released_at[delivery_id]))
 
 
 def _stopped(
