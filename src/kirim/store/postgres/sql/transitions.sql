@@ -142,27 +142,30 @@ FROM unnest(
 -- bounded in time (no request after send_deadline; none can land after settles_at),
 -- with the channel each request goes to (provider: failover).
 -- FOR SHARE makes a concurrent claim wait for this commit, so that it sees the intent;
--- deliveries are locked in id order, as everywhere.
+-- deliveries are locked in id order, as everywhere. The batch drives: each item's
+-- delivery is looked up by its key (LATERAL), so no plan reads the batch again for each
+-- delivery (a table never analyzed yet, or statistics that believe no delivery is
+-- processing, once made the planner do that: a batch of n cost n squared).
 INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
      send_deadline, settles_at, provider)
-SELECT l.delivery_id, l.job_id, l.number, l.request_id, l.worker_id, 'requested',
-       l.requested_at, l.send_deadline, l.settles_at, l.provider
+SELECT u.delivery_id, u.job_id, u.number, u.request_id, u.worker_id, 'requested',
+       u.requested_at, u.send_deadline, u.settles_at, u.provider
 FROM (
-    SELECT u.*
-    FROM unnest(
+    SELECT * FROM unnest(
         %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
         %(i_number)s::int[], %(i_request_id)s::text[], %(i_worker_id)s::text[],
         %(i_requested_at)s::float8[], %(i_send_deadline)s::float8[],
         %(i_settles_at)s::float8[], %(i_provider)s::text[]
     ) AS u (delivery_id, job_id, token, number, request_id, worker_id, requested_at,
         send_deadline, settles_at, provider)
-    JOIN kirim_deliveries d
-      ON d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
-     AND d.id = ANY (%(i_delivery_id)s::bigint[])
-    ORDER BY d.id
-    FOR SHARE OF d
-) l
+    ORDER BY delivery_id
+) u
+CROSS JOIN LATERAL (
+    SELECT d.id FROM kirim_deliveries d
+    WHERE d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+    FOR SHARE
+) d
 RETURNING provider_request_id;
 
 -- name: intents_written
@@ -206,7 +209,9 @@ SELECT pg_notify('kirim_jobs', '');
 -- goes the careful way. Returns the finished items. The columns written are those of rules.committed_columns and
 -- rules.job_committed_columns, the one rule of the commit.
 WITH u AS (
-    SELECT u.*, kirim_now(u.now) AS at, won.id AS won
+    SELECT u.*, kirim_now(u.now) AS at, won.id AS won,
+           'running'::text AS leased, 'processing'::text AS claimed,
+           '{requested,unknown}'::text[] AS open
     FROM unnest(
         %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
         %(i_now)s::float8[], %(i_request_id)s::text[], %(i_outcome)s::text[],
@@ -231,7 +236,7 @@ j AS (
         lease_expires_at = NULL, updated_at = u.at
     FROM u
     WHERE j.id = u.job_id AND j.delivery_id = u.delivery_id AND j.lease_token = u.token
-      AND j.status = 'running' AND j.id = ANY (%(i_job_id)s::bigint[])
+      AND j.status = u.leased AND j.id = ANY (%(i_job_id)s::bigint[])
       -- a success recorded by any attempt outranks a failure: then the careful way
       AND (u.status = 'sent' OR u.won IS NULL)
     RETURNING j.id, j.delivery_id
@@ -245,7 +250,7 @@ d AS (
         sent_at = CASE WHEN u.status = 'sent' THEN u.at ELSE d.sent_at END,
         reason = COALESCE(u.reason, d.reason), updated_at = u.at
     FROM u
-    WHERE d.id = u.delivery_id AND d.claim_token = u.token AND d.status = 'processing'
+    WHERE d.id = u.delivery_id AND d.claim_token = u.token AND d.status = u.claimed
       AND d.id = ANY (ARRAY(SELECT j.delivery_id FROM j))
     RETURNING d.id, d.provider_message_id
 ),
@@ -256,7 +261,7 @@ a AS (
         error = u.outcome_error, completed_at = u.completed_at
     FROM u
     WHERE a.provider_request_id = u.request_id AND a.delivery_id = u.delivery_id
-      AND a.status IN ('requested', 'unknown')
+      AND a.status = ANY (u.open)
       AND a.provider_request_id = ANY (ARRAY(
           SELECT f.request_id FROM u f JOIN d ON d.id = f.delivery_id
           WHERE f.request_id IS NOT NULL))
