@@ -312,3 +312,34 @@ def test_an_uncommitted_attempt_on_an_in_commit_channel_is_no_doubt_when_exhaust
         settings=SETTINGS, clock=ManualClock(), rng=random.Random(1), in_commit=frozenset({"push"})
     )
     assert inbox.retry(last, None, "not sent").delivery_status is DeliveryStatus.FAILED
+
+
+async def test_a_busy_burst_worker_reaps_at_the_reapers_cadence(make_app, clock) -> None:
+    """A burst worker that claims work reaps every ``reap_every`` seconds, not before each
+    claim; once it claims nothing it reaps, so a dead worker's expired lease is still
+    delivered."""
+    provider = FlakyProvider()
+    app = await make_app(provider)
+    sent = [await app.notify(f"e{i}", "u", "push", {}) for i in range(30)]
+    [abandoned] = await app.store.claim(worker_id="dead", now=clock.now(), lease=10, limit=1)
+    clock.advance(11)  # the dead worker's lease is over
+    worker = app.worker(
+        settings=WorkerSettings(lease=10, concurrency=5, batch_size=5, poll_interval=0.01),
+        worker_id="B",
+    )
+    reaps = 0
+    reap = worker.reap
+
+    async def counted() -> int:
+        nonlocal reaps
+        reaps += 1
+        return await reap()
+
+    worker.reap = counted  # type: ignore[method-assign]
+    stats = await worker.run(burst=True)
+    assert stats.leases_expired == 1
+    assert {provider.received(n.idempotency_key) for n in sent} == {1}
+    assert abandoned.delivery.id in {n.delivery_id for n in sent}
+    # the first round, then the round that claimed nothing (the lease reaped then),
+    # then the last; not one per claim of 5
+    assert reaps <= 3, reaps

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 import time
 from collections.abc import Mapping
@@ -109,6 +110,8 @@ class Worker:
             settings=self.settings, clock=self.clock, rng=self.rng, in_commit=self.in_commit
         )
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        #: whether the last claim asked for work and found none (a burst worker reaps then)
+        self._found_none = True
         monotonic = getattr(self.clock, "monotonic", None)
         self._monotonic: Any = monotonic if callable(monotonic) else time.monotonic
         self._burst = BurstProgress(self.log, self._monotonic)
@@ -199,10 +202,18 @@ class Worker:
             await cast(WaitsForJobs, store).wait_for_jobs(
                 0
             )  # LISTEN before the first claim, so no wake-up is missed
+        reaped_at = -math.inf
         try:
             while not self._stopping.is_set():
                 if burst:
-                    await self.reap()
+                    # A burst worker is its own reaper: at the reaper's cadence while it
+                    # finds work, and each round once its last claim found none (an
+                    # expired lease waits no longer for it than for a long-running
+                    # worker's reaper).
+                    now = self._monotonic()
+                    if self._found_none or now - reaped_at >= self.settings.reap_every:
+                        reaped_at = now
+                        await self.reap()
                     if self.topics is not None:
                         await self.topics.step_safely()
                 await self._runs.tick()
@@ -338,6 +349,7 @@ class Worker:
             self.log.error("claim_failed", error=str(exc))
             await self.clock.sleep(self.settings.poll_interval)
             return 0
+        self._found_none = not claims
         for claim in claims:
             if claim.suppressed is not None:
                 self._suppressed(claim)

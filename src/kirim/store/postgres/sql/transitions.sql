@@ -15,6 +15,19 @@
 -- indexed column (the primary key, the request id), also where the statement joins the
 -- set's records (unnest), so that the planner takes the index whatever its statistics
 -- say (a hash join over a scan of the whole table would cost a batch the table's size).
+-- The batch drives: its records are read once (a LATERAL lookup per item, or the
+-- states a fence compares carried by the batch's rows, not filters on the table), so
+-- no plan reads them again per row; the claim's transaction plans by index alone
+-- (plan_by_index). docs/design.md, "Plans that do not trust the statistics".
+
+-- name: plan_by_index
+-- The claim's transaction plans by index alone (SET LOCAL: this transaction only, so
+-- a pooler's shared session keeps its settings): its statements read a batch by key
+-- and the due jobs in claim order, and the statistics cannot be trusted to say so. A
+-- queue that filled since the last ANALYZE (a new ledger's first burst, a backlog
+-- after an outage) looks empty to them, and the planner then sorted every due job to
+-- take the first batch: each claim cost the backlog's size.
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);
 
 -- name: due_jobs
 -- Lock up to %(limit)s due jobs (skipping those another claim holds), oldest first,
@@ -210,6 +223,10 @@ SELECT pg_notify('kirim_jobs', '');
 -- rules.job_committed_columns, the one rule of the commit.
 WITH u AS (
     SELECT u.*, kirim_now(u.now) AS at, won.id AS won,
+           -- the states the fences compare, carried by the batch's rows: a condition
+           -- of the join, not a filter on the table, whose estimate then stays the
+           -- batch's size (statistics that believe no job is running made a filter's
+           -- estimate one row, and the plan read the batch again for each job)
            'running'::text AS leased, 'processing'::text AS claimed,
            '{requested,unknown}'::text[] AS open
     FROM unnest(
