@@ -290,7 +290,8 @@ async def test_a_takeover_inside_the_statement_aborts_it(
     [result] = await finishing
     assert len(raced) == 1  # the statement had written the job, and aborted
     assert not result.committed
-    assert sent[:2] == ["finish_fenced", "lock_jobs"]  # aborted, then the careful way
+    # aborted, then the careful way (planned by index, locking first)
+    assert sent[:3] == ["finish_fenced", "plan_by_index", "lock_jobs"]
     found = await rows(store)
     assert found["kirim_jobs"] == [job_before]
     [d] = found["kirim_deliveries"]

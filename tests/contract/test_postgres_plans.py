@@ -286,3 +286,37 @@ def test_a_claim_reads_no_more_due_jobs_than_it_takes(any_ledger: str) -> None:
     ]
     assert read, json.dumps(found, indent=1)
     assert max(read) <= 256, json.dumps(found, indent=1)
+
+
+#: the careful transitions' statements (transitions._read, then its writes)
+CAREFUL = (
+    "lock_jobs",
+    "lock_deliveries",
+    "attempts_of_deliveries",
+    "write_attempts",
+    "write_jobs",
+    "write_deliveries",
+    "write_message_ids",
+)
+
+
+@pytest.mark.parametrize("name", CAREFUL)
+def test_a_careful_transition_reads_by_key(any_ledger: str, name: str) -> None:
+    """After ``plan_by_index`` (the careful transitions' first statement), no statement
+    scans a table or reads more of its rows than the batch names, whatever the
+    statistics say."""
+    queries = load_queries("postgres")
+    with psycopg.connect(any_ledger) as conn, conn.transaction(force_rollback=True):
+        conn.execute(queries["plan_by_index"].encode())
+        [[found]] = conn.execute(
+            ("EXPLAIN (ANALYZE, FORMAT JSON) " + queries[name]).encode(),
+            bind({"now": 1.0, **READ_ONCE[name]}),
+        ).fetchall()
+    nodes = _nodes(found[0]["Plan"])
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(found, indent=1)
+    read = [
+        (n.get("Relation Name"), n["Actual Rows"] + n.get("Rows Removed by Filter", 0))
+        for n in nodes
+        if n.get("Relation Name", "").startswith("kirim_")
+    ]
+    assert all(rows <= 2 * len(BATCH) for _, rows in read), read

@@ -349,8 +349,10 @@ def _attempt_values(a: Attempt) -> dict[str, Any]:
 def _read(ids: Sequence[int], job_ids: Sequence[int] = ()) -> Operation[Ledger]:
     """Lock and read the jobs and deliveries of ``ids`` (and the jobs ``job_ids``), then
     read their attempts (a later statement: it sees the intents committed by the
-    transactions the locks waited for)."""
-    jobs, deliveries, attempts = yield (
+    transactions the locks waited for). The transaction plans by index from here on
+    (PostgreSQL's ``plan_by_index``): what it reads and writes, it names by key."""
+    _, jobs, deliveries, attempts = yield (
+        Query("plan_by_index", optional=True),
         Query("lock_jobs", {"delivery_ids": list(ids), "job_ids": list(job_ids)}),
         Query("lock_deliveries", {"ids": list(ids)}),
         Query("attempts_of_deliveries", {"ids": list(ids)}),

@@ -21,12 +21,13 @@
 -- (plan_by_index). docs/design.md, "Plans that do not trust the statistics".
 
 -- name: plan_by_index
--- The claim's transaction plans by index alone (SET LOCAL: this transaction only, so
--- a pooler's shared session keeps its settings): its statements read a batch by key
--- and the due jobs in claim order, and the statistics cannot be trusted to say so. A
--- queue that filled since the last ANALYZE (a new ledger's first burst, a backlog
--- after an outage) looks empty to them, and the planner then sorted every due job to
--- take the first batch: each claim cost the backlog's size.
+-- The transaction plans by index alone from here on (SET LOCAL: this transaction
+-- only, so a pooler's shared session keeps its settings): the claim's and the careful
+-- transitions' statements (transitions._read) read a batch by key and the due jobs in
+-- claim order, and the statistics cannot be trusted to say so. A queue that filled
+-- since the last ANALYZE (a new ledger's first burst, a backlog after an outage)
+-- looks empty to them, and the planner then sorted every due job to take the first
+-- batch (each claim cost the backlog's size), or scanned a table it believed small.
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);
 
 -- name: due_jobs
