@@ -17,8 +17,9 @@
 -- say (a hash join over a scan of the whole table would cost a batch the table's size).
 -- The batch drives: its records are read once (a LATERAL lookup per item, or the
 -- states a fence compares carried by the batch's rows, not filters on the table), so
--- no plan reads them again per row; the claim's transaction plans by index alone
--- (plan_by_index). docs/design.md, "Plans that do not trust the statistics".
+-- no plan reads them again per row; the claim's and the careful transitions'
+-- transactions plan by index alone (plan_by_index). docs/design.md, "Plans that do
+-- not trust the statistics".
 
 -- name: plan_by_index
 -- The transaction plans by index alone from here on (SET LOCAL: this transaction
