@@ -316,3 +316,25 @@ async def _waits_for_a_row_lock(
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the finish never waited for the delivery's row")
+
+
+async def test_a_callers_transaction_keeps_its_planner_settings(
+    store: PostgresStore, database_url: str
+) -> None:
+    """A careful transition run in the caller's own transaction (``run_in``: an event's
+    cancellations with ``connection=``) leaves that transaction's settings as they were;
+    in kirim's own transaction it plans by index (``plan_by_index``), which ends with
+    the transaction."""
+    from kirim.store import transitions
+    from kirim.store.postgres.driver import drive
+
+    await store.enqueue([new(1), new(2)], now=1000.0)
+    first, second = sorted((await rows(store))["kirim_deliveries"], key=lambda r: r["id"])
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        assert await store.driver.run_in(conn, transitions.cancel(first["id"], 1001.0))
+        assert await (await conn.execute("SHOW enable_seqscan")).fetchone() == ("on",)
+        await conn.rollback()
+    async with store.driver.cursor(transaction=True) as cur:
+        assert await drive(transitions.cancel(second["id"], 1001.0), cur, store.driver.time)
+        await cur.execute("SHOW enable_seqscan")
+        assert await cur.fetchone() == {"enable_seqscan": "off"}

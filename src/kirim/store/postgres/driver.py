@@ -52,8 +52,13 @@ async def rows(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) ->
     return await cur.fetchall() if cur.description is not None else []
 
 
-async def execute(cur: Cursor, step: Query) -> Any:
-    sql = Q.get(step.name)
+#: statements that set the transaction's own settings (``SET LOCAL``): not run in a
+#: caller's transaction (``run_in``), whose later statements would inherit them
+SETS_LOCAL = frozenset({"plan_by_index"})
+
+
+async def execute(cur: Cursor, step: Query, skip: frozenset[str] = frozenset()) -> Any:
+    sql = None if step.name in skip else Q.get(step.name)
     if sql is None:
         if step.optional:
             return 0 if step.count else []
@@ -67,16 +72,16 @@ async def execute(cur: Cursor, step: Query) -> Any:
     return await cur.fetchall() if cur.description is not None else []
 
 
-async def together(cur: Cursor, steps: Group) -> list[Any]:
+async def together(cur: Cursor, steps: Group, skip: frozenset[str] = frozenset()) -> list[Any]:
     """Run statements in one pipeline: sent at once, one round trip for them all (a
-    result per statement, in order)."""
+    result per statement, in order). ``skip``: optional statements not to run."""
     if len(steps) <= 1:
-        return [await execute(cur, q) for q in steps]
+        return [await execute(cur, q, skip) for q in steps]
     conn = cur.connection
     async with conn.pipeline() as pipeline:
         cursors: list[Cursor | None] = []
         for q in steps:
-            if q.name not in Q:
+            if q.name not in Q or q.name in skip:
                 if not q.optional:
                     raise KeyError(f"PostgreSQL has no query named {q.name!r}")
                 cursors.append(None)
@@ -101,24 +106,27 @@ _NOW = Query("store_now", {"now": None})
 RACED = "kirim_fence_raced"
 
 
-async def drive(op: Operation[T], cur: Cursor, time: StoreTime) -> T:
+async def drive(
+    op: Operation[T], cur: Cursor, time: StoreTime, skip: frozenset[str] = frozenset()
+) -> T:
     """Answer each step of ``op`` until it returns. The time of record is read once per
     transaction: on the database's clock, the first group of statements also reads it
     (after them: after their locks), so that a later ``TIME`` costs no round trip of
-    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it)."""
+    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it).
+    ``skip``: optional statements not to run (``SETS_LOCAL`` in a caller's transaction)."""
     answer: Any = None
     read: float | None = None
     try:
         while True:
             step = op.send(answer)
             if isinstance(step, Query):
-                answer = await execute(cur, step)
+                answer = await execute(cur, step, skip)
             elif isinstance(step, tuple):
                 if time == "database" and read is None:
-                    *answer, found = await together(cur, (*step, _NOW))
+                    *answer, found = await together(cur, (*step, _NOW), skip)
                     read = float(found[0]["now"])
                 else:
-                    answer = await together(cur, step)
+                    answer = await together(cur, step, skip)
             elif isinstance(step, Now):
                 answer = None if time == "database" else _at(time)(step.given)
             elif time == "database":
@@ -281,10 +289,12 @@ class PostgresDriver:
         self.ledger.committed(intents, done)
 
     async def run_in(self, conn: psycopg.AsyncConnection[Any], op: Operation[T]) -> T:
-        """Run ``op`` on the caller's connection, in the transaction it has open."""
+        """Run ``op`` on the caller's connection, in the transaction it has open, with
+        the caller's settings (nothing of ``SETS_LOCAL``: the caller's later statements
+        would plan by them)."""
         try:
             async with conn.cursor(row_factory=dict_row) as cur:
-                return await drive(op, cur, self.time)
+                return await drive(op, cur, self.time, SETS_LOCAL)
         except psycopg.Error as exc:
             raise StoreError(f"PostgreSQL: {exc}") from exc
 
