@@ -5,7 +5,13 @@ size). Plans, not times: ``EXPLAIN`` of each statement with a batch of 256.
 
 (write_attempts is not here: at this size the planner scans the attempts rather than
 probe the request ids' index 256 times, a cost it judges right; at a million rows it
-probes.)"""
+probes.)
+
+Then the same ledger with statistics that cannot be trusted (taken before the batch was
+claimed, or none at all: docs/design.md, "Plans that do not trust the statistics"),
+with ``EXPLAIN ANALYZE``: a batch's records are read once, a claim reads no more due
+jobs than it takes, and after ``plan_by_index`` no careful statement reads more rows
+than its batch names."""
 
 from __future__ import annotations
 
