@@ -13,9 +13,10 @@ import pytest
 
 from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
+from kirim.store import transitions
 from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, NewDelivery
 from kirim.store.postgres import PostgresStore
-from kirim.store.postgres.driver import Q
+from kirim.store.postgres.driver import Q, drive
 from kirim.store.transitions import FenceRaced
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
@@ -325,9 +326,6 @@ async def test_a_callers_transaction_keeps_its_planner_settings(
     cancellations with ``connection=``) leaves that transaction's settings as they were;
     in kirim's own transaction it plans by index (``plan_by_index``), which ends with
     the transaction."""
-    from kirim.store import transitions
-    from kirim.store.postgres.driver import drive
-
     await store.enqueue([new(1), new(2)], now=1000.0)
     first, second = sorted((await rows(store))["kirim_deliveries"], key=lambda r: r["id"])
     async with await psycopg.AsyncConnection.connect(database_url) as conn:

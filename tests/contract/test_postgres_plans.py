@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -30,7 +31,7 @@ from pg import fresh_database
 ROWS = 10_000
 BATCH = list(range(5001, 5257))
 
-FILL = [
+ROWS_SQL = [
     "INSERT INTO kirim_deliveries (id, idempotency_key, event_id, recipient, channel, payload,"
     " payload_hash, status, provider_message_id, created_at, updated_at)"
     " SELECT g, 'k-' || g, 'e-' || g, 'r', 'email', '{\"n\": \"' || repeat('x', 200) || '\"}',"
@@ -45,8 +46,9 @@ FILL = [
     "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id, worker_id,"
     " status, requested_at) SELECT g, g, 1, 'q-' || g, 'w', 'requested', g"
     f" FROM generate_series(1, {ROWS}) g",
-    "ANALYZE kirim_deliveries, kirim_jobs, kirim_attempts",
 ]
+ANALYZE = "ANALYZE kirim_deliveries, kirim_jobs, kirim_attempts"
+FILL = [*ROWS_SQL, ANALYZE]
 
 #: statement -> its arguments for one batch, and the tables it must not scan whole
 STATEMENTS: dict[str, tuple[dict[str, Any], set[str]]] = {
@@ -151,9 +153,9 @@ STATEMENTS: dict[str, tuple[dict[str, Any], set[str]]] = {
 
 
 @pytest.fixture(scope="module")
-def ledger(request: pytest.FixtureRequest) -> str:
+def ledger(ledgers: Callable[[str], str]) -> str:
     """A migrated database with a ledger of ``ROWS`` deliveries, half of them in flight."""
-    return _ledger(request, FILL)
+    return ledgers("fresh")
 
 
 @pytest.mark.parametrize("name", sorted(STATEMENTS))
@@ -173,19 +175,18 @@ def test_a_batch_is_looked_up_by_index(ledger: str, name: str) -> None:
 #: no statistics yet: tables filled and never analyzed (a new ledger's first burst,
 #: before autovacuum's first pass), where the planner guesses a selectivity for each
 #: filter
-UNANALYZED = [
-    "ALTER TABLE kirim_deliveries SET (autovacuum_enabled = false)",
-    "ALTER TABLE kirim_jobs SET (autovacuum_enabled = false)",
-    "ALTER TABLE kirim_attempts SET (autovacuum_enabled = false)",
-    *FILL[:-1],
+AUTOVACUUM_OFF = [
+    f"ALTER TABLE {t} SET (autovacuum_enabled = false)"
+    for t in ("kirim_deliveries", "kirim_jobs", "kirim_attempts")
 ]
+UNANALYZED = [*AUTOVACUUM_OFF, *ROWS_SQL]
 
 #: the statistics of a quiet moment: every row at rest when ANALYZE ran, then the batch
 #: claimed (its deliveries processing, its jobs running) with autovacuum off, so the
 #: planner believes no row is processing or running: what a busy ledger's statistics
 #: say of the rows of one batch
 STALE = [
-    *UNANALYZED[:3],
+    *AUTOVACUUM_OFF,
     *(
         sql.replace("CASE WHEN g > 5000 THEN 'processing' ELSE 'sent' END", "'pending'").replace(
             "CASE WHEN g > 5000 THEN 'running' ELSE 'completed' END", "'queued'"
@@ -199,11 +200,12 @@ STALE = [
 LEDGERS = {"fresh": FILL, "stale": STALE, "unanalyzed": UNANALYZED}
 
 
-def _ledger(request: pytest.FixtureRequest, statements: list[str]) -> str:
-    """A migrated database filled by ``statements``."""
-    url = fresh_database(request)
+@pytest.fixture(scope="module")
+def ledgers(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """The migrated database of each kind of ``LEDGERS``, filled on first use, once."""
+    made: dict[str, str] = {}
 
-    async def migrate() -> None:
+    async def migrate(url: str) -> None:
         store = PostgresStore(url)
         await store.open()
         try:
@@ -211,21 +213,44 @@ def _ledger(request: pytest.FixtureRequest, statements: list[str]) -> str:
         finally:
             await store.close()
 
-    asyncio.run(migrate())
-    with psycopg.connect(url, autocommit=True) as conn:
-        for sql in statements:
-            conn.execute(sql.encode())
-    return url
+    def ledger_of(kind: str) -> str:
+        if kind not in made:
+            url = fresh_database(request)
+            asyncio.run(migrate(url))
+            with psycopg.connect(url, autocommit=True) as conn:
+                for sql in LEDGERS[kind]:
+                    conn.execute(sql.encode())
+            made[kind] = url
+        return made[kind]
+
+    return ledger_of
 
 
 @pytest.fixture(scope="module", params=sorted(LEDGERS))
-def any_ledger(request: pytest.FixtureRequest) -> str:
+def any_ledger(request: pytest.FixtureRequest, ledgers: Callable[[str], str]) -> str:
     """``ledger``'s rows with each state of the statistics (``LEDGERS``)."""
-    return _ledger(request, LEDGERS[request.param])
+    return ledgers(request.param)
 
 
 def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
+
+
+def _analyzed(url: str, name: str, args: dict[str, Any], *first: bytes) -> dict[str, Any]:
+    """``EXPLAIN (ANALYZE, FORMAT JSON)`` of the named statement, after the statements
+    ``first``, in a transaction rolled back."""
+    with psycopg.connect(url) as conn, conn.transaction(force_rollback=True):
+        for sql in first:
+            conn.execute(sql)
+        [[found]] = conn.execute(
+            ("EXPLAIN (ANALYZE, FORMAT JSON) " + load_queries("postgres")[name]).encode(),
+            bind({"now": 1.0, **args}),
+        ).fetchall()
+    return found[0]
+
+
+#: plan_by_index, as the claim and the careful transitions send it first
+PLAN_BY_INDEX = load_queries("postgres")["plan_by_index"].encode()
 
 
 #: more of the hot path's statements on a batch (the claim's history, the careful
@@ -257,15 +282,13 @@ def test_a_batch_is_read_once(any_ledger: str, name: str) -> None:
     """The batch's records (unnest) are read once, whatever the statistics say: never the
     inner side of a nested loop run again for each row of the table (a batch of n would
     cost n squared)."""
-    url = any_ledger
-    args = READ_ONCE[name]
-    sql = load_queries("postgres")[name]
-    with psycopg.connect(url) as conn, conn.transaction(force_rollback=True):
-        conn.execute(b"UPDATE kirim_deliveries SET claim_token = 't' WHERE id > 5000")
-        [[found]] = conn.execute(
-            ("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).encode(), bind({"now": 1.0, **args})
-        ).fetchall()
-    nodes = _nodes(found[0]["Plan"])
+    found = _analyzed(
+        any_ledger,
+        name,
+        READ_ONCE[name],
+        b"UPDATE kirim_deliveries SET claim_token = 't' WHERE id > 5000",
+    )
+    nodes = _nodes(found["Plan"])
     rescanned = [
         (n["Node Type"], n.get("Alias"), n["Actual Loops"])
         for n in nodes
@@ -277,17 +300,16 @@ def test_a_batch_is_read_once(any_ledger: str, name: str) -> None:
 def test_a_claim_reads_no_more_due_jobs_than_it_takes(any_ledger: str) -> None:
     """A backlog the statistics have not seen (5,000 jobs queued since ANALYZE, or never
     analyzed) is read in claim order up to the batch, not sorted whole for each claim."""
-    queries = load_queries("postgres")
-    with psycopg.connect(any_ledger) as conn, conn.transaction(force_rollback=True):
-        conn.execute(b"UPDATE kirim_jobs SET status = 'queued' WHERE id <= 5000")
-        conn.execute(queries["plan_by_index"].encode())
-        [[found]] = conn.execute(
-            ("EXPLAIN (ANALYZE, FORMAT JSON) " + queries["due_jobs"]).encode(),
-            bind({"now": 1e12, "limit": 256}),
-        ).fetchall()
+    found = _analyzed(
+        any_ledger,
+        "due_jobs",
+        {"now": 1e12, "limit": 256},
+        b"UPDATE kirim_jobs SET status = 'queued' WHERE id <= 5000",
+        PLAN_BY_INDEX,
+    )
     read = [
         n["Actual Rows"] * n["Actual Loops"]
-        for n in _nodes(found[0]["Plan"])
+        for n in _nodes(found["Plan"])
         if n.get("Relation Name") == "kirim_jobs" or n.get("Index Name") == "kirim_jobs_due"
     ]
     assert read, json.dumps(found, indent=1)
@@ -311,14 +333,8 @@ def test_a_careful_transition_reads_by_key(any_ledger: str, name: str) -> None:
     """After ``plan_by_index`` (the careful transitions' first statement), no statement
     scans a table or reads more of its rows than the batch names, whatever the
     statistics say."""
-    queries = load_queries("postgres")
-    with psycopg.connect(any_ledger) as conn, conn.transaction(force_rollback=True):
-        conn.execute(queries["plan_by_index"].encode())
-        [[found]] = conn.execute(
-            ("EXPLAIN (ANALYZE, FORMAT JSON) " + queries[name]).encode(),
-            bind({"now": 1.0, **READ_ONCE[name]}),
-        ).fetchall()
-    nodes = _nodes(found[0]["Plan"])
+    found = _analyzed(any_ledger, name, READ_ONCE[name], PLAN_BY_INDEX)
+    nodes = _nodes(found["Plan"])
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(found, indent=1)
     read = [
         (n.get("Relation Name"), n["Actual Rows"] + n.get("Rows Removed by Filter", 0))
