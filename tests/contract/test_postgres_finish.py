@@ -1,5 +1,7 @@
-"""The plain finish on PostgreSQL: one fenced statement, no explicit row lock before it,
-and a finish whose claim was lost writes nothing by it (issue 24, item 2)."""
+"""The hot path's single statements on PostgreSQL (issue 24, item 2): the claim of fresh
+deliveries (``claim_fresh``), which writes what the careful claim writes and leaves it
+the rest; the plain finish, one fenced statement with no explicit row lock before it,
+where a finish whose claim was lost writes nothing."""
 
 from __future__ import annotations
 
@@ -58,7 +60,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return found
 
 
-def new(n: int) -> NewDelivery:
+def new(n: int, *, run_at: float = 0.0) -> NewDelivery:
     text = canonical_json({"n": n})
     return NewDelivery(
         idempotency_key=f"key-{n}",
@@ -67,7 +69,7 @@ def new(n: int) -> NewDelivery:
         channel="push",
         payload_json=text,
         payload_hash=payload_hash(text),
-        run_at=0.0,
+        run_at=run_at,
         max_attempts=3,
     )
 
@@ -156,6 +158,45 @@ async def rows(store: PostgresStore) -> dict[str, list[dict[str, Any]]]:
             await cur.execute(f"SELECT * FROM {table} ORDER BY {order}")
             out[table] = [dict(r) for r in await cur.fetchall()]
     return out
+
+
+async def test_a_claim_of_fresh_deliveries_is_one_statement(
+    store: PostgresStore, sent: list[str]
+) -> None:
+    """Due jobs whose deliveries are pending with no attempt are claimed by one statement
+    (``claim_fresh``, tests/contract/test_fresh_claim.py checks what it writes)."""
+    await store.enqueue([new(i) for i in range(3)], now=1000.0)
+    sent.clear()
+    claims = await store.claim(worker_id="w1", now=1000.0, lease=LEASE, limit=3)
+    assert sent == ["plan_by_index", "claim_fresh"]
+    assert [c.delivery.event_id for c in claims] == ["e0", "e1", "e2"]
+
+
+async def test_the_careful_claim_follows_for_what_the_fresh_claim_passed_over(
+    store: PostgresStore, sent: list[str]
+) -> None:
+    """A delivery with an earlier attempt among the due jobs: ``claim_fresh`` claims the
+    fresh one, the careful claim (its locks, its history) the retried one, in the same
+    transaction."""
+    [first] = await claimed(store, 1, 1000.0)
+    retry = Finish(
+        delivery_id=first.delivery.id,
+        job_id=first.job.id,
+        token=first.token,
+        now=1001.0,
+        attempt=outcome(first, AttemptStatus.FAILED_TRANSIENT, 1001.0),
+        delivery_status=DeliveryStatus.PENDING,
+        error="refused",
+        job_status=JobStatus.RETRY_SCHEDULED,
+        run_at=5.0,
+    )
+    assert [r.committed for r in await store.finish([retry])] == [True]
+    await store.enqueue([new(1, run_at=10.0)], now=1002.0)
+    sent.clear()
+    claims = await store.claim(worker_id="w2", now=1003.0, lease=LEASE, limit=2)
+    assert sent[:2] == ["plan_by_index", "claim_fresh"]
+    assert sent[2:5] == ["plan_by_index", "due_jobs", "claim_history"]
+    assert [(c.delivery.event_id, c.prior_requests) for c in claims] == [("e0", 1), ("e1", 0)]
 
 
 async def test_a_plain_batch_finishes_in_one_statement(

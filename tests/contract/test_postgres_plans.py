@@ -51,8 +51,11 @@ ANALYZE = "ANALYZE kirim_deliveries, kirim_jobs, kirim_attempts"
 FILL = [*ROWS_SQL, ANALYZE]
 
 #: statement -> its arguments for one batch, and the tables it must not scan whole
+#: claim_fresh's arguments for a batch
+FRESH = {"now": 1e12, "limit": 256, "lease": 30.0, "worker_id": "w", "checked_types": ["t"]}
 STATEMENTS: dict[str, tuple[dict[str, Any], set[str]]] = {
     "due_jobs": ({"now": 1e12, "limit": 256}, {"kirim_deliveries"}),
+    "claim_fresh": (FRESH, {"kirim_deliveries", "kirim_jobs", "kirim_attempts"}),
     "lock_deliveries": ({"ids": BATCH}, {"kirim_deliveries"}),
     "write_deliveries": (
         {
@@ -314,6 +317,35 @@ def test_a_claim_reads_no_more_due_jobs_than_it_takes(any_ledger: str) -> None:
     ]
     assert read, json.dumps(found, indent=1)
     assert max(read) <= 256, json.dumps(found, indent=1)
+
+
+def test_a_fresh_claim_reads_its_batch_by_key(any_ledger: str) -> None:
+    """``claim_fresh`` on a backlog the statistics have not seen (5,000 pending
+    deliveries queued since ANALYZE, or never analyzed), half of them fresh and half
+    retried (an attempt each): it reads the due jobs in claim order up to the batch,
+    looks each delivery, its attempts and its job up by key, and claims the fresh
+    half of the batch."""
+    found = _analyzed(
+        any_ledger,
+        "claim_fresh",
+        FRESH,
+        b"UPDATE kirim_jobs SET status = 'queued' WHERE id <= 5000",
+        b"UPDATE kirim_deliveries SET status = 'pending' WHERE id <= 5000",
+        b"DELETE FROM kirim_attempts WHERE delivery_id <= 5000 AND delivery_id % 2 = 0",
+        PLAN_BY_INDEX,
+    )
+    nodes = _nodes(found["Plan"])
+    assert found["Plan"]["Actual Rows"] == len(BATCH) // 2, json.dumps(found, indent=1)
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], json.dumps(found, indent=1)
+    rescanned = [n for n in nodes if n["Node Type"] == "CTE Scan" and n["Actual Loops"] > 1]
+    assert rescanned == [], json.dumps(found, indent=1)
+    read = [
+        (n.get("Relation Name"), n["Actual Rows"] * n["Actual Loops"])
+        for n in nodes
+        if n.get("Relation Name", "").startswith("kirim_")
+    ]
+    assert read, json.dumps(found, indent=1)
+    assert all(rows <= len(BATCH) for _, rows in read), read
 
 
 #: the careful transitions' statements (transitions._read, then its writes)

@@ -380,17 +380,24 @@ def claim(
     back in the queue without counting the claim; not returned). A claim reports the
     earlier attempts that may have reached the provider, and until when one may still
     land.
+
+    Where the dialect has it (PostgreSQL's ``claim_fresh``), the fresh deliveries among
+    the first due jobs are claimed first by one statement (``_fresh``); the rest of the
+    limit is claimed here, the jobs that statement passed over first.
     """
+    # (PostgreSQL: the transaction plans by index alone, see its plan_by_index)
+    fresh = [] if limit is None else (yield from _fresh(worker_id, given, lease, limit, policies))
+    if limit is not None and len(fresh) == limit:
+        return fresh
     at = yield TIME
     now = at(given)
     until = now + lease
-    # (PostgreSQL: the transaction plans by index alone, see its plan_by_index)
     _, due = yield (
         Query("plan_by_index", optional=True),
-        Query("due_jobs", {"now": now, "limit": limit}),
+        Query("due_jobs", {"now": now, "limit": None if limit is None else limit - len(fresh)}),
     )
     if not due:
-        return []
+        return fresh
     # PostgreSQL returns the rows in delivery order (its lock order): claim in due order.
     rows = sorted(due, key=lambda r: (r["job_run_at"], r["job_id"]))
     ledger = Ledger(rows, payload=True)
@@ -474,7 +481,55 @@ def claim(
             )
         )
     yield ledger.writes()
+    if fresh:  # the jobs claim_fresh passed over may have been due before its claims
+        return sorted(fresh + claims, key=lambda c: (c.job.run_at, c.job.id))
     return claims
+
+
+def _fresh(
+    worker_id: str,
+    given: float,
+    lease: float,
+    limit: int,
+    policies: Mapping[str, TypePolicy] | None,
+) -> Operation[list[Claim]]:
+    """The claim of the fresh deliveries among the first ``limit`` due jobs: pending,
+    no attempt, of no type in ``policies``. ``claim`` would claim each (no earlier
+    request, history, success nor preference to read: nothing to decide), and the
+    dialect's ``claim_fresh`` writes what it would (``claim_rows``) with no row read
+    into Python first: PostgreSQL's in one statement (the jobs leased in it too), and
+    SQLite's in two (the deliveries, then their jobs: ``claim_fresh_jobs``)."""
+    now = yield Now(given)
+    args = {
+        "now": now,
+        "limit": limit,
+        "lease": lease,
+        "worker_id": worker_id,
+        "checked_types": sorted(policies or ()),
+    }
+    _, rows = yield (
+        Query("plan_by_index", optional=True),
+        Query("claim_fresh", args, optional=True),
+    )
+    jobs: dict[int, Job] = {}
+    if rows:  # a dialect that writes one table per statement (SQLite) leases the jobs next
+        ids = [r["id"] for r in rows]
+        lease_args = {"now": now, "lease": lease, "worker_id": worker_id, "ids": ids}
+        leased = yield Query("claim_fresh_jobs", lease_args, optional=True)
+        jobs = {j["delivery_id"]: job_from(j) for j in leased}
+    claims = []
+    for row in rows:
+        machine.check(row["id"], "pending", "processing", "store.transitions")
+        claims.append(
+            Claim(
+                kind=ClaimKind.CLAIMED,
+                job=jobs.get(row["id"]) or job_from(row, "job_"),
+                delivery=delivery_from(row),
+                token=row["claim_token"],
+                now=float(row["updated_at"]),
+            )
+        )
+    return sorted(claims, key=lambda c: (c.job.run_at, c.job.id))
 
 
 def _job(row: Row) -> Job:

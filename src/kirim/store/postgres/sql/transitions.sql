@@ -52,6 +52,65 @@ WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM due))
 ORDER BY d.id
 FOR NO KEY UPDATE OF d;
 
+-- name: claim_fresh
+-- The claim of the fresh deliveries among up to %(limit)s due jobs, one statement
+-- (transitions.claim): a due job whose delivery is pending, has no attempt and is of
+-- no type whose recipients' preferences are checked at the claim (%(checked_types)s)
+-- is leased to %(worker_id)s and its delivery claimed, under a fresh token (a random
+-- UUID's 32 hexadecimal digits: keys.new_token's form); the others stay locked for the
+-- rest of the claim's transaction (due_jobs takes them: its SKIP LOCKED does not skip
+-- this transaction's own locks). What it writes is what transitions.claim writes for
+-- such a row (claim_rows.processing_columns, claim_rows.leased_job_columns): no earlier
+-- request, history, success nor preference to read, so nothing to decide.
+-- Lock order: the jobs first (SKIP LOCKED: never waits), then the deliveries in id
+-- order (= ANY of the array: the primary key's order), then the jobs already held. The
+-- batch drives: the deliveries are named by key, each job is looked up by its
+-- delivery's (its one active job), and the claimed rows come back from the jobs'
+-- update, so no plan joins two of the batch's sets (a join of two, under statistics
+-- that believe none is pending, read one again for each row of the other: n squared).
+-- Returns the claimed rows as due_jobs does (the delivery's columns and its job's,
+-- job_-prefixed), as written.
+WITH due AS (
+    SELECT j.delivery_id FROM kirim_jobs j
+    WHERE j.status IN ('queued', 'retry_scheduled')
+      AND j.run_at <= kirim_now(%(now)s::float8)
+    ORDER BY j.run_at, j.id
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+d AS (
+    UPDATE kirim_deliveries d
+    SET status = 'processing', claim_token = replace(gen_random_uuid()::text, '-', ''),
+        claimed_by = %(worker_id)s,
+        claim_expires_at = kirim_now(%(now)s::float8) + %(lease)s::float8,
+        updated_at = kirim_now(%(now)s::float8)
+    WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM due))
+      AND d.status = 'pending'
+      AND (d.type IS NULL OR d.type <> ALL (%(checked_types)s::text[]))
+      -- no attempt: looked up per delivery (a scalar subquery is never made a join, which
+      -- statistics that believe the attempts few made a merge over all of them)
+      AND (SELECT a.id FROM kirim_attempts a WHERE a.delivery_id = d.id LIMIT 1) IS NULL
+    -- the job states a due job has, carried by the rows (a condition of the join below,
+    -- not a filter on the jobs: a filter let the planner read every due job and join
+    -- the claimed deliveries to each, n squared, where statistics believe few are due)
+    RETURNING d.*, '{queued,retry_scheduled}'::text[] AS due_states
+),
+j AS (
+    UPDATE kirim_jobs j
+    SET status = 'running', attempts = j.attempts + 1, lease_owner = d.claimed_by,
+        lease_token = d.claim_token, lease_expires_at = d.claim_expires_at,
+        updated_at = d.updated_at
+    FROM d
+    WHERE j.delivery_id = d.id AND j.status = ANY (d.due_states)
+    RETURNING d.*,
+       j.id AS job_id, j.delivery_id AS job_delivery_id, j.status AS job_status,
+       j.run_at AS job_run_at, j.attempts AS job_attempts, j.max_attempts AS job_max_attempts,
+       j.lease_owner AS job_lease_owner, j.lease_token AS job_lease_token,
+       j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
+       j.created_at AS job_created_at, j.updated_at AS job_updated_at
+)
+SELECT * FROM j;
+
 -- name: claim_history
 -- After the claim's locks (a new snapshot): per delivery about to be claimed, how many
 -- attempt rows it already had, with every one of its attempts (the failover route

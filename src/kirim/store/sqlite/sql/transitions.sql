@@ -24,6 +24,38 @@ FROM (SELECT * FROM kirim_jobs
 JOIN kirim_deliveries d ON d.id = j.delivery_id
 ORDER BY j.run_at, j.id;
 
+-- name: claim_fresh
+-- The claim of the fresh deliveries among up to :limit due jobs (transitions.claim):
+-- a delivery pending, with no attempt, of no type whose recipients' preferences are
+-- checked at the claim (:checked_types), is claimed by :worker_id under a fresh token
+-- (16 random bytes, 32 hexadecimal digits). What it writes is what transitions.claim
+-- writes for such a row (claim_rows.processing_columns); claim_fresh_jobs then leases
+-- their jobs (one table per statement). The due jobs it passes over are left to
+-- due_jobs, in the same transaction. Returns the deliveries as written.
+UPDATE kirim_deliveries
+SET status = 'processing', claim_token = lower(hex(randomblob(16))),
+    claimed_by = :worker_id, claim_expires_at = :now + :lease, updated_at = :now
+WHERE id IN (SELECT delivery_id FROM kirim_jobs
+             WHERE status IN ('queued', 'retry_scheduled') AND run_at <= :now
+             ORDER BY run_at, id
+             LIMIT :limit)
+  AND status = 'pending'
+  AND (type IS NULL OR type NOT IN (SELECT value FROM json_each(:checked_types)))
+  AND NOT EXISTS (SELECT 1 FROM kirim_attempts a WHERE a.delivery_id = kirim_deliveries.id)
+RETURNING *;
+
+-- name: claim_fresh_jobs
+-- ... and the due jobs of the deliveries it claimed (:ids), leased under each
+-- delivery's claim token (claim_rows.leased_job_columns). Returns the jobs as written.
+UPDATE kirim_jobs
+SET status = 'running', attempts = attempts + 1, lease_owner = :worker_id,
+    lease_token = (SELECT d.claim_token FROM kirim_deliveries d
+                   WHERE d.id = kirim_jobs.delivery_id),
+    lease_expires_at = :now + :lease, updated_at = :now
+WHERE delivery_id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('queued', 'retry_scheduled')
+RETURNING *;
+
 -- name: claim_history
 -- Per delivery about to be claimed: how many attempt rows it already had, with every
 -- one of its attempts (the failover route and the in-doubt policy read them; one row
