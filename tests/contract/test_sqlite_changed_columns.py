@@ -90,8 +90,8 @@ def _sqlite_only(database_url: str) -> None:
 
 
 async def test_a_claim_sets_only_the_columns_it_changes(make_app, database_url, clock) -> None:
-    """A claim's UPDATE of the delivery names the claim's columns, not the whole row
-    (the job's names them all: ``JOB_COLUMNS``)."""
+    """A fresh delivery's claim (``claim_fresh``) sets the claim's columns of the delivery
+    and of its job, not the whole rows."""
     _sqlite_only(database_url)
     app = await make_app()
     await app.notify("e1", "u1", "push", {"i": 1})
@@ -99,6 +99,48 @@ async def test_a_claim_sets_only_the_columns_it_changes(make_app, database_url, 
     async with Traced(app) as traced:
         (c,) = await app.store.claim(worker_id="w1", now=app.clock.now(), lease=LEASE, limit=10)
     assert c.delivery.status is DeliveryStatus.PROCESSING
+    assert traced.set_columns("kirim_deliveries") == {
+        "status", "claim_token", "claimed_by", "claim_expires_at", "updated_at",
+    }  # fmt: skip
+    assert traced.set_columns("kirim_jobs") == {
+        "status", "attempts", "lease_owner", "lease_token", "lease_expires_at", "updated_at",
+    }  # fmt: skip
+
+
+async def test_a_careful_claim_sets_only_the_delivery_columns_it_changes(
+    make_app, database_url, clock
+) -> None:
+    """A retry's claim (an earlier attempt: the careful claim, ``due_jobs``) writes the
+    delivery's changed columns only (the job's are all named: ``JOB_COLUMNS``)."""
+    _sqlite_only(database_url)
+    app = await make_app()
+    c = await _claimed(app)
+    assert await app.store.record_intents([_intent(c)]) == [True]
+    retry = Finish(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        now=clock.now(),
+        attempt=AttemptOutcome(
+            provider_request_id="req-1",
+            status=AttemptStatus.FAILED_TRANSIENT,
+            provider_message_id=None,
+            error="refused",
+            completed_at=clock.now(),
+        ),
+        delivery_status=DeliveryStatus.PENDING,
+        error="refused",
+        job_status=JobStatus.RETRY_SCHEDULED,
+        delay=0.0,
+    )
+    (res,) = await app.store.finish([retry])
+    assert res.committed
+    clock.advance(1.0)
+    async with Traced(app) as traced:
+        (again,) = await app.store.claim(worker_id="w2", now=app.clock.now(), lease=LEASE, limit=10)
+    assert (again.delivery.status, again.prior_requests) == (DeliveryStatus.PROCESSING, 1)
+    # claim_fresh's UPDATE (its fresh token made by randomblob) found no fresh delivery
+    traced.seen = [s for s in traced.seen if "randomblob" not in s]
     assert traced.set_columns("kirim_deliveries") == {
         "status", "claim_token", "claimed_by", "claim_expires_at", "updated_at",
     }  # fmt: skip

@@ -49,12 +49,15 @@ RETURNING *;
 -- delivery's claim token (claim_rows.leased_job_columns). Returns the jobs as written.
 UPDATE kirim_jobs
 SET status = 'running', attempts = attempts + 1, lease_owner = :worker_id,
-    lease_token = (SELECT d.claim_token FROM kirim_deliveries d
-                   WHERE d.id = kirim_jobs.delivery_id),
-    lease_expires_at = :now + :lease, updated_at = :now
-WHERE delivery_id IN (SELECT value FROM json_each(:ids))
-  AND status IN ('queued', 'retry_scheduled')
-RETURNING *;
+    lease_token = d.claim_token, lease_expires_at = :now + :lease, updated_at = :now
+FROM kirim_deliveries AS d
+WHERE kirim_jobs.delivery_id IN (SELECT value FROM json_each(:ids))
+  AND kirim_jobs.status IN ('queued', 'retry_scheduled')
+  AND d.id = kirim_jobs.delivery_id
+RETURNING kirim_jobs.id, kirim_jobs.delivery_id, kirim_jobs.status, kirim_jobs.run_at,
+    kirim_jobs.attempts, kirim_jobs.max_attempts, kirim_jobs.lease_owner,
+    kirim_jobs.lease_token, kirim_jobs.lease_expires_at, kirim_jobs.last_error,
+    kirim_jobs.created_at, kirim_jobs.updated_at;
 
 -- name: claim_history
 -- Per delivery about to be claimed: how many attempt rows it already had, with every
