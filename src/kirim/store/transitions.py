@@ -10,9 +10,10 @@ runs a delivery's per row, setting only the columns that changed from the row re
 Rows read under the transaction's locks cannot change before it commits (SQLite
 holds the database's write lock; PostgreSQL the rows' locks), so the protocol's
 fences (docs/design.md) are checked here, on the rows read: a claim token that no longer
-holds rejects a finish, a lease token a heartbeat. The two hot single-statement
-steps (intents, heartbeats) fence in their SQL, where one statement both checks and
-writes.
+holds rejects a finish, a lease token a heartbeat. The hot single-statement steps
+(intents, heartbeats, the plain finish on PostgreSQL) fence in their SQL, where one
+statement both checks and writes; the claim of fresh deliveries (``_fresh``) writes
+in SQL what ``claim`` would write for a delivery with nothing to decide.
 """
 
 from __future__ import annotations

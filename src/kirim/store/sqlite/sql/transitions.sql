@@ -1,13 +1,15 @@
 -- The data access of the ledger's transitions (kirim.store.transitions), SQLite.
 --
 -- These statements only read and write rows: every decision is made in Python, once
--- for both backends. A set of ids is one JSON parameter (:ids, read with json_each). A
--- set of records (:items) is either one JSON parameter too (a query that names
--- :items, `value ->> 'column'`), or, for a query that does not, one run of the
--- statement per record (executemany: each record's columns are its parameters), which
--- is faster in SQLite than taking a JSON text apart column by column. Every write runs inside BEGIN
--- IMMEDIATE: the database's write lock is held from the first read, so the rows read
--- cannot change before the commit (the "lock_" queries only read, here).
+-- for both backends (claim_fresh claims only the deliveries for which
+-- transitions.claim has nothing to decide, and writes what it would write). A set of
+-- ids is one JSON parameter (:ids, read with json_each). A set of records (:items) is
+-- either one JSON parameter too (a query that names :items, `value ->> 'column'`),
+-- or, for a query that does not, one run of the statement per record (executemany:
+-- each record's columns are its parameters), which is faster in SQLite than taking a
+-- JSON text apart column by column. Every write runs inside BEGIN IMMEDIATE: the
+-- database's write lock is held from the first read, so the rows read cannot change
+-- before the commit (the "lock_" queries only read, here).
 
 -- name: due_jobs
 -- Up to :limit claimable jobs that are due, oldest first, each with its delivery.
