@@ -172,6 +172,25 @@ async def test_a_claim_of_fresh_deliveries_is_one_statement(
     assert [c.delivery.event_id for c in claims] == ["e0", "e1", "e2"]
 
 
+async def test_a_fresh_claim_skips_the_jobs_another_claim_holds(
+    store: PostgresStore, database_url: str
+) -> None:
+    """Two claims at once take different jobs: the second skips the jobs the first
+    holds (its transaction still open) and never waits for them; they are claimable
+    again once the first rolls back."""
+    await store.enqueue([new(i) for i in range(4)], now=1000.0)
+    args = {"now": 1000.0, "limit": 2, "lease": LEASE, "worker_id": "w1", "checked_types": []}
+    async with await psycopg.AsyncConnection.connect(database_url) as first:
+        await first.execute(Q["plan_by_index"])
+        held = await (await first.execute(Q["claim_fresh"], args)).fetchall()
+        assert len(held) == 2
+        claims = await store.claim(worker_id="w2", now=1000.0, lease=LEASE, limit=4)
+        assert [c.delivery.event_id for c in claims] == ["e2", "e3"]
+        await first.rollback()
+    again = await store.claim(worker_id="w2", now=1000.0, lease=LEASE, limit=4)
+    assert [c.delivery.event_id for c in again] == ["e0", "e1"]
+
+
 async def test_the_careful_claim_follows_for_what_the_fresh_claim_passed_over(
     store: PostgresStore, sent: list[str]
 ) -> None:

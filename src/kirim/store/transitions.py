@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from kirim import machine
-from kirim.errors import NotSettled
+from kirim.errors import NotSettled, StoreError
 from kirim.inbox import FeedMessage
 from kirim.keys import new_token
 from kirim.model import (
@@ -382,9 +382,9 @@ def claim(
     earlier attempts that may have reached the provider, and until when one may still
     land.
 
-    Where the dialect has it (PostgreSQL's ``claim_fresh``), the fresh deliveries among
-    the first due jobs are claimed first by one statement (``_fresh``); the rest of the
-    limit is claimed here, the jobs that statement passed over first.
+    The fresh deliveries among the first due jobs (nothing to decide) are claimed
+    first, in SQL (``_fresh``); the rest of the limit is claimed here, the due jobs it
+    passed over first.
     """
     # (PostgreSQL: the transaction plans by index alone, see its plan_by_index)
     fresh = [] if limit is None else (yield from _fresh(worker_id, given, lease, limit, policies))
@@ -508,16 +508,15 @@ def _fresh(
         "worker_id": worker_id,
         "checked_types": sorted(policies or ()),
     }
-    _, rows = yield (
-        Query("plan_by_index", optional=True),
-        Query("claim_fresh", args, optional=True),
-    )
+    _, rows = yield (Query("plan_by_index", optional=True), Query("claim_fresh", args))
     jobs: dict[int, Job] = {}
-    if rows:  # a dialect that writes one table per statement (SQLite) leases the jobs next
+    if rows and "job_id" not in rows[0]:  # the deliveries alone (SQLite: a table a statement)
         ids = [r["id"] for r in rows]
         lease_args = {"now": now, "lease": lease, "worker_id": worker_id, "ids": ids}
-        leased = yield Query("claim_fresh_jobs", lease_args, optional=True)
+        leased = yield Query("claim_fresh_jobs", lease_args)
         jobs = {j["delivery_id"]: job_from(j) for j in leased}
+        if len(jobs) != len(rows):  # each claimed delivery has its one due job
+            raise StoreError(f"claim_fresh: {len(rows)} deliveries claimed, {len(jobs)} jobs")
     claims = []
     for row in rows:
         machine.check(row["id"], "pending", "processing", "store.transitions")
