@@ -197,9 +197,16 @@ class SQLStore:
         return await self._op(transitions.heartbeat(leases, now, lease))
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
+        """Where the driver runs one statement on its own (``finishes_fenced``), the
+        intents' insert is one (the read of which were written, when some claims were
+        lost, another, after its commit)."""
         if not intents:
             return []
-        done = await self._op(transitions.record_intents(intents))
+        op = transitions.record_intents(intents)
+        if self.finishes_fenced:
+            done = await cast(FinishingFenced, self.driver).run_alone(op)
+        else:
+            done = await self._op(op)
         self.driver.committed(intents, done)
         return done
 

@@ -215,7 +215,8 @@ FROM unnest(
 -- name: insert_intents
 -- Write-ahead attempt intents, each only while its claim token holds (the fence),
 -- bounded in time (no request after send_deadline; none can land after settles_at),
--- with the channel each request goes to (provider: failover).
+-- with the channel each request goes to (provider: failover); requested_at NULL: the
+-- database's clock (kirim_now), the statement being a transaction of its own.
 -- FOR SHARE makes a concurrent claim wait for this commit, so that it sees the intent;
 -- deliveries are locked in id order, as everywhere. The batch drives: each item's
 -- delivery is looked up by its key (LATERAL), so no plan reads the batch again for each
@@ -225,7 +226,7 @@ INSERT INTO kirim_attempts
     (delivery_id, job_id, number, provider_request_id, worker_id, status, requested_at,
      send_deadline, settles_at, provider)
 SELECT u.delivery_id, u.job_id, u.number, u.request_id, u.worker_id, 'requested',
-       u.requested_at, u.send_deadline, u.settles_at, u.provider
+       kirim_now(u.requested_at), u.send_deadline, u.settles_at, u.provider
 FROM (
     SELECT * FROM unnest(
         %(i_delivery_id)s::bigint[], %(i_job_id)s::bigint[], %(i_token)s::text[],
