@@ -60,3 +60,23 @@ def typed(
         recipient_id="u1",
         throttle=throttle,
     )
+
+
+def numbered(
+    n: int, *, run_at: float = 0.0, max_attempts: int = 3, type: str | None = None
+) -> NewDelivery:
+    """Delivery ``n`` (key ``key-n``, event ``en``, to ``un`` on push), due at ``run_at``;
+    of ``type`` for recipient ``rn`` when a type is given."""
+    text = canonical_json({"n": n})
+    return NewDelivery(
+        idempotency_key=f"key-{n}",
+        event_id=f"e{n}",
+        recipient=f"u{n}",
+        channel="push",
+        payload_json=text,
+        payload_hash=payload_hash(text),
+        run_at=run_at,
+        max_attempts=max_attempts,
+        type=type,
+        recipient_id=None if type is None else f"r{n}",
+    )

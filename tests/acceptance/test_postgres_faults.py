@@ -31,13 +31,13 @@ from kirim.channels import Channel
 from kirim.config import load_config
 from kirim.devtools.receiver import Behaviour, Receiver
 from kirim.engine import Kirim, NotifyRequest
-from kirim.keys import canonical_json, payload_hash
 from kirim.providers.base import Message
-from kirim.store.base import Lease, NewDelivery
+from kirim.store.base import Lease
 from kirim.store.postgres import PostgresStore
 from kirim.testing import FlakyProvider
 from kirim.worker import Worker as KirimWorker
 from kirim.worker.settings import WorkerSettings
+from notify_kit import numbered
 from pgserver import PrivateServer, private_server
 
 pytestmark = pytest.mark.slow
@@ -142,20 +142,6 @@ def enqueue_later(config: Path, n: int, *, delay: float) -> None:
             await app.close()
 
     asyncio.run(main())
-
-
-def item(n: int) -> NewDelivery:
-    text = canonical_json({"n": n})
-    return NewDelivery(
-        idempotency_key=f"key-{n}",
-        event_id=f"e{n}",
-        recipient=f"u{n}",
-        channel="push",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=0.0,
-        max_attempts=3,
-    )
 
 
 def statuses_of(database: str) -> set[str]:
@@ -264,7 +250,7 @@ async def test_idle_worker_outlives_an_outage_longer_than_the_pool_wait(
     producer = PostgresStore(database)
     await producer.open()
     await producer.migrate()
-    await producer.enqueue([item(0)], now=time.time())
+    await producer.enqueue([numbered(0)], now=time.time())
     held = await producer.claim(worker_id="elsewhere", now=time.time(), lease=60, limit=1)
     assert len(held) == 1  # someone else's lease: the burst worker waits for it
     arrivals: asyncio.Queue[str] = asyncio.Queue()
@@ -289,7 +275,7 @@ async def test_idle_worker_outlives_an_outage_longer_than_the_pool_wait(
         await asyncio.to_thread(server.start)
         await producer.close()  # its connections died with the server
         await producer.open()
-        await producer.enqueue([item(1)], now=time.time())
+        await producer.enqueue([numbered(1)], now=time.time())
         assert await asyncio.wait_for(arrivals.get(), 20) == "e1"
         c = held[0]
         lease = Lease(job_id=c.job.id, delivery_id=c.delivery.id, token=c.token)

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from backends import BACKENDS, backend_url
-from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.preferences import TypePolicy
 from kirim.store import open_store, transitions
-from kirim.store.base import AttemptOutcome, Claim, ClaimKind, Finish, Intent, NewDelivery
+from kirim.store.base import AttemptOutcome, Claim, ClaimKind, Finish, Intent
 from kirim.store.sql import SQLStore
+from notify_kit import numbered
 
 LEASE = 10.0
 #: a type whose preferences a claim given POLICIES checks: its deliveries are not fresh
@@ -51,26 +51,10 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return claimed
 
 
-def new(n: int, *, run_at: float = 0.0, type: str | None = None) -> NewDelivery:
-    text = canonical_json({"n": n})
-    return NewDelivery(
-        idempotency_key=f"key-{n}",
-        event_id=f"e{n}",
-        recipient=f"u{n}",
-        channel="push",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=run_at,
-        max_attempts=3,
-        type=type,
-        recipient_id=f"r{n}",
-    )
-
-
 async def test_a_fresh_claim_is_the_rows_as_written(store: SQLStore, fresh: list[str]) -> None:
     """Fresh deliveries claimed by ``claim_fresh``: in due order, each the delivery and
     job as written, under one new token each, leased as long as claimed."""
-    await store.enqueue([new(i, run_at=float(3 - i)) for i in range(3)], now=1000.0)
+    await store.enqueue([numbered(i, run_at=float(3 - i)) for i in range(3)], now=1000.0)
     claims = await store.claim(worker_id="w1", now=1000.0, lease=LEASE, limit=3)
     assert [c.delivery.event_id for c in claims] == ["e2", "e1", "e0"]  # by run_at
     assert fresh == ["e2", "e1", "e0"]
@@ -106,7 +90,9 @@ async def test_the_fresh_claim_writes_what_the_careful_claim_writes(
     """Two deliveries alike but for their type: the one whose type's preferences are
     checked is claimed the careful way (no preference stored: it goes), the other by
     ``claim_fresh``; the claims and the rows written are the same."""
-    await store.enqueue([new(0, type=CHECKED), new(1, run_at=1.0, type="other")], now=1000.0)
+    await store.enqueue(
+        [numbered(0, type=CHECKED), numbered(1, run_at=1.0, type="other")], now=1000.0
+    )
     [careful] = await store.claim(
         worker_id="w1", now=1000.0, lease=LEASE, limit=1, policies=POLICIES
     )
@@ -125,7 +111,7 @@ async def test_the_careful_claim_takes_what_the_fresh_claim_passed_over(
     """Among the first due jobs, a delivery with an earlier attempt (a retry) and one
     whose type's preferences are checked are not fresh: the careful claim takes them in
     the same transaction, with their history, and the claims come in due order."""
-    await store.enqueue([new(0)], now=1000.0)
+    await store.enqueue([numbered(0)], now=1000.0)
     [first] = await store.claim(worker_id="w1", now=1000.0, lease=LEASE, limit=1)
     request_id = "req-0"
     intent = Intent(
@@ -158,7 +144,11 @@ async def test_the_careful_claim_takes_what_the_fresh_claim_passed_over(
     )
     assert [r.committed for r in await store.finish([retry])] == [True]
     await store.enqueue(
-        [new(1, run_at=10.0), new(2, run_at=20.0, type=CHECKED), new(3, run_at=30.0)],
+        [
+            numbered(1, run_at=10.0),
+            numbered(2, run_at=20.0, type=CHECKED),
+            numbered(3, run_at=30.0),
+        ],
         now=1002.0,
     )
     claims = await store.claim(worker_id="w2", now=1003.0, lease=LEASE, limit=3, policies=POLICIES)

@@ -13,15 +13,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.store import transitions
-from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, NewDelivery
+from kirim.store.base import AttemptOutcome, Claim, Finish, Intent
 from kirim.store.postgres import PostgresStore
 from kirim.store.postgres.driver import Q, drive
 from kirim.store.transitions import FenceRaced
 from kirim.testing import Checkpoints, FlakyProvider, ManualClock
 from kirim.worker import WorkerSettings
+from notify_kit import numbered
 
 LEASE = 10.0
 
@@ -60,23 +60,9 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return found
 
 
-def new(n: int, *, run_at: float = 0.0) -> NewDelivery:
-    text = canonical_json({"n": n})
-    return NewDelivery(
-        idempotency_key=f"key-{n}",
-        event_id=f"e{n}",
-        recipient=f"u{n}",
-        channel="push",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=run_at,
-        max_attempts=3,
-    )
-
-
 async def claimed(store: PostgresStore, n: int, now: float, worker: str = "w1") -> list[Claim]:
     """``n`` deliveries claimed by ``worker``, each with its intent committed."""
-    await store.enqueue([new(i) for i in range(n)], now=now)
+    await store.enqueue([numbered(i) for i in range(n)], now=now)
     claims = await store.claim(worker_id=worker, now=now, lease=LEASE, limit=n)
     intents = [
         Intent(
@@ -102,6 +88,23 @@ def outcome(c: Claim, status: AttemptStatus, now: float) -> AttemptOutcome:
         provider_message_id=f"pm-{c.delivery.id}" if ok else None,
         error=None if ok else "refused",
         completed_at=now,
+    )
+
+
+def refused(c: Claim, *, run_at: float | None = None, delay: float | None = None) -> Finish:
+    """``c``'s request refused for now (at 1001): the delivery pending again, its job
+    scheduled again at ``run_at`` or after ``delay``."""
+    return Finish(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        now=1001.0,
+        attempt=outcome(c, AttemptStatus.FAILED_TRANSIENT, 1001.0),
+        delivery_status=DeliveryStatus.PENDING,
+        error="refused",
+        job_status=JobStatus.RETRY_SCHEDULED,
+        run_at=run_at,
+        delay=delay,
     )
 
 
@@ -165,7 +168,7 @@ async def test_a_claim_of_fresh_deliveries_is_one_statement(
 ) -> None:
     """Due jobs whose deliveries are pending with no attempt are claimed by one statement
     (``claim_fresh``, tests/contract/test_fresh_claim.py checks what it writes)."""
-    await store.enqueue([new(i) for i in range(3)], now=1000.0)
+    await store.enqueue([numbered(i) for i in range(3)], now=1000.0)
     sent.clear()
     claims = await store.claim(worker_id="w1", now=1000.0, lease=LEASE, limit=3)
     assert sent == ["plan_by_index", "claim_fresh"]
@@ -178,7 +181,7 @@ async def test_a_fresh_claim_skips_the_jobs_another_claim_holds(
     """Two claims at once take different jobs: the second skips the jobs the first
     holds (its transaction still open) and never waits for them; they are claimable
     again once the first rolls back."""
-    await store.enqueue([new(i) for i in range(4)], now=1000.0)
+    await store.enqueue([numbered(i) for i in range(4)], now=1000.0)
     args = {"now": 1000.0, "limit": 2, "lease": LEASE, "worker_id": "w1", "checked_types": []}
     async with await psycopg.AsyncConnection.connect(database_url) as first:
         await first.execute(Q["plan_by_index"])
@@ -198,19 +201,8 @@ async def test_the_careful_claim_follows_for_what_the_fresh_claim_passed_over(
     fresh one, the careful claim (its locks, its history) the retried one, in the same
     transaction."""
     [first] = await claimed(store, 1, 1000.0)
-    retry = Finish(
-        delivery_id=first.delivery.id,
-        job_id=first.job.id,
-        token=first.token,
-        now=1001.0,
-        attempt=outcome(first, AttemptStatus.FAILED_TRANSIENT, 1001.0),
-        delivery_status=DeliveryStatus.PENDING,
-        error="refused",
-        job_status=JobStatus.RETRY_SCHEDULED,
-        run_at=5.0,
-    )
-    assert [r.committed for r in await store.finish([retry])] == [True]
-    await store.enqueue([new(1, run_at=10.0)], now=1002.0)
+    assert [r.committed for r in await store.finish([refused(first, run_at=5.0)])] == [True]
+    await store.enqueue([numbered(1, run_at=10.0)], now=1002.0)
     sent.clear()
     claims = await store.claim(worker_id="w2", now=1003.0, lease=LEASE, limit=2)
     assert sent[:2] == ["plan_by_index", "claim_fresh"]
@@ -317,17 +309,7 @@ async def test_a_takeover_inside_the_statement_aborts_it(
     the statement had written is as it was."""
     [c] = await claimed(store, 1, 1000.0)
     [job_before] = (await rows(store))["kirim_jobs"]
-    finish = Finish(
-        delivery_id=c.delivery.id,
-        job_id=c.job.id,
-        token=c.token,
-        now=1001.0,
-        attempt=outcome(c, AttemptStatus.FAILED_TRANSIENT, 1001.0),
-        delivery_status=DeliveryStatus.PENDING,
-        error="refused",
-        job_status=JobStatus.RETRY_SCHEDULED,
-        delay=5.0,
-    )
+    finish = refused(c, delay=5.0)
     async with await psycopg.AsyncConnection.connect(database_url) as other:
         await other.execute(
             "UPDATE kirim_deliveries SET claim_token = 'taken', claimed_by = 'B' WHERE id = %s",
@@ -386,7 +368,7 @@ async def test_a_callers_transaction_keeps_its_planner_settings(
     cancellations with ``connection=``) leaves that transaction's settings as they were;
     in kirim's own transaction it plans by index (``plan_by_index``), which ends with
     the transaction."""
-    await store.enqueue([new(1), new(2)], now=1000.0)
+    await store.enqueue([numbered(1), numbered(2)], now=1000.0)
     first, second = sorted((await rows(store))["kirim_deliveries"], key=lambda r: r["id"])
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         assert await store.driver.run_in(conn, transitions.cancel(first["id"], 1001.0))

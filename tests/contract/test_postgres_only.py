@@ -15,7 +15,6 @@ import psycopg
 import pytest
 
 from kirim.errors import StoreError
-from kirim.keys import canonical_json, payload_hash
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
 from kirim.store.base import (
     SCHEMA_VERSION,
@@ -24,12 +23,12 @@ from kirim.store.base import (
     Finish,
     Intent,
     Lease,
-    NewDelivery,
 )
 from kirim.store.postgres import PostgresStore
 from kirim.store.postgres.driver import Q, bind
 from kirim.store.sqlite import SQLiteStore
 from kirim.testing import ManualClock
+from notify_kit import numbered
 from pg import fresh_database
 
 StoreFactory = Callable[..., Awaitable[PostgresStore]]
@@ -57,20 +56,6 @@ async def make_store(pg_url: str) -> AsyncIterator[StoreFactory]:
     yield make
     for store in stores:
         await store.close()
-
-
-def item(n: int, *, run_at: float = 0.0, max_attempts: int = 3) -> NewDelivery:
-    text = canonical_json({"n": n})
-    return NewDelivery(
-        idempotency_key=f"key-{n}",
-        event_id=f"e{n}",
-        recipient=f"u{n}",
-        channel="push",
-        payload_json=text,
-        payload_hash=payload_hash(text),
-        run_at=run_at,
-        max_attempts=max_attempts,
-    )
 
 
 def intent_of(c: Claim, request_id: str) -> Intent:
@@ -128,7 +113,7 @@ async def test_wait_for_jobs_wakes_on_enqueue(make_store: StoreFactory, clock: M
     waiting = asyncio.create_task(worker.wait_for_jobs(10.0))
     await asyncio.sleep(0.1)  # the listener is up
     started = time.monotonic()
-    await producer.enqueue([item(1)], now=clock.now())
+    await producer.enqueue([numbered(1)], now=clock.now())
     assert await asyncio.wait_for(waiting, 1.0) is True
     assert time.monotonic() - started < 1.0
     assert await worker.wait_for_jobs(0.05) is False  # woken once, not again
@@ -141,7 +126,7 @@ async def test_notification_between_waits_is_not_lost(
     worker, producer = await make_store(), await make_store()
     assert await worker.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await worker.wait_for_jobs(0.01) is False
-    await producer.enqueue([item(1)], now=clock.now())
+    await producer.enqueue([numbered(1)], now=clock.now())
     await asyncio.sleep(0.1)
     assert await asyncio.wait_for(worker.wait_for_jobs(10.0), 1.0) is True
 
@@ -157,7 +142,7 @@ async def test_cancelled_wait_leaves_the_listener_usable(
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    await producer.enqueue([item(1)], now=clock.now())
+    await producer.enqueue([numbered(1)], now=clock.now())
     assert await asyncio.wait_for(worker.wait_for_jobs(10.0), 1.0) is True
 
 
@@ -171,13 +156,13 @@ async def test_enqueue_in_follows_the_callers_transaction(
         await conn.commit()
 
         await conn.execute("INSERT INTO orders VALUES (1)")
-        [kept] = await store.enqueue_in(conn, [item(1)], now=clock.now())
+        [kept] = await store.enqueue_in(conn, [numbered(1)], now=clock.now())
         assert kept.created
         assert await store.get_delivery("key-1") is None  # not committed yet
         await conn.commit()
 
         await conn.execute("INSERT INTO orders VALUES (2)")
-        [gone] = await store.enqueue_in(conn, [item(2)], now=clock.now())
+        [gone] = await store.enqueue_in(conn, [numbered(2)], now=clock.now())
         assert gone.created
         await conn.rollback()
 
@@ -197,7 +182,7 @@ async def test_enqueue_in_wakes_workers_only_on_commit(
     assert await worker.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await worker.wait_for_jobs(0.01) is False
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
-        await store.enqueue_in(conn, [item(1)], now=clock.now())
+        await store.enqueue_in(conn, [numbered(1)], now=clock.now())
         assert await worker.wait_for_jobs(0.2) is False
         await conn.commit()
     assert await worker.wait_for_jobs(1.0) is True
@@ -210,7 +195,7 @@ async def test_terminated_connection_is_survived(
     store = await make_store()
     assert await store.wait_for_jobs(0.01) is True  # a new listener: poll once
     assert await store.wait_for_jobs(0.01) is False  # the listener connection is up too
-    await store.enqueue([item(1)], now=clock.now())
+    await store.enqueue([numbered(1)], now=clock.now())
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
         cur = await admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -227,7 +212,7 @@ async def test_terminated_connection_is_survived(
     # The listener was lost too: the waits say "poll now" until it listens again.
     assert await store.wait_for_jobs(0.01) is True
     assert [await store.wait_for_jobs(0.01) for _ in range(3)][-1] is False
-    await store.enqueue([item(2)], now=clock.now())
+    await store.enqueue([numbered(2)], now=clock.now())
     assert await store.wait_for_jobs(1.0) is True
 
 
@@ -236,7 +221,7 @@ async def test_concurrent_claims_never_share_a_job(
 ) -> None:
     """Workers on separate connections claiming at once lease every due job exactly once."""
     stores = [await make_store() for _ in range(4)]
-    await stores[0].enqueue([item(n) for n in range(60)], now=clock.now())
+    await stores[0].enqueue([numbered(n) for n in range(60)], now=clock.now())
 
     async def claim_all(store: PostgresStore, worker: str) -> list[int]:
         got: list[int] = []
@@ -257,7 +242,7 @@ async def test_reaper_waits_for_an_intent_in_flight(
 ) -> None:
     """An intent written just before the lease expired is seen by the next claimer."""
     store, reaper = await make_store(), await make_store()
-    await store.enqueue([item(1)], now=clock.now())
+    await store.enqueue([numbered(1)], now=clock.now())
     [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
     clock.advance(11)
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
@@ -278,7 +263,7 @@ async def test_reaper_parks_in_doubt_after_an_intent_in_flight(
 ) -> None:
     """On the final attempt, an intent committed while the reaper waited makes it in doubt."""
     store, reaper = await make_store(), await make_store()
-    await store.enqueue([item(1, max_attempts=1)], now=clock.now())
+    await store.enqueue([numbered(1, max_attempts=1)], now=clock.now())
     [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
     clock.advance(11)
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
@@ -301,7 +286,7 @@ async def test_intent_after_a_revocation_is_refused(
 ) -> None:
     """An intent that waited for a reaper's revocation is refused: nothing may be sent."""
     store = await make_store()
-    await store.enqueue([item(1)], now=clock.now())
+    await store.enqueue([numbered(1)], now=clock.now())
     [first] = await store.claim(worker_id="w1", now=clock.now(), lease=10, limit=1)
     clock.advance(11)
     async with await psycopg.AsyncConnection.connect(pg_url) as conn:
@@ -325,7 +310,7 @@ async def test_concurrent_enqueues_create_each_key_once(
 ) -> None:
     """Hosts enqueueing the same keys at once create each delivery exactly once."""
     stores = [await make_store() for _ in range(4)]
-    batches = [[item(n) for n in range(i, 40, 1 + i % 2)] for i in range(4)]
+    batches = [[numbered(n) for n in range(i, 40, 1 + i % 2)] for i in range(4)]
     results = await asyncio.gather(
         *(s.enqueue(b, now=clock.now()) for s, b in zip(stores, batches, strict=True))
     )
@@ -432,7 +417,7 @@ def _call(rng: random.Random, now: float, claims: list[Any], intents: list[Any])
         ]
     )
     if op == "enqueue":
-        batch = [item(rng.randrange(6), run_at=now + rng.choice([0, 0, 5])) for _ in range(3)]
+        batch = [numbered(rng.randrange(6), run_at=now + rng.choice([0, 0, 5])) for _ in range(3)]
         return op, lambda i: (batch,), {"now": now}
     if op == "claim":
         kw = {"worker_id": rng.choice("ab"), "now": now, "lease": 10.0, "limit": rng.randint(1, 4)}
