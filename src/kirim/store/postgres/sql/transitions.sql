@@ -2,8 +2,9 @@
 --
 -- These statements only read and write rows: every decision is made in Python, once
 -- for both backends (claim_fresh claims only the deliveries for which
--- transitions.claim has nothing to decide, and writes what it would write). A set is one parameter per column: %(ids)s an array of ids; the
--- records of a step's items arrive as one array per column, %(i_<column>)s (unnest).
+-- transitions.claim has nothing to decide, and writes what it would write). A set is
+-- one parameter per column: %(ids)s an array of ids; the records of a step's items
+-- arrive as one array per column, %(i_<column>)s (unnest).
 -- Times are the transaction's time of record, given (%(now)s).
 --
 -- Lock order, everywhere: jobs before deliveries, each table in id order, so that
