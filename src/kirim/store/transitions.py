@@ -386,17 +386,17 @@ def claim(
     first, in SQL (``_fresh``); the rest of the limit is claimed here, the due jobs it
     passed over first.
     """
-    # (PostgreSQL: the transaction plans by index alone, see its plan_by_index)
     fresh = [] if limit is None else (yield from _fresh(worker_id, given, lease, limit, policies))
     if limit is not None and len(fresh) == limit:
         return fresh
     at = yield TIME
     now = at(given)
     until = now + lease
-    _, due = yield (
-        Query("plan_by_index", optional=True),
-        Query("due_jobs", {"now": now, "limit": None if limit is None else limit - len(fresh)}),
-    )
+    left = None if limit is None else limit - len(fresh)
+    # (PostgreSQL: the transaction plans by index alone from its first statement on, see
+    # its plan_by_index; _fresh's group, when it ran, began with it)
+    planned = () if limit is not None else (Query("plan_by_index", optional=True),)
+    *_, due = yield (*planned, Query("due_jobs", {"now": now, "limit": left}))
     if not due:
         return fresh
     # PostgreSQL returns the rows in delivery order (its lock order): claim in due order.
