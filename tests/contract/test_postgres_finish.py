@@ -237,7 +237,7 @@ async def test_the_fenced_finish_writes_what_the_careful_one_writes(
     await careful.open()
     try:
         await careful.migrate()
-        careful.finishes_fenced = False  # the careful way alone
+        careful.careful_only = True  # the careful way alone
         for s in (store, careful):
             claims = await claimed(s, 4, 1000.0)
             await s.finish(plain(claims, 1001.0))

@@ -1,8 +1,9 @@
 """The forced takeover (``kirim.explore.takeover``) and ``finish_by_claim``
 (``kirim.explore.finishes``): a stale finish lands while another worker holds the
 claim, on both lanes; the audits judge what it wrote, and a finish that writes over
-a lost claim is caught: the careful way on SQLite, PostgreSQL's one statement without
-its token fence on the PostgreSQL lane."""
+a lost claim is caught: the careful way and the fenced statements without their token
+fences on SQLite, PostgreSQL's one statement without its token fence on the PostgreSQL
+lane."""
 
 from __future__ import annotations
 
@@ -18,11 +19,17 @@ from kirim.explore.invariants import Ledger
 from kirim.explore.scenario import Outcome, run_schedule
 from kirim.model import DeliveryStatus
 from kirim.store.postgres.driver import Q
+from kirim.store.sqlite.driver import Q as SQLITE_Q
 
 #: full seeds whose takeover lands a stale, failed finish while the claimant holds the
 #: claim (seed 14: A stalls at delivery 1's finish, C claims it; the unfenced finish is
 #: caught at 14, 17, 20, 32, 39, 40 and 41 of seeds 0-59)
 RACED = (14, 17, 20)
+#: the token fences of SQLite's fenced finish, by statement
+SQLITE_FENCES = {
+    "finish_fenced_jobs": ("lease_token = :token", "d.claim_token = :token"),
+    "finish_fenced_deliveries": ("claim_token = :token",),
+}
 
 
 def full(seed: int, database: str | None = None) -> Outcome:
@@ -102,6 +109,22 @@ def test_mutation_careful_finish_takes_a_lost_claim_is_caught_on_sqlite(
         if any(v.name == "finish_by_claim" for v in full(seed).violations):
             return
     pytest.fail(f"a careful finish over a lost claim was not caught at seeds {RACED}")
+
+
+def test_mutation_unfenced_finish_is_caught_on_sqlite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's fenced finish (its jobs' statement checks both tokens, its deliveries'
+    statement the delivery's) with the token fences taken out lets the stalled worker's
+    failure overwrite the claimant's delivery: finish_by_claim fires."""
+    for name, fences in SQLITE_FENCES.items():
+        sql = SQLITE_Q[name]
+        for fence in fences:
+            assert fence in sql, (name, fence)
+            sql = sql.replace(fence, "1")
+        monkeypatch.setitem(SQLITE_Q, name, sql)
+    for seed in RACED:
+        if any(v.name == "finish_by_claim" for v in full(seed).violations):
+            return
+    pytest.fail(f"a fenced finish without its token fence was not caught at seeds {RACED}")
 
 
 def test_the_takeover_holds_on_postgresql(pg_server: str) -> None:

@@ -25,9 +25,10 @@ On SQLite the same triggers (``SQLITE_FINISH_AUDIT_SQL``) name the transaction b
 (``Transactions``): SQLite has nothing like ``txid_current()``, and a trigger sees
 neither ``BEGIN`` nor ``COMMIT``. The explorer's loop runs each SQLite transaction
 whole within one step (``BEGIN`` to ``COMMIT`` in one call), one at a time, so
-counting the ``BEGIN`` statements of every connection numbers them. There the finish
-is the careful way (``transitions.finish``, the Python fence both lanes share, which
-PostgreSQL takes for what its statement leaves).
+counting the ``BEGIN`` statements of every connection numbers them. There the plain
+finish is fenced statements too (``transitions.finish_fenced_first``: all of a batch
+or none), and the rest the careful way (``transitions.finish``, the Python fence both
+lanes share, which PostgreSQL takes for what its statement leaves).
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ class Driver(Protocol):
     time: StoreTime
     #: optional capabilities: LISTEN/NOTIFY wake-ups, operations inside the
     #: application's own transaction, and the plain finish as one fenced statement on
-    #: its own (PostgreSQL's)
+    #: its own (PostgreSQL's; without it, the fenced statements and the careful way
+    #: share the finish's one transaction: ``transitions.finish_fenced_first``)
     listens: bool
     enqueues_in: bool
     finishes_fenced: bool
@@ -131,6 +132,9 @@ class SQLStore:
         self.listens = driver.listens
         self.enqueues_in = driver.enqueues_in
         self.finishes_fenced = driver.finishes_fenced
+        #: ``finish`` the careful way alone, never by the fenced statements: the
+        #: reference the tests hold those statements to
+        self.careful_only = False
         self.time: StoreTime = driver.time
 
     async def _op(self, op: Operation[T]) -> T:
@@ -211,13 +215,21 @@ class SQLStore:
         return done
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]:
-        """Where the driver ``finishes_fenced``, the fenceable items first in one fenced
-        statement (``transitions.finish_fenced``); the others, and those whose fence
-        failed, the careful way, in a transaction of their own (``transitions.finish``)."""
+        """The fenceable items first by the fenced statements (``transitions.finish_fenced``),
+        then the others, and those whose fence failed, the careful way
+        (``transitions.finish``). Where the driver ``finishes_fenced`` (PostgreSQL's one
+        statement on its own), the careful way in a transaction of its own; elsewhere
+        both in the finish's one transaction (``transitions.finish_fenced_first``).
+        ``careful_only``: the careful way alone."""
         if not items:
             return []
-        if not self.finishes_fenced or not any(map(transitions.fenceable, items)):
+        if self.careful_only or not any(map(transitions.fenceable, items)):
             return await self._op(transitions.finish(items))
+        if not self.finishes_fenced:
+            try:
+                return await self._op(transitions.finish_fenced_first(items))
+            except transitions.FenceRaced:  # rolled back: every item the careful way
+                return await self._op(transitions.finish(items))
         fenced: list[FinishResult | None]
         try:
             driver = cast(FinishingFenced, self.driver)
@@ -225,8 +237,8 @@ class SQLStore:
         except transitions.FenceRaced:  # nothing was written: every item the careful way
             fenced = [None] * len(items)
         rest = [it for it, done in zip(items, fenced, strict=True) if done is None]
-        careful = iter(await self._op(transitions.finish(rest)) if rest else ())
-        return [done if done is not None else next(careful) for done in fenced]
+        careful = await self._op(transitions.finish(rest)) if rest else []
+        return transitions.merged(fenced, careful)
 
     async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:
         return await self._op(transitions.reap(now, in_commit))

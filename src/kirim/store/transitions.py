@@ -703,31 +703,88 @@ def finish_fenced(items: Sequence[Finish]) -> Operation[list[FinishResult | None
 
     The statement writes what ``_finish_plain`` writes for a claim that holds
     (``rules.committed_columns``, ``rules.job_committed_columns``)."""
-    once = _once(items)
-    chosen = [it for it in items if it.delivery_id in once and fenceable(it)]
+    chosen = _fenceable(items)
     out: list[FinishResult | None] = [None] * len(items)
     if not chosen:
         return out
     first = yield Now(chosen[0].now)
     at = None if first is None else (yield TIME)
-    # in job id order: the order the statement's plans update them in (lock order)
-    chosen.sort(key=lambda it: it.job_id)
     rows = yield Query("finish_fenced", {"items": [_fenced(it, at) for it in chosen]})
     done = {int(r["delivery_id"]) for r in rows}
     for i, it in enumerate(items):
         if it.delivery_id in done:  # each delivery is once among those chosen
-            # the fence held on a delivery processing under the claim: the edge written
-            machine.check(
-                it.delivery_id, "processing", str(it.delivery_status), "store.transitions"
-            )
-            out[i] = FinishResult(
-                committed=True,
-                delivery_status=it.delivery_status,
-                job_status=it.job_status,
-                doubt=None,
-                error=it.error,
-            )
+            out[i] = _fenced_result(it)
     return out
+
+
+def finish_fenced_first(items: Sequence[Finish]) -> Operation[list[FinishResult]]:
+    """``finish`` in one transaction, SQLite's: the fenceable items (``fenceable``;
+    each delivery once in the batch) by fenced statements with no row read into Python
+    first (``finish_fenced_jobs``, ``_deliveries``, ``_attempts``: one run per item,
+    each written only where its claim's token still holds on its job and its delivery,
+    and ``finish_fenced_message_ids``), then the rest the careful way. The fenced
+    statements write all of their items or the transaction is undone: the transaction
+    holds the database's write lock, so when one writes fewer rows than it was given (a
+    claim lost, an outcome already settled, a success that outranks a failure), this
+    raises ``FenceRaced``, the transaction is rolled back, and the caller finishes the
+    batch the careful way. They write what ``_finish_plain`` writes for a claim that
+    holds (``rules.committed_columns``, ``rules.job_committed_columns``)."""
+    chosen = _fenceable(items)
+    at = yield TIME
+    args = [_fenced(it, at) for it in chosen]
+    requests = [a for a in args if a["request_id"] is not None]
+    if args:
+        jobs, deliveries = yield (
+            Query("finish_fenced_jobs", {"items": args}, count=True),
+            Query("finish_fenced_deliveries", {"items": args}, count=True),
+        )
+        attempts = (
+            (yield Query("finish_fenced_attempts", {"items": requests}, count=True))
+            if requests
+            else 0
+        )
+        if (jobs, deliveries, attempts) != (len(args), len(args), len(requests)):
+            raise FenceRaced(
+                f"finish_fenced: {len(args)} items, {len(requests)} requests: "
+                f"{jobs} jobs, {deliveries} deliveries, {attempts} attempts written"
+            )
+        ids = {"ids": [a["delivery_id"] for a in args]}
+        ids["request_ids"] = [a["request_id"] for a in requests]
+        yield Query("finish_fenced_message_ids", ids, count=True)
+    done = {it.delivery_id for it in chosen}
+    fenced = [_fenced_result(it) if it.delivery_id in done else None for it in items]
+    rest = [it for it, result in zip(items, fenced, strict=True) if result is None]
+    careful = (yield from finish(rest)) if rest else []
+    return merged(fenced, careful)
+
+
+def merged(
+    fenced: Sequence[FinishResult | None], careful: Sequence[FinishResult]
+) -> list[FinishResult]:
+    """The results of a batch: ``fenced``'s, and ``careful``'s in order where it has None."""
+    rest = iter(careful)
+    return [done if done is not None else next(rest) for done in fenced]
+
+
+def _fenceable(items: Sequence[Finish]) -> list[Finish]:
+    """The items the fenced statements may write (each delivery once in the batch), in
+    job id order: the order PostgreSQL's plans update them in (lock order)."""
+    once = _once(items)
+    chosen = [it for it in items if it.delivery_id in once and fenceable(it)]
+    return sorted(chosen, key=lambda it: it.job_id)
+
+
+def _fenced_result(it: Finish) -> FinishResult:
+    """What a fenced statement wrote for ``it``, its fence having held on a delivery
+    processing under the claim (the edge written)."""
+    machine.check(it.delivery_id, "processing", str(it.delivery_status), "store.transitions")
+    return FinishResult(
+        committed=True,
+        delivery_status=it.delivery_status,
+        job_status=it.job_status,
+        doubt=None,
+        error=it.error,
+    )
 
 
 def _fenced(it: Finish, at: At | None) -> dict[str, Any]:
@@ -1305,7 +1362,9 @@ __all__ = [
     "fenceable",
     "finish",
     "finish_fenced",
+    "finish_fenced_first",
     "heartbeat",
+    "merged",
     "reap",
     "reconcile",
     "record_intents",

@@ -174,8 +174,9 @@ class SQLiteDriver:
     """Runs operations on one SQLite file (``sqlite:///kirim.db``)."""
 
     dialect = "sqlite"
-    #: no LISTEN/NOTIFY (a worker polls), no enqueue in a caller's transaction, and the
-    #: careful finish only (one transaction holds the database's write lock anyway)
+    #: no LISTEN/NOTIFY (a worker polls), no enqueue in a caller's transaction, and no
+    #: statement run on its own: the fenced finish's statements and the careful way
+    #: share the finish's one transaction, which holds the database's write lock
     listens = False
     enqueues_in = False
     finishes_fenced = False

@@ -2,7 +2,9 @@
 --
 -- These statements only read and write rows: every decision is made in Python, once
 -- for both backends (claim_fresh claims only the deliveries for which
--- transitions.claim has nothing to decide, and writes what it would write). A set of
+-- transitions.claim has nothing to decide, and writes what it would write; the
+-- finish_fenced_ statements write only the finishes whose fences hold, what
+-- transitions.finish would write for them). A set of
 -- ids is one JSON parameter (:ids, read with json_each). A set of records (:items) is
 -- either one JSON parameter too (a query that names :items, `value ->> 'column'`),
 -- or, for a query that does not, one run of the statement per record (executemany:
@@ -125,6 +127,60 @@ SET status = :status, run_at = :run_at, attempts = :attempts, lease_owner = :lea
     lease_token = :lease_token, lease_expires_at = :lease_expires_at,
     last_error = :last_error, updated_at = :updated_at
 WHERE id = :id;
+
+-- name: finish_fenced_jobs
+-- The plain finish of a batch (transitions.finish_fenced_first), all or none: each
+-- item's job (executemany), written only where the claim's token still holds on the
+-- job and on its delivery, and no success recorded by any attempt outranks a
+-- failure. The transaction holds the database's write lock, so what these statements
+-- check cannot change between them; a statement that writes fewer rows than it was
+-- given (a claim lost, an outcome already settled) has the transaction rolled back,
+-- and the batch goes the careful way. PostgreSQL's one statement writes what it can
+-- and returns it; records, bound by position, cost SQLite less than a JSON text taken
+-- apart column by column. The columns written are rules.job_committed_columns'.
+UPDATE kirim_jobs
+SET status = :job_status, run_at = coalesce(:run_at, :now + :delay, run_at),
+    last_error = :error, lease_owner = NULL, lease_token = NULL,
+    lease_expires_at = NULL, updated_at = :now
+WHERE id = :job_id AND delivery_id = :delivery_id AND lease_token = :token
+  AND status = 'running'
+  AND EXISTS (SELECT 1 FROM kirim_deliveries d
+              WHERE d.id = :delivery_id AND d.claim_token = :token
+                AND d.status = 'processing')
+  AND (:status = 'sent'
+       OR NOT EXISTS (SELECT 1 FROM kirim_attempts s
+                      WHERE s.delivery_id = :delivery_id AND s.status = 'succeeded'));
+
+-- name: finish_fenced_deliveries
+-- ... their deliveries, under the same fence (rules.committed_columns) ...
+UPDATE kirim_deliveries
+SET status = :status, doubt = NULL, claim_token = NULL, claimed_by = NULL,
+    claim_expires_at = NULL, provider_message_id = coalesce(:message_id, provider_message_id),
+    last_error = :error,
+    sent_at = CASE WHEN :status = 'sent' THEN :now ELSE sent_at END,
+    reason = coalesce(:reason, reason), updated_at = :now
+WHERE id = :delivery_id AND claim_token = :token AND status = 'processing';
+
+-- name: finish_fenced_attempts
+-- ... their requests' outcomes (each still open: one already settled has the batch go
+-- the careful way, which leaves it as it is) ...
+UPDATE kirim_attempts
+SET status = :outcome,
+    provider_message_id = coalesce(:outcome_message_id, provider_message_id),
+    error = :outcome_error, completed_at = :completed_at
+WHERE provider_request_id = :request_id AND delivery_id = :delivery_id
+  AND status IN ('requested', 'unknown');
+
+-- name: finish_fenced_message_ids
+-- ... and the provider message ids the deliveries (:ids) and the attempts
+-- (:request_ids) now hold, each pair once (callback_find reads them).
+INSERT OR IGNORE INTO kirim_message_ids (delivery_id, message_id)
+SELECT id, provider_message_id FROM kirim_deliveries
+WHERE id IN (SELECT value FROM json_each(:ids)) AND provider_message_id IS NOT NULL
+UNION
+SELECT delivery_id, provider_message_id FROM kirim_attempts
+WHERE provider_request_id IN (SELECT value FROM json_each(:request_ids))
+  AND provider_message_id IS NOT NULL;
 
 -- name: insert_jobs
 -- New jobs (an operator's retry; executemany).
