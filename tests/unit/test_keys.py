@@ -85,3 +85,21 @@ def test_tokens_and_request_ids_are_version_4_uuids() -> None:
         assert uuid.UUID(hex=request_id[4:]).version == 4
     assert len(set(tokens)) == 1000
     assert len(set(ids)) == 1000
+
+
+def test_a_forked_process_makes_other_request_ids() -> None:
+    """Request ids come from the process's random generator: a forked child (a worker
+    process) draws other ids than its parent does after the fork."""
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id to the parent, then gone
+        os.write(write, new_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert child.startswith("req-")
+    assert child != new_request_id()
