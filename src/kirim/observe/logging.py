@@ -15,11 +15,12 @@ under a process (``kirim worker 2>&1 | head -1``) drops its lines, never the pro
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
 import structlog
@@ -38,10 +39,15 @@ STDLIB_LOGGER = "kirim"
 logging.getLogger(STDLIB_LOGGER).addHandler(logging.NullHandler())
 
 
+#: whether a field name holds a secret, by name: a worker writes a few dozen names,
+#: several times per delivery, and ``secret_field`` is a dozen string tests
+_secret = functools.lru_cache(maxsize=4096)(secret_field)
+
+
 def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Replace the value of any secret-looking field with ``***``."""
     for key in event:
-        if secret_field(key):
+        if _secret(key):
             event[key] = "***"
     return event
 
@@ -50,6 +56,8 @@ def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
 
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')
 _BAD_KEY = re.compile(r'[ ="\\]')
+#: a character that makes a value more than its bare text: quoting or an escape
+_NOT_BARE = re.compile(f"{_NEEDS_QUOTES.pattern}|{CONTROL.pattern}")
 
 
 def logfmt_value(value: Any) -> str:
@@ -58,23 +66,28 @@ def logfmt_value(value: Any) -> str:
     either form (``\r``, ``\x1b``, ``\u2028``: ``kirim.text.escape_char``), so that a
     value can neither end its line nor drive a terminal; ``kirim analyze`` reads every
     escape back."""
+    kind = type(value)
+    if kind is int or kind is float:  # never a space, quote, backslash nor control
+        return str(value)
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     text = str(value)
-    control = CONTROL.search(text) is not None
-    if not control and _NEEDS_QUOTES.search(text) is None:
+    if _NOT_BARE.search(text) is None:  # the common case: one search
         return text
+    control = CONTROL.search(text) is not None
     text = text.replace("\\", "\\\\").replace('"', '\\"')
     if control:
         text = CONTROL.sub(lambda m: escape_char(m.group()), text)
     return f'"{text}"'
 
 
+@functools.lru_cache(maxsize=4096)
 def logfmt_key(key: str) -> str:
     """A field's name as logfmt writes it: each space, ``=``, quote, backslash or control
-    character (which would break the line's fields) written ``_``."""
+    character (which would break the line's fields) written ``_``. Cached: a process
+    writes a few dozen names, over and over."""
     if _BAD_KEY.search(key) is None and CONTROL.search(key) is None:
         return key
     return CONTROL.sub("_", _BAD_KEY.sub("_", key))
@@ -86,11 +99,12 @@ class LogfmtRenderer:
 
     def __init__(self, key_order: list[str]) -> None:
         self.key_order = key_order
+        self._ordered = frozenset(key_order)
 
     def __call__(self, _: Any, __: str, event: MutableMapping[str, Any]) -> str:
-        keys = [k for k in self.key_order if k in event]
-        keys += [k for k in event if k not in self.key_order]
-        return " ".join(f"{logfmt_key(str(k))}={logfmt_value(event[k])}" for k in keys)
+        first = [k for k in self.key_order if k in event]
+        rest = [k for k in event if k not in self._ordered]
+        return " ".join([f"{logfmt_key(str(k))}={logfmt_value(event[k])}" for k in (*first, *rest)])
 
 
 def configure(*, fmt: str = "logfmt", level: str = "info", stream: TextIO | None = None) -> None:
@@ -114,7 +128,8 @@ def configure(*, fmt: str = "logfmt", level: str = "info", stream: TextIO | None
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, Sink(stream))),
+        # one write and one flush per line (print writes the line and its newline apart)
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, Sink(stream))),
         cache_logger_on_first_use=True,
     )
 
@@ -134,26 +149,27 @@ class Sink:
 
     def write(self, text: str) -> int:
         if not self.closed:
-            with self._guard():
+            try:
                 (self._stream or sys.stderr).write(text)
+            except (OSError, ValueError) as exc:
+                self._failed(exc)
         return len(text)
 
     def flush(self) -> None:
         if not self.closed:
-            with self._guard():
+            try:
                 (self._stream or sys.stderr).flush()
+            except (OSError, ValueError) as exc:
+                self._failed(exc)
 
-    @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
-        try:
-            yield
-        except BrokenPipeError:
+    def _failed(self, exc: OSError | ValueError) -> None:
+        """A write or flush failed: a closed pipe or stream drops every later line; any
+        other error (a full disk) loses this line only."""
+        if isinstance(exc, BrokenPipeError):
             self.closed = True
             _to_devnull(self._stream or sys.stderr)
-        except ValueError:  # I/O operation on a closed file
+        elif isinstance(exc, ValueError):  # I/O operation on a closed file
             self.closed = True
-        except OSError:
-            pass  # this line is lost (a full disk); the next one may get through
 
 
 def _to_devnull(stream: TextIO) -> None:
