@@ -79,6 +79,42 @@ def test_a_log_line_to_a_closed_pipe_is_dropped_not_raised() -> None:
         stream.close()
 
 
+def test_a_line_the_disk_refused_is_lost_alone() -> None:
+    """A write that fails for another reason (a full disk) loses that line only; a
+    stream closed under the process drops every later line; neither raises."""
+
+    class Flaky(io.StringIO):
+        def __init__(self, error: Exception) -> None:
+            super().__init__()
+            self.error: Exception | None = error
+
+        def write(self, text: str) -> int:
+            if self.error is not None:
+                error, self.error = self.error, None
+                raise error
+            return super().write(text)
+
+    full = Flaky(OSError(28, "No space left on device"))
+    configure(fmt="logfmt", level="info", stream=full)
+    try:
+        log = get_logger(worker_id="w")
+        log.info("first_line")
+        log.info("second_line")
+    finally:
+        configure(level="warning")
+    assert "event=first_line" not in full.getvalue()
+    assert "event=second_line" in full.getvalue()
+    closed = Flaky(ValueError("I/O operation on closed file"))
+    configure(fmt="logfmt", level="info", stream=closed)
+    try:
+        log = get_logger(worker_id="w")
+        log.info("first_line")
+        log.info("second_line")
+    finally:
+        configure(level="warning")
+    assert closed.getvalue() == ""
+
+
 async def test_notify_in_the_callers_transaction_logs_staged_not_enqueued(
     request: pytest.FixtureRequest, tmp_path, captured: io.StringIO
 ) -> None:
