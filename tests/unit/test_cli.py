@@ -368,6 +368,51 @@ def test_demo_and_bench_call_their_modules(ready: Cli, monkeypatch: pytest.Monke
     assert "deliveries_per_s" in ready("bench").stdout
 
 
+def test_bench_passes_the_workers_log_level(ready: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--worker-log-level reaches run_bench with the CLI's log format; without it,
+    run_bench is not given one (its default: warning)."""
+    calls: list[dict[str, Any]] = []
+
+    def run_bench(
+        database: str | None, notifications: int, workers: int, **kw: Any
+    ) -> dict[str, Any]:
+        calls.append(kw)
+        return {"deliveries_per_s": 1.0}
+
+    bench = types.ModuleType("kirim.devtools.bench")
+    bench.run_bench = run_bench
+    monkeypatch.setitem(sys.modules, "kirim.devtools.bench", bench)
+    ready.json("bench", "--worker-log-level", "info")
+    ready.json("--log-format", "json", "bench", "--worker-log-level", "debug")
+    ready.json("bench")
+    assert calls == [
+        {"worker_log": ("info", "logfmt")},
+        {"worker_log": ("debug", "json")},
+        {},
+    ]
+    assert ready("bench", "--worker-log-level", "loud").exit_code == 2
+
+
+def test_the_bench_workers_log_at_the_level_asked(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A real run at info: the workers' lines are written to the null device, not to
+    the terminal, and the result says the level."""
+    from kirim.devtools.bench import run_bench
+    from kirim.errors import ConfigError
+
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    quiet = run_bench(url, 40, 1)
+    loud = run_bench(url, 40, 1, worker_log=("info", "json"))
+    assert (quiet["worker_log_level"], loud["worker_log_level"]) == ("warning", "info")
+    assert quiet["delivered"] == loud["delivered"] == 40
+    err = capfd.readouterr().err
+    assert "bench: 40 delivered" in err
+    assert '"event"' not in err
+    with pytest.raises(ConfigError, match="worker_log"):
+        run_bench(url, 1, 1, worker_log=("loud", "logfmt"))
+
+
 @pytest.mark.parametrize(
     "command",
     [

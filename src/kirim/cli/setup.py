@@ -87,6 +87,13 @@ def demo(state: State, notifications: int, workers: int, seed: int | None) -> No
     "only at checkpoints, so a power loss can undo the last commits. The result's "
     "durability field says what the run had (on PostgreSQL: the server's settings).",
 )
+@click.option(
+    "--worker-log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    help="The workers' log level, to measure what their log lines cost: the lines are "
+    "rendered in --log-format and written to the null device. kirim worker logs at info; "
+    "without this option the workers log at warning.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @pass_state
 def bench(
@@ -96,6 +103,7 @@ def bench(
     workers: int,
     metrics: bool,
     sync: str | None,
+    worker_log_level: str | None,
     as_json: bool,
 ) -> None:
     """Measure enqueue and delivery throughput.
@@ -106,7 +114,8 @@ def bench(
     server on which a throw-away database is created and dropped; without it a
     temporary SQLite file is used. The result includes its durability: SQLite's
     journal mode and synchronous setting (--sync), or PostgreSQL's
-    synchronous_commit and fsync; the worker processes' CPU per delivery; and on
+    synchronous_commit and fsync; the worker processes' CPU per delivery (their
+    log lines at --worker-log-level counted in); and on
     PostgreSQL the WAL bytes per delivery (server-wide) and, per hot table, the
     updates per delivery and the share that were HOT.
 
@@ -114,6 +123,7 @@ def bench(
     Example:
       kirim bench --notifications 10000 --workers 8 --json
       kirim bench --sync normal --workers 2
+      kirim bench --worker-log-level info --workers 1
     """
     state.setup_logging()
     database = bench_database or state.database
@@ -130,6 +140,9 @@ def bench(
         args.append(True)  # run_bench's metrics argument, given only when asked for
     if sync is not None:
         run_bench = functools.partial(run_bench, sync=sync)  # given only when asked for
+    if worker_log_level is not None:
+        worker_log = (worker_log_level, state.log_format)
+        run_bench = functools.partial(run_bench, worker_log=worker_log)
     result = runner.call_extension(run_bench, *args)
     if as_json:
         render.emit_json(result)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
+import os
 import queue
 import sqlite3
 import sys
@@ -28,7 +29,7 @@ from kirim.config import Config
 from kirim.devtools import pgfigures
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError, KirimError
-from kirim.observe.logging import configure
+from kirim.observe.logging import LEVELS, configure
 from kirim.providers.null import NullProvider
 from kirim.worker import WorkerSettings
 
@@ -116,8 +117,12 @@ async def _enqueue(database: str, n: int, offset: int) -> float:
         await app.close()
 
 
-def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None:
-    configure(level="warning")
+def _worker(
+    database: str, metrics: bool, log: tuple[str, str], ready: Any, go: Any, out: Any
+) -> None:
+    """One worker process of the bench. ``log``: its level and format; the lines go to
+    the null device, rendered and written all the same, so that their cost counts."""
+    level, fmt = log
 
     async def main() -> tuple[float, float, int, float]:
         app = _app(database)
@@ -136,7 +141,9 @@ def _worker(database: str, metrics: bool, ready: Any, go: Any, out: Any) -> None
         finally:
             await app.close()
 
-    out.put(asyncio.run(main()))
+    with open(os.devnull, "w") as sink:
+        configure(level=level, fmt=fmt, stream=sink)
+        out.put(asyncio.run(main()))
 
 
 def say(line: str) -> None:
@@ -179,7 +186,11 @@ def run_together(
 
 
 def _deliver(
-    database: str, workers: int, metrics: bool = False, total: int = 0
+    database: str,
+    workers: int,
+    metrics: bool = False,
+    total: int = 0,
+    log: tuple[str, str] = ("warning", "logfmt"),
 ) -> tuple[float, int, float]:
     """Deliver with ``workers`` processes: the seconds from the first start to the last
     end, the deliveries sent, and the CPU seconds (user + system, every thread) the
@@ -190,7 +201,7 @@ def _deliver(
         sent = asyncio.run(_sent(database))
         say(f"{sent:,}/{total:,} delivered, {time.monotonic() - started:.1f}s")
 
-    results = run_together(_worker, (database, metrics), workers, tick)
+    results = run_together(_worker, (database, metrics, log), workers, tick)
     started = min(r[0] for r in results)
     ended = max(r[1] for r in results)
     return ended - started, sum(r[2] for r in results), sum(r[3] for r in results)
@@ -225,12 +236,19 @@ def run_bench(
     workers: int,
     metrics: bool = False,
     sync: str | None = None,
+    worker_log: tuple[str, str] = ("warning", "logfmt"),
 ) -> dict[str, Any]:
     """Enqueue then deliver ``notifications``; return the rates (``metrics``: workers
     record Prometheus metrics, to measure what they cost; ``sync``: SQLite's
     ``synchronous``, ``full`` or ``normal``, set on the URL; None keeps the URL's, else
-    ``full``). ``sync`` with a PostgreSQL URL is a ``ConfigError``: there durability is
-    the server's, and the result reports it."""
+    ``full``; ``worker_log``: the workers' log level and format, their lines written to
+    the null device, to measure what they cost). ``sync`` with a PostgreSQL URL is a
+    ``ConfigError``: there durability is the server's, and the result reports it."""
+    level, fmt = worker_log
+    if level not in LEVELS or fmt not in ("logfmt", "json"):
+        raise ConfigError(
+            f"worker_log must be a level of {list(LEVELS)} and a format, not {worker_log!r}"
+        )
     if sync is not None:
         if sync not in SYNC_CHOICES:
             raise ConfigError(f"sync must be one of {list(SYNC_CHOICES)}, not {sync!r}")
@@ -251,7 +269,7 @@ def run_bench(
         enqueue_s = asyncio.run(_enqueue(url, notifications, offset))
         say(f"enqueued in {enqueue_s:.2f}s; delivering with {workers} worker processes")
         before = pgfigures.snapshot(url) if is_postgres(url) else None
-        deliver_s, sent, cpu_s = _deliver(url, workers, metrics, notifications)
+        deliver_s, sent, cpu_s = _deliver(url, workers, metrics, notifications, worker_log)
         say(f"{sent:,} delivered in {deliver_s:.2f}s")
         server = {} if before is None else pgfigures.figures(before, pgfigures.snapshot(url), sent)
         durable = durability(url)
@@ -266,6 +284,7 @@ def run_bench(
         "concurrency": settings_for(url).concurrency,
         "batch_size": settings_for(url).batch_size,
         "metrics": metrics,
+        "worker_log_level": level,
         "delivered": sent,
         "enqueues_per_s": round(notifications / enqueue_s, 1),
         "deliveries_per_s": round(sent / deliver_s, 1) if deliver_s > 0 else None,
