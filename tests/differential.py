@@ -9,14 +9,34 @@ import dataclasses
 import random
 from typing import Any
 
+import pytest
+
 from kirim.errors import StoreError
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
 from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease
 from kirim.store.postgres import PostgresStore
 from kirim.store.sqlite import SQLiteStore
+from kirim.store.sqlite.driver import Q as SQLITE_Q
 from notify_kit import numbered
 
 Store = SQLiteStore | PostgresStore
+
+#: the token fences of SQLite's fenced finish, by statement
+SQLITE_FENCES = {
+    "finish_fenced_jobs": ("lease_token = :token", "d.claim_token = :token"),
+    "finish_fenced_deliveries": ("claim_token = :token",),
+}
+
+
+def unfence_sqlite(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's fenced finish with its token fences taken out (a mutation the tests
+    must catch): it writes a finish whose claim was lost."""
+    for name, fences in SQLITE_FENCES.items():
+        sql = SQLITE_Q[name]
+        for fence in fences:
+            assert fence in sql, (name, fence)
+            sql = sql.replace(fence, "1")
+        monkeypatch.setitem(SQLITE_Q, name, sql)
 
 
 def intent_of(c: Claim, request_id: str) -> Intent:

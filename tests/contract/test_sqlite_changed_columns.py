@@ -84,6 +84,19 @@ class Traced:
         return set(re.findall(r"(?:^|,)\s*(\w+)\s*=", clause.group(1)))
 
 
+async def _finished(app: Any, clock: Any, *, careful_only: bool = False) -> Traced:
+    """A delivery claimed, its intent written, then finished sent, the finish traced
+    (``careful_only``: the careful way)."""
+    app.store.careful_only = careful_only
+    c = await _claimed(app)
+    assert await app.store.record_intents([_intent(c)]) == [True]
+    clock.advance(1.0)
+    async with Traced(app) as traced:
+        (res,) = await app.store.finish([_finish(c, clock.now())])
+    assert res.committed
+    return traced
+
+
 def _sqlite_only(database_url: str) -> None:
     if not database_url.startswith("sqlite"):
         pytest.skip("statement tracing: SQLite's trace callback")
@@ -153,14 +166,7 @@ async def test_a_careful_finish_sets_only_the_columns_it_changes(
     """A successful finish the careful way: its UPDATE of the delivery leaves out what
     stays as it was (the doubt, the error, the reason, the release time)."""
     _sqlite_only(database_url)
-    app = await make_app()
-    app.store.careful_only = True
-    c = await _claimed(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
-    clock.advance(1.0)
-    async with Traced(app) as traced:
-        (res,) = await app.store.finish([_finish(c, clock.now())])
-    assert res.committed
+    traced = await _finished(await make_app(), clock, careful_only=True)
     assert traced.set_columns("kirim_deliveries") == {
         "status", "claim_token", "claimed_by", "claim_expires_at", "provider_message_id",
         "sent_at", "updated_at",
@@ -176,12 +182,7 @@ async def test_a_fenced_finish_sets_no_column_an_index_names(make_app, database_
     its partial indexes whatever is set)."""
     _sqlite_only(database_url)
     app = await make_app()
-    c = await _claimed(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
-    clock.advance(1.0)
-    async with Traced(app) as traced:
-        (res,) = await app.store.finish([_finish(c, clock.now())])
-    assert res.committed
+    traced = await _finished(app, clock)
     assert [s.split()[0] for s in traced.seen if s.split()[0] != "INSERT"] == [
         "BEGIN", "UPDATE", "UPDATE", "UPDATE", "COMMIT",
     ]  # fmt: skip

@@ -13,23 +13,18 @@ from typing import Any
 import pytest
 
 import kirim.store.transitions
+from differential import unfence_sqlite
 from kirim.explore.command import settings_for
 from kirim.explore.finishes import check_finish_by_claim
 from kirim.explore.invariants import Ledger
 from kirim.explore.scenario import Outcome, run_schedule
 from kirim.model import DeliveryStatus
 from kirim.store.postgres.driver import Q
-from kirim.store.sqlite.driver import Q as SQLITE_Q
 
 #: full seeds whose takeover lands a stale, failed finish while the claimant holds the
 #: claim (seed 14: A stalls at delivery 1's finish, C claims it; the unfenced finish is
 #: caught at 14, 17, 20, 32, 39, 40 and 41 of seeds 0-59)
 RACED = (14, 17, 20)
-#: the token fences of SQLite's fenced finish, by statement
-SQLITE_FENCES = {
-    "finish_fenced_jobs": ("lease_token = :token", "d.claim_token = :token"),
-    "finish_fenced_deliveries": ("claim_token = :token",),
-}
 
 
 def full(seed: int, database: str | None = None) -> Outcome:
@@ -115,12 +110,7 @@ def test_mutation_unfenced_finish_is_caught_on_sqlite(monkeypatch: pytest.Monkey
     """SQLite's fenced finish (its jobs' statement checks both tokens, its deliveries'
     statement the delivery's) with the token fences taken out lets the stalled worker's
     failure overwrite the claimant's delivery: finish_by_claim fires."""
-    for name, fences in SQLITE_FENCES.items():
-        sql = SQLITE_Q[name]
-        for fence in fences:
-            assert fence in sql, (name, fence)
-            sql = sql.replace(fence, "1")
-        monkeypatch.setitem(SQLITE_Q, name, sql)
+    unfence_sqlite(monkeypatch)
     for seed in RACED:
         if any(v.name == "finish_by_claim" for v in full(seed).violations):
             return

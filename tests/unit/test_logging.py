@@ -94,25 +94,22 @@ def test_a_line_the_disk_refused_is_lost_alone() -> None:
                 raise error
             return super().write(text)
 
-    full = Flaky(OSError(28, "No space left on device"))
-    configure(fmt="logfmt", level="info", stream=full)
+    full = _two_lines(Flaky(OSError(28, "No space left on device")))
+    assert "event=first_line" not in full
+    assert "event=second_line" in full
+    assert _two_lines(Flaky(ValueError("I/O operation on closed file"))) == ""
+
+
+def _two_lines(stream: io.StringIO) -> str:
+    """Two info lines logged to ``stream``; what it holds after."""
+    configure(fmt="logfmt", level="info", stream=stream)
     try:
         log = get_logger(worker_id="w")
         log.info("first_line")
         log.info("second_line")
     finally:
         configure(level="warning")
-    assert "event=first_line" not in full.getvalue()
-    assert "event=second_line" in full.getvalue()
-    closed = Flaky(ValueError("I/O operation on closed file"))
-    configure(fmt="logfmt", level="info", stream=closed)
-    try:
-        log = get_logger(worker_id="w")
-        log.info("first_line")
-        log.info("second_line")
-    finally:
-        configure(level="warning")
-    assert closed.getvalue() == ""
+    return stream.getvalue()
 
 
 async def test_notify_in_the_callers_transaction_logs_staged_not_enqueued(
