@@ -77,13 +77,19 @@ def new_token() -> str:
 
 #: the bits of a 128-bit UUID's integer that say version 4, variant RFC 4122
 _VERSION_4 = (0xF << 76) | (0x3 << 62), (0x4 << 76) | (0x2 << 62)
+#: where request ids come from: seeded from ``os.urandom``, again in a forked child, and
+#: kirim's own, so that an application's ``random.seed()`` never makes two processes
+#: draw the same ids
+_REQUEST_IDS = random.Random()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_REQUEST_IDS.seed)
 
 
 def new_request_id() -> str:
     """Our id for one outbound provider request: a version-4 UUID's hex after ``req-``,
-    unique, not secret. Its 122 random bits come from the process's random generator
-    (seeded from ``os.urandom``, and again in a forked child), not from a system call
-    per id: ``os.urandom`` lets go of the GIL, and a worker on SQLite then waits for its
-    driver's thread to hand it back, once per delivery."""
+    unique, not secret. Its 122 random bits come from a generator of kirim's own
+    (``_REQUEST_IDS``), not from a system call per id: ``os.urandom`` lets go of the
+    GIL, and a worker on SQLite then waits for its driver's thread to hand it back, once
+    per delivery."""
     clear, set_ = _VERSION_4
-    return f"req-{random.getrandbits(128) & ~clear | set_:032x}"
+    return f"req-{_REQUEST_IDS.getrandbits(128) & ~clear | set_:032x}"

@@ -103,3 +103,18 @@ def test_a_forked_process_makes_other_request_ids() -> None:
     os.close(read)
     assert child.startswith("req-")
     assert child != new_request_id()
+
+
+def test_an_applications_seed_does_not_repeat_request_ids() -> None:
+    """Request ids come from kirim's own generator: an application that seeds Python's
+    (``random.seed``, in every process alike) does not make two draw the same ids."""
+    import random
+
+    state = random.getstate()
+    try:
+        random.seed(7)
+        first = new_request_id()
+        random.seed(7)
+        assert new_request_id() != first
+    finally:
+        random.setstate(state)
