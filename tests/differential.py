@@ -13,11 +13,11 @@ import pytest
 
 from kirim.errors import StoreError
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
-from kirim.store.base import AttemptOutcome, Claim, Finish, Intent, Lease
+from kirim.store.base import AttemptOutcome, Claim, Finish, Lease
 from kirim.store.postgres import PostgresStore
 from kirim.store.sqlite import SQLiteStore
 from kirim.store.sqlite.driver import Q as SQLITE_Q
-from notify_kit import numbered
+from notify_kit import intent_of, numbered
 
 Store = SQLiteStore | PostgresStore
 
@@ -37,18 +37,6 @@ def unfence_sqlite(monkeypatch: pytest.MonkeyPatch) -> None:
             assert fence in sql, (name, fence)
             sql = sql.replace(fence, "1")
         monkeypatch.setitem(SQLITE_Q, name, sql)
-
-
-def intent_of(c: Claim, request_id: str) -> Intent:
-    return Intent(
-        delivery_id=c.delivery.id,
-        job_id=c.job.id,
-        token=c.token,
-        number=c.job.attempts,
-        provider_request_id=request_id,
-        worker_id="w1",
-        requested_at=c.job.updated_at,
-    )
 
 
 class _Names:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kirim.keys import canonical_json, payload_hash
-from kirim.store.base import DigestEvent, NewDelivery, Throttle
+from kirim.store.base import DigestEvent, Intent, NewDelivery, Throttle
 
 #: the digests' window in these tests, and their stream (type|recipient|channel|key)
 WINDOW = 600.0
@@ -79,4 +79,18 @@ def numbered(
         max_attempts=max_attempts,
         type=type,
         recipient_id=None if type is None else f"r{n}",
+    )
+
+
+def intent_of(c: Any, request_id: str = "req-1", worker: str = "w1") -> Intent:
+    """The attempt intent of claim ``c``: request ``request_id`` by ``worker``, at the
+    claim's time."""
+    return Intent(
+        delivery_id=c.delivery.id,
+        job_id=c.job.id,
+        token=c.token,
+        number=c.job.attempts,
+        provider_request_id=request_id,
+        worker_id=worker,
+        requested_at=c.job.updated_at,
     )

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from differential import first_difference, intent_of, unfence_sqlite
+from differential import first_difference, unfence_sqlite
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
 from kirim.store import transitions
 from kirim.store.base import AttemptOutcome, Claim, Finish
 from kirim.store.sqlite import SQLiteStore
-from notify_kit import numbered
+from notify_kit import intent_of, numbered
 
 
 def _pair(tmp_path: Path, seed: int) -> tuple[SQLiteStore, SQLiteStore]:

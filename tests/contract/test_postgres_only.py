@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from differential import first_difference, intent_of
+from differential import first_difference
 from kirim.errors import StoreError
 from kirim.model import AttemptStatus, DeliveryStatus
 from kirim.store.base import (
@@ -22,7 +22,7 @@ from kirim.store.postgres import PostgresStore
 from kirim.store.postgres.driver import Q, bind
 from kirim.store.sqlite import SQLiteStore
 from kirim.testing import ManualClock
-from notify_kit import numbered
+from notify_kit import intent_of, numbered
 from pg import fresh_database
 
 StoreFactory = Callable[..., Awaitable[PostgresStore]]

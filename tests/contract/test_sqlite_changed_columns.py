@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from kirim.model import AttemptStatus, DeliveryStatus, JobStatus
-from kirim.store.base import AttemptOutcome, Finish, Intent
+from kirim.store.base import AttemptOutcome, Finish
 from kirim.store.sequence import Operation, Query
+from notify_kit import intent_of
 
 LEASE = 10.0
 #: a job is written whole: each of its writes changes its status, which four of its
@@ -47,18 +48,6 @@ def _finish(c: Any, now: float) -> Finish:
     )
 
 
-def _intent(c: Any) -> Intent:
-    return Intent(
-        delivery_id=c.delivery.id,
-        job_id=c.job.id,
-        token=c.token,
-        number=c.job.attempts,
-        provider_request_id="req-1",
-        worker_id="w1",
-        requested_at=c.job.updated_at,
-    )
-
-
 class Traced:
     """Every statement the store's one SQLite connection runs, while on."""
 
@@ -89,7 +78,7 @@ async def _finished(app: Any, clock: Any, *, careful_only: bool = False) -> Trac
     (``careful_only``: the careful way)."""
     app.store.careful_only = careful_only
     c = await _claimed(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c)]) == [True]
     clock.advance(1.0)
     async with Traced(app) as traced:
         (res,) = await app.store.finish([_finish(c, clock.now())])
@@ -128,7 +117,7 @@ async def test_a_careful_claim_sets_only_the_delivery_columns_it_changes(
     _sqlite_only(database_url)
     app = await make_app()
     c = await _claimed(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c)]) == [True]
     retry = Finish(
         delivery_id=c.delivery.id,
         job_id=c.job.id,
@@ -212,7 +201,7 @@ async def test_the_rows_left_are_the_rows_decided(make_app, clock) -> None:
     columns not written as they were (every backend)."""
     app = await make_app()
     c = await _claimed(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c)]) == [True]
     clock.advance(1.0)
     (res,) = await app.store.finish([_finish(c, clock.now())])
     assert res.committed

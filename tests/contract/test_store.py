@@ -10,7 +10,8 @@ from backends import POOLED, backend_url
 from kirim.errors import SchemaError
 from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, RecordFilter
 from kirim.store import open_store
-from kirim.store.base import SCHEMA_VERSION, AttemptOutcome, ClaimKind, Finish, Intent, Lease
+from kirim.store.base import SCHEMA_VERSION, AttemptOutcome, ClaimKind, Finish, Lease
+from notify_kit import intent_of as intent
 
 LEASE = 10.0
 
@@ -28,18 +29,6 @@ async def enqueue(app, n: int = 1, **kw):
 
 async def claim(app, worker: str = "w1", limit: int = 10):
     return await app.store.claim(worker_id=worker, now=app.clock.now(), lease=LEASE, limit=limit)
-
-
-def intent(c, request_id: str = "req-1", worker: str = "w1") -> Intent:
-    return Intent(
-        delivery_id=c.delivery.id,
-        job_id=c.job.id,
-        token=c.token,
-        number=c.job.attempts,
-        provider_request_id=request_id,
-        worker_id=worker,
-        requested_at=c.job.updated_at,
-    )
 
 
 def finish(

@@ -28,7 +28,6 @@ from kirim.store.base import (
     Callback,
     CallbackOutcome,
     Finish,
-    Intent,
     Lease,
     RequestBegin,
     RequestState,
@@ -38,6 +37,7 @@ from kirim.store.event_writes import CancelBy, EventWrite, Request, TopicBatch
 from kirim.store.flows import NewRun
 from kirim.store.sequence import Query
 from kirim.testing import ManualClock
+from notify_kit import intent_of
 
 LEASE = 10.0
 
@@ -49,18 +49,6 @@ async def _one(app, event: str = "e", recipient: str = "u"):
 
 async def _claim(app, limit: int = 10):
     return await app.store.claim(worker_id="w1", now=app.clock.now(), lease=LEASE, limit=limit)
-
-
-def _intent(c) -> Intent:
-    return Intent(
-        delivery_id=c.delivery.id,
-        job_id=c.job.id,
-        token=c.token,
-        number=c.job.attempts,
-        provider_request_id=f"req-{c.delivery.id}",
-        worker_id="w1",
-        requested_at=c.job.updated_at,
-    )
 
 
 def _finish(c, now: float, *, status=DeliveryStatus.SENT, job=JobStatus.COMPLETED) -> Finish:
@@ -89,7 +77,7 @@ async def _sent(app, event: str = "e") -> int:
     """A delivery taken through claim, intent and finish: sent, message id p-1."""
     delivery_id = await _one(app, event)
     (c,) = await _claim(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c, f"req-{c.delivery.id}")]) == [True]
     (done,) = await app.store.finish([_finish(c, app.clock.now())])
     assert done.committed
     return delivery_id
@@ -99,7 +87,7 @@ async def _dead(app) -> int:
     """A delivery whose job died (a permanent failure)."""
     delivery_id = await _one(app, "dead")
     (c,) = await _claim(app)
-    await app.store.record_intents([_intent(c)])
+    await app.store.record_intents([intent_of(c, f"req-{c.delivery.id}")])
     await app.store.finish(
         [_finish(c, app.clock.now(), status=DeliveryStatus.FAILED, job=JobStatus.DEAD)]
     )
@@ -197,7 +185,7 @@ async def test_op_record_intents(make_app) -> None:
     app = await make_app()
     await _one(app)
     (c,) = await _claim(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c, f"req-{c.delivery.id}")]) == [True]
 
 
 async def test_op_finish(make_app) -> None:
@@ -634,7 +622,7 @@ async def _fed(app, event: str = "e", recipient: str = "u") -> int:
     """A delivery sent with a feed message in its finish: the feed item's id."""
     delivery_id = await _one(app, event, recipient)
     (c,) = await _claim(app)
-    assert await app.store.record_intents([_intent(c)]) == [True]
+    assert await app.store.record_intents([intent_of(c, f"req-{c.delivery.id}")]) == [True]
     message = FeedMessage(
         recipient_id=recipient,
         idempotency_key=c.delivery.idempotency_key,

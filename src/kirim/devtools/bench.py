@@ -29,7 +29,7 @@ from kirim.config import Config
 from kirim.devtools import pgfigures
 from kirim.engine import Kirim, NotifyRequest
 from kirim.errors import ConfigError, KirimError
-from kirim.observe.logging import LEVELS, configure
+from kirim.observe.logging import FORMATS, LEVELS, configure
 from kirim.providers.null import NullProvider
 from kirim.worker import WorkerSettings
 
@@ -245,7 +245,7 @@ def run_bench(
     the null device, to measure what they cost). ``sync`` with a PostgreSQL URL is a
     ``ConfigError``: there durability is the server's, and the result reports it."""
     level, fmt = worker_log
-    if level not in LEVELS or fmt not in ("logfmt", "json"):
+    if level not in LEVELS or fmt not in FORMATS:
         raise ConfigError(
             f"worker_log must be a level of {list(LEVELS)} and a format, not {worker_log!r}"
         )

@@ -34,6 +34,8 @@ LEVELS = {
     "warning": logging.WARNING,
     "error": logging.ERROR,
 }
+#: the formats a log line can take (``configure``)
+FORMATS = ("logfmt", "json")
 #: the standard library logger kirim writes to when structlog is not configured
 STDLIB_LOGGER = "kirim"
 logging.getLogger(STDLIB_LOGGER).addHandler(logging.NullHandler())
@@ -110,7 +112,7 @@ class LogfmtRenderer:
 def configure(*, fmt: str = "logfmt", level: str = "info", stream: TextIO | None = None) -> None:
     """Set up structlog for kirim's processes (CLI, worker, service): lines on ``stream``
     (else whatever ``sys.stderr`` is when a line is written)."""
-    if fmt not in ("logfmt", "json"):
+    if fmt not in FORMATS:
         raise ValueError(f"log format must be logfmt or json, not {fmt!r}")
     if level not in LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LEVELS)}, not {level!r}")

@@ -748,8 +748,10 @@ def finish_fenced_first(items: Sequence[Finish]) -> Operation[list[FinishResult]
                 f"finish_fenced: {len(args)} items, {len(requests)} requests: "
                 f"{jobs} jobs, {deliveries} deliveries, {attempts} attempts written"
             )
-        ids = {"ids": [a["delivery_id"] for a in args]}
-        ids["request_ids"] = [a["request_id"] for a in requests]
+        ids = {
+            "ids": [a["delivery_id"] for a in args],
+            "request_ids": [a["request_id"] for a in requests],
+        }
         yield Query("finish_fenced_message_ids", ids, count=True)
     done = {it.delivery_id for it in chosen}
     fenced = [_fenced_result(it) if it.delivery_id in done else None for it in items]
