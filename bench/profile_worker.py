@@ -7,6 +7,7 @@ and by cumulative time, and the worker's CPU per delivery. Prints; asserts nothi
     .venv/bin/python bench/profile_worker.py --notifications 10000
     .venv/bin/python bench/profile_worker.py --database postgresql://postgres@127.0.0.1/postgres
     .venv/bin/python bench/profile_worker.py --no-profile   # CPU per delivery, no profiler
+    .venv/bin/python bench/profile_worker.py --library-logging  # structlog left unconfigured
 
 Before the two listings it prints the own time by area (kirim's worker, kirim's store,
 psycopg, asyncio and the rest of the standard library, C builtins), waits left out
@@ -113,8 +114,16 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--dump", help="write the raw profile here (pstats format)")
+    parser.add_argument(
+        "--library-logging",
+        action="store_true",
+        help="leave structlog unconfigured, as an application that embeds the worker "
+        "does: kirim's lines go to the standard library's kirim logger (at its default "
+        "level, warning); without it the worker logs as kirim bench's do",
+    )
     args = parser.parse_args()
-    configure(level="warning")
+    if not args.library_logging:
+        configure(level="warning")
     profile = None if args.no_profile else cProfile.Profile()
     in_thread = None if args.no_profile else cProfile.Profile()
     with (

@@ -205,6 +205,24 @@ _STDLIB_PROCESSORS: list[Any] = [
 ]
 
 
+class _StdlibLogger(structlog.stdlib.BoundLogger):
+    """The library's route: a line the ``kirim`` logger would not write is dropped before
+    structlog's processors see it (``filter_by_level`` drops it too, but only after the
+    event was made, and by raising an exception): an application that leaves the
+    standard library at its default level (warning) pays nothing for kirim's info
+    lines, four per delivery in a worker."""
+
+    def debug(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.DEBUG):
+            return super().debug(event, *args, **kw)
+        return None
+
+    def info(self, event: str | None = None, *args: Any, **kw: Any) -> Any:
+        if self._logger.isEnabledFor(logging.INFO):
+            return super().info(event, *args, **kw)
+        return None
+
+
 def get_logger(**context: Any) -> Any:
     """kirim's logger, with ``context`` bound: through structlog's configuration once
     there is one (the CLI's, the application's), else to the stdlib ``kirim`` logger."""
@@ -213,7 +231,7 @@ def get_logger(**context: Any) -> Any:
     logger = structlog.wrap_logger(
         logging.getLogger(STDLIB_LOGGER),
         processors=_STDLIB_PROCESSORS,
-        wrapper_class=structlog.stdlib.BoundLogger,
+        wrapper_class=_StdlibLogger,
         context_class=dict,
         cache_logger_on_first_use=False,
     )

@@ -82,6 +82,7 @@ from kirim.worker.decisions import (
     request_timeout,
     route,
 )
+from kirim.worker.delivery_log import DeliveryLog
 from kirim.worker.prepare import Prepare
 
 if TYPE_CHECKING:
@@ -138,13 +139,16 @@ class Deliverer:
         """End a no-op or busy claim; else the in-doubt policy, when an earlier request
         may have arrived, then the request. An error leaves the lease to expire."""
         d, job = claim.delivery, claim.job
-        log = self.context.log.bind(
-            notification_id=d.id,
-            event_id=d.event_id,
-            job_id=job.id,
-            attempt=job.attempts,
-            idempotency_key=d.idempotency_key,
-            channel=d.channel,
+        log = DeliveryLog(
+            self.context.log,
+            {
+                "notification_id": d.id,
+                "event_id": d.event_id,
+                "job_id": job.id,
+                "attempt": job.attempts,
+                "idempotency_key": d.idempotency_key,
+                "channel": d.channel,
+            },
         )
         self.context.stats.claimed += 1
         if claim.kind is ClaimKind.NOOP:
