@@ -117,6 +117,8 @@ def test_bench_on_postgresql_reports_wal_and_hot_ratios() -> None:
     assert out["worker_cpu_us_per_delivery"] > 0
     assert out["wal_bytes_per_delivery"] > 0
     assert "server-wide" in out["wal_scope"]
+    assert out["server_cpu_us_per_delivery"] > 0  # the test server runs on this host
+    assert "server-wide" in out["server_cpu_scope"]
     for table in ("kirim_deliveries", "kirim_jobs", "kirim_attempts"):
         assert out[f"updates_per_delivery_{table}"] > 0  # counters flushed before read
         assert 0 <= out[f"hot_ratio_{table}"] <= 1
@@ -135,3 +137,55 @@ def test_pg_figures_from_two_snapshots() -> None:
     assert out["hot_ratio_kirim_deliveries"] == 0.25
     assert out["hot_ratio_kirim_jobs"] is None
     assert out["hot_ratio_kirim_attempts"] is None
+
+
+def test_pg_figures_count_the_servers_cpu_per_delivery() -> None:
+    from kirim.devtools.pgfigures import Snapshot, figures
+
+    before = Snapshot(wal=0, updates={}, cpu=10.0, cpu_why="server-wide")
+    after = Snapshot(wal=0, updates={}, cpu=10.5, cpu_why="server-wide")
+    out = figures(before, after, 1000)
+    assert out["server_cpu_us_per_delivery"] == 500.0
+    assert out["server_cpu_scope"] == "server-wide"
+    away = Snapshot(wal=0, updates={}, cpu=None, cpu_why="not measured: elsewhere")
+    out = figures(away, away, 1000)
+    assert out["server_cpu_us_per_delivery"] is None
+    assert out["server_cpu_scope"] == "not measured: elsewhere"
+
+
+def _process(proc: Path, pid: int, ppid: int, cmdline: str, times: tuple[int, ...]) -> None:
+    """A process in a /proc-shaped folder: its stat (utime, stime, cutime, cstime in
+    clock ticks) and its command line."""
+    folder = proc / str(pid)
+    folder.mkdir()
+    middle = " ".join(["0"] * 9)  # pgrp .. cmajflt, fields 5 to 13
+    utime, stime, cutime, cstime = times
+    (folder / "stat").write_text(
+        f"{pid} (postgres) S {ppid} {middle} {utime} {stime} {cutime} {cstime} 20 0 1\n"
+    )
+    (folder / "cmdline").write_bytes(cmdline.encode().replace(b" ", b"\0"))
+
+
+def test_the_servers_cpu_is_its_main_process_and_all_its_children(tmp_path: Path) -> None:
+    """The postmaster's own time and its reaped children's, and each live child's;
+    nothing of a process that is not its child; None where the backend named is not
+    this server's session (another host's numbers)."""
+    import os
+
+    from kirim.devtools.pgfigures import server_cpu
+
+    tick = os.sysconf("SC_CLK_TCK")
+    _process(tmp_path, 100, 1, "/usr/lib/postgresql/15/bin/postgres -D x", (5, 5, 300, 100))
+    _process(
+        tmp_path, 200, 100, "postgres: 15/main: postgres kirim_b 127.0.0.1(1) idle", (7, 3, 0, 0)
+    )
+    _process(tmp_path, 201, 100, "postgres: 15/main: walwriter", (2, 2, 0, 0))
+    _process(tmp_path, 300, 1, "python worker.py", (900, 900, 0, 0))
+    (tmp_path / "self").mkdir()
+    seconds, scope = server_cpu(200, "kirim_b", tmp_path)
+    assert seconds == (5 + 5 + 300 + 100 + 7 + 3 + 2 + 2) / tick
+    assert "server-wide" in scope
+    for backend, database in ((200, "kirim_other"), (300, "kirim_b"), (999, "kirim_b")):
+        seconds, scope = server_cpu(backend, database, tmp_path)
+        assert seconds is None
+        assert scope.startswith("not measured")

@@ -116,8 +116,9 @@ def bench(
     journal mode and synchronous setting (--sync), or PostgreSQL's
     synchronous_commit and fsync; the worker processes' CPU per delivery (their
     log lines at --worker-log-level counted in); and on
-    PostgreSQL the WAL bytes per delivery (server-wide) and, per hot table, the
-    updates per delivery and the share that were HOT.
+    PostgreSQL the WAL bytes per delivery (server-wide), per hot table the
+    updates per delivery and the share that were HOT, and, when the server runs
+    on this host, its processes' CPU per delivery.
 
     \b
     Example:
