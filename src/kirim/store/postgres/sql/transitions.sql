@@ -35,7 +35,11 @@ SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan'
 
 -- name: due_jobs
 -- Lock up to %(limit)s due jobs (skipping those another claim holds), oldest first,
--- then their deliveries in id order; one row per job with its delivery.
+-- then their deliveries in id order (the rows are sorted, then locked); one row per
+-- job with its delivery. The due jobs drive: each delivery is looked up by key from
+-- its job. (A filter naming the deliveries by an array of the due jobs' ids let the
+-- planner, under statistics that believe no job is due, read the deliveries first and
+-- the due jobs again for each: 65,536 rows for a batch of 256, 20 ms of its 21.)
 WITH due AS (
     SELECT * FROM kirim_jobs
     WHERE status IN ('queued', 'retry_scheduled') AND run_at <= %(now)s::float8
@@ -50,7 +54,6 @@ SELECT d.*,
        j.lease_expires_at AS job_lease_expires_at, j.last_error AS job_last_error,
        j.created_at AS job_created_at, j.updated_at AS job_updated_at
 FROM due j JOIN kirim_deliveries d ON d.id = j.delivery_id
-WHERE d.id = ANY (ARRAY(SELECT delivery_id FROM due))
 ORDER BY d.id
 FOR NO KEY UPDATE OF d;
 
