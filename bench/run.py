@@ -86,6 +86,12 @@ def postgres_section(database: str, notifications: int, jobs: int) -> None:
             f"raw batched loop (batch {raw['batch']}) {rate(raw['claims_per_s'])}: "
             f"{as_ratio(ours['deliveries_per_s'], raw['claims_per_s'])}"
         )
+        server = ours.get("server_cpu_us_per_delivery")
+        print(
+            f"postgresql CPU per delivery, {plural(ours['workers'])}: "
+            f"workers {ours['worker_cpu_us_per_delivery']} us + server "
+            + (f"{server} us (on this host: they share its CPUs)" if server else "not measured")
+        )
     ours_in, raw_in = kirim[0]["enqueues_per_s"], raw["executemany_inserts_per_s"]
     print(
         f"postgresql enqueue: kirim {rate(ours_in)} vs raw executemany {rate(raw_in)}: "
