@@ -36,22 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NAME = "kirim_plans_at_scale"
-#: the statements that run after plan_by_index (the claim's and the careful
-#: transitions': transitions.claim, _fresh, _read); the others run without it
-PLANNED = frozenset(
-    {
-        "due_jobs",
-        "claim_fresh",
-        "claim_history",
-        "lock_jobs",
-        "lock_deliveries",
-        "attempts_of_deliveries",
-        "write_attempts",
-        "write_jobs",
-        "write_deliveries",
-        "write_message_ids",
-    }
-)
+#: the claim's statements that run after plan_by_index (transitions.claim, _fresh),
+#: beside the careful transitions' (the tests' CAREFUL); the others run without it
+CLAIM_PLANNED = ("due_jobs", "claim_fresh", "claim_history")
 
 
 def _checks() -> ModuleType:
@@ -127,7 +114,8 @@ def measure(url: str, checks: ModuleType) -> list[dict[str, Any]]:
     out = []
     with psycopg.connect(url) as conn:
         for name in sorted(checks.READ_ONCE):
-            first = (*flight, checks.PLAN_BY_INDEX) if name in PLANNED else flight
+            planned = name in CLAIM_PLANNED or name in checks.CAREFUL
+            first = (*flight, checks.PLAN_BY_INDEX) if planned else flight
             found = _explain(conn, queries[name], checks.READ_ONCE[name], first)
             out.append(summary(name, found))
         backlog = (
@@ -151,6 +139,7 @@ def main() -> None:
     parser.add_argument("--database", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--keep", action="store_true", help="leave the database (to rerun)")
     parser.add_argument("--reuse", action="store_true", help="measure a database left by --keep")
+    parser.add_argument("--name", default=NAME, help=f"the throw-away database (default {NAME})")
     args = parser.parse_args()
     import asyncio
 
@@ -159,11 +148,12 @@ def main() -> None:
     from kirim.store.postgres import PostgresStore
 
     checks = _checks()
-    url = args.database.rsplit("/", 1)[0] + "/" + NAME
+    name = args.name
+    url = args.database.rsplit("/", 1)[0] + "/" + name
     if not args.reuse:
         with psycopg.connect(args.database, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {NAME}")
-            admin.execute(f"CREATE DATABASE {NAME}")
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
+            admin.execute(f"CREATE DATABASE {name}")
 
         async def migrate() -> None:
             store = PostgresStore(url)
@@ -183,7 +173,7 @@ def main() -> None:
     finally:
         if not args.keep:
             with psycopg.connect(args.database, autocommit=True) as admin:
-                admin.execute(f"DROP DATABASE IF EXISTS {NAME} WITH (FORCE)")
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 if __name__ == "__main__":

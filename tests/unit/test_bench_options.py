@@ -189,3 +189,32 @@ def test_the_servers_cpu_is_its_main_process_and_all_its_children(tmp_path: Path
         seconds, scope = server_cpu(backend, database, tmp_path)
         assert seconds is None
         assert scope.startswith("not measured")
+
+
+@pytest.mark.slow
+def test_plans_at_scale_reports_each_statement() -> None:
+    """bench/plans_at_scale.py on the smallest ledger its batch fits: a line per
+    statement, the backlog's claim reading no more than its batch, no table scanned."""
+    import subprocess
+    import uuid
+
+    from pg import ADMIN_URL, reachable
+
+    why = reachable()
+    if why is not None:
+        pytest.skip(f"no PostgreSQL server: {why}")
+    name = f"kirim_plans_{uuid.uuid4().hex[:8]}"
+    script = [sys.executable, str(BENCH / "plans_at_scale.py"), "--rows", "10000"]
+    done = subprocess.run(
+        [*script, "--database", ADMIN_URL, "--name", name],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = {row["statement"]: row for row in map(json.loads, done.stdout.splitlines())}
+    assert {"finish_fenced", "insert_intents", "claim_fresh (backlog)"} <= set(lines)
+    for statement in ("due_jobs (backlog)", "claim_fresh (backlog)"):
+        assert lines[statement]["most_rows_read"] == 256, lines[statement]
+        assert lines[statement]["seq_scans"] == [], lines[statement]
