@@ -218,3 +218,31 @@ def test_plans_at_scale_reports_each_statement() -> None:
     for statement in ("due_jobs (backlog)", "claim_fresh (backlog)"):
         assert lines[statement]["most_rows_read"] == 256, lines[statement]
         assert lines[statement]["seq_scans"] == [], lines[statement]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lean", [False, True])
+def test_claim_variants_measures_each_variant(lean: bool) -> None:
+    """bench/claim_variants.py on a small queue: each variant claims a batch and its
+    WAL is counted; writing the job alone writes less WAL than both rows."""
+    import subprocess
+
+    from pg import ADMIN_URL, reachable
+
+    why = reachable()
+    if why is not None:
+        pytest.skip(f"no PostgreSQL server: {why}")
+    script = [sys.executable, str(BENCH / "claim_variants.py"), "--deliveries", "600"]
+    done = subprocess.run(
+        [*script, "--runs", "2", "--database", ADMIN_URL]
+        + (["--no-status-indexes"] if lean else []),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {row["variant"]: row for row in map(json.loads, done.stdout.splitlines())}
+    assert set(rows) == {"both rows", "job only"}
+    assert all(row["us_per_delivery"] > 0 for row in rows.values())
+    assert rows["job only"]["wal_bytes_per_delivery"] < rows["both rows"]["wal_bytes_per_delivery"]
