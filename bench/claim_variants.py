@@ -77,10 +77,8 @@ SELECT * FROM j;"""
 
 async def measure(url: str, deliveries: int, runs: int, lean: bool) -> list[dict[str, Any]]:
     import psycopg
-    from fresh_db import fresh_postgres
+    from fresh_db import enqueue_plain, fresh_postgres
 
-    from kirim.keys import canonical_json, payload_hash
-    from kirim.store.base import NewDelivery
     from kirim.store.postgres import PostgresStore
     from kirim.store.sqlfiles import load_queries
 
@@ -89,22 +87,7 @@ async def measure(url: str, deliveries: int, runs: int, lean: bool) -> list[dict
     await store.open()
     try:
         await store.migrate()
-        text = canonical_json({"title": "hi"})
-        items = [
-            NewDelivery(
-                idempotency_key=f"k{i}",
-                event_id=f"e{i}",
-                recipient=f"u{i}",
-                channel="push",
-                payload_json=text,
-                payload_hash=payload_hash(text),
-                run_at=0.0,
-                max_attempts=3,
-            )
-            for i in range(deliveries)
-        ]
-        for i in range(0, deliveries, 1000):
-            await store.enqueue(items[i : i + 1000], now=1000.0)
+        await enqueue_plain(store, deliveries)
     finally:
         await store.close()
     queries = load_queries("postgres")

@@ -31,26 +31,12 @@ BATCH = 256
 async def _batches(store: Any, notifications: int) -> list[list[Any]]:
     """Enqueue, claim and write the intents of ``notifications``; each claimed batch's
     finishes (sent by its own success)."""
-    from kirim.keys import canonical_json, payload_hash
-    from kirim.model import AttemptStatus, DeliveryStatus
-    from kirim.store.base import AttemptOutcome, Finish, Intent, NewDelivery
+    from fresh_db import enqueue_plain
 
-    text = canonical_json({"title": "hi"})
-    items = [
-        NewDelivery(
-            idempotency_key=f"k{i}",
-            event_id=f"e{i}",
-            recipient=f"u{i}",
-            channel="push",
-            payload_json=text,
-            payload_hash=payload_hash(text),
-            run_at=0.0,
-            max_attempts=3,
-        )
-        for i in range(notifications)
-    ]
-    for i in range(0, notifications, 1000):
-        await store.enqueue(items[i : i + 1000], now=1000.0)
+    from kirim.model import AttemptStatus, DeliveryStatus
+    from kirim.store.base import AttemptOutcome, Finish, Intent
+
+    await enqueue_plain(store, notifications)
     batches = []
     while claims := await store.claim(worker_id="w", now=1001.0, lease=600.0, limit=BATCH):
         intents = [
