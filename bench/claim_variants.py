@@ -77,16 +77,15 @@ SELECT * FROM j;"""
 
 async def measure(url: str, deliveries: int, runs: int, lean: bool) -> list[dict[str, Any]]:
     import psycopg
-    from fresh_db import enqueue_plain, fresh_postgres
+    from fresh_db import enqueue_plain, fresh_ledger
 
     from kirim.store.postgres import PostgresStore
     from kirim.store.sqlfiles import load_queries
 
-    db = await fresh_postgres(url, NAME)
+    db = await fresh_ledger(url, NAME)
     store = PostgresStore(db)
     await store.open()
     try:
-        await store.migrate()
         await enqueue_plain(store, deliveries)
     finally:
         await store.close()

@@ -121,14 +121,13 @@ async def measure_sqlite(url: str, notifications: int) -> dict[str, Any]:
 
 async def measure(url: str, notifications: int) -> dict[str, Any]:
     import psycopg
-    from fresh_db import fresh_postgres
+    from fresh_db import fresh_ledger
 
     from kirim.store.postgres import PostgresStore
 
-    db = await fresh_postgres(url, "kirim_finish_bench")
+    db = await fresh_ledger(url, "kirim_finish_bench")
     store = PostgresStore(db)
     await store.open()
-    await store.migrate()
     batches = await _batches(store, notifications)
     statements = 0
     transactions = 0

@@ -1,6 +1,6 @@
 """A throw-away PostgreSQL database for a benchmark: ``fresh_postgres(url, name)`` drops
-and makes ``name`` on ``url``'s server and returns its URL; ``enqueue_plain`` fills a
-store's queue with plain notifications."""
+and makes ``name`` on ``url``'s server and returns its URL (``fresh_ledger``: migrated
+too); ``enqueue_plain`` fills a store's queue with plain notifications."""
 
 from __future__ import annotations
 
@@ -15,6 +15,20 @@ async def fresh_postgres(url: str, name: str) -> str:
         await conn.execute(f"DROP DATABASE IF EXISTS {name}")
         await conn.execute(f"CREATE DATABASE {name}")
     return url.rsplit("/", 1)[0] + "/" + name
+
+
+async def fresh_ledger(url: str, name: str) -> str:
+    """``fresh_postgres``, with kirim's schema migrated."""
+    from kirim.store.postgres import PostgresStore
+
+    db = await fresh_postgres(url, name)
+    store = PostgresStore(db)
+    await store.open()
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
+    return db
 
 
 async def enqueue_plain(store: Any, notifications: int, *, now: float = 1000.0) -> None:

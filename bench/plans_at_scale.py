@@ -33,6 +33,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 NAME = "kirim_plans_at_scale"
@@ -53,10 +55,6 @@ def _checks() -> ModuleType:
     return module
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan, *(n for child in plan.get("Plans", []) for n in _nodes(child))]
-
-
 def _explain(conn: Any, sql: str, args: dict[str, Any], first: tuple[bytes, ...]) -> dict[str, Any]:
     from kirim.store.postgres.driver import bind
 
@@ -70,9 +68,9 @@ def _explain(conn: Any, sql: str, args: dict[str, Any], first: tuple[bytes, ...]
     return found[0]  # type: ignore[no-any-return]
 
 
-def summary(name: str, found: dict[str, Any]) -> dict[str, Any]:
+def summary(name: str, found: dict[str, Any], checks: ModuleType) -> dict[str, Any]:
     """What one statement's plan read and took."""
-    nodes = _nodes(found["Plan"])
+    nodes = checks._nodes(found["Plan"])
     read = [
         n["Actual Rows"] * n["Actual Loops"] + n.get("Rows Removed by Filter", 0)
         for n in nodes
@@ -117,7 +115,7 @@ def measure(url: str, checks: ModuleType) -> list[dict[str, Any]]:
             planned = name in CLAIM_PLANNED or name in checks.CAREFUL
             first = (*flight, checks.PLAN_BY_INDEX) if planned else flight
             found = _explain(conn, queries[name], checks.READ_ONCE[name], first)
-            out.append(summary(name, found))
+            out.append(summary(name, found, checks))
         backlog = (
             b"UPDATE kirim_jobs SET status = 'queued' WHERE id <= 5000",
             b"UPDATE kirim_deliveries SET status = 'pending' WHERE id <= 5000",
@@ -129,7 +127,7 @@ def measure(url: str, checks: ModuleType) -> list[dict[str, Any]]:
             ("claim_fresh", checks.FRESH),
         ):
             found = _explain(conn, queries[name], args, backlog)
-            out.append(summary(f"{name} (backlog)", found))
+            out.append(summary(f"{name} (backlog)", found, checks))
     return out
 
 
@@ -144,26 +142,13 @@ def main() -> None:
     import asyncio
 
     import psycopg
-
-    from kirim.store.postgres import PostgresStore
+    from fresh_db import fresh_ledger
 
     checks = _checks()
     name = args.name
     url = args.database.rsplit("/", 1)[0] + "/" + name
     if not args.reuse:
-        with psycopg.connect(args.database, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name}")
-            admin.execute(f"CREATE DATABASE {name}")
-
-        async def migrate() -> None:
-            store = PostgresStore(url)
-            await store.open()
-            try:
-                await store.migrate()
-            finally:
-                await store.close()
-
-        asyncio.run(migrate())
+        asyncio.run(fresh_ledger(args.database, name))
         print(f"filling {args.rows:,} deliveries, jobs and attempts", file=sys.stderr)
         took = fill(url, args.rows, checks)
         print(f"filled in {took:.0f} s", file=sys.stderr)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -191,29 +192,36 @@ def test_the_servers_cpu_is_its_main_process_and_all_its_children(tmp_path: Path
         assert scope.startswith("not measured")
 
 
-@pytest.mark.slow
-def test_plans_at_scale_reports_each_statement() -> None:
-    """bench/plans_at_scale.py on the smallest ledger its batch fits: a line per
-    statement, the backlog's claim reading no more than its batch, no table scanned."""
+def _script_on_postgres(script: str, *args: str) -> list[dict[str, Any]]:
+    """The JSON lines ``bench/<script>`` prints, run on the test server with ``args``
+    (skips without a server; fails, with its stderr, if the script does)."""
     import subprocess
-    import uuid
 
     from pg import ADMIN_URL, reachable
 
     why = reachable()
     if why is not None:
         pytest.skip(f"no PostgreSQL server: {why}")
-    name = f"kirim_plans_{uuid.uuid4().hex[:8]}"
-    script = [sys.executable, str(BENCH / "plans_at_scale.py"), "--rows", "10000"]
     done = subprocess.run(
-        [*script, "--database", ADMIN_URL, "--name", name],
+        [sys.executable, str(BENCH / script), *args, "--database", ADMIN_URL],
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    lines = {row["statement"]: row for row in map(json.loads, done.stdout.splitlines())}
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_plans_at_scale_reports_each_statement() -> None:
+    """bench/plans_at_scale.py on the smallest ledger its batch fits: a line per
+    statement, the backlog's claim reading no more than its batch, no table scanned."""
+    import uuid
+
+    name = f"kirim_plans_{uuid.uuid4().hex[:8]}"
+    found = _script_on_postgres("plans_at_scale.py", "--rows", "10000", "--name", name)
+    lines = {row["statement"]: row for row in found}
     assert {"finish_fenced", "insert_intents", "claim_fresh (backlog)"} <= set(lines)
     for statement in ("due_jobs (backlog)", "claim_fresh (backlog)"):
         assert lines[statement]["most_rows_read"] == 256, lines[statement]
@@ -225,24 +233,8 @@ def test_plans_at_scale_reports_each_statement() -> None:
 def test_claim_variants_measures_each_variant(lean: bool) -> None:
     """bench/claim_variants.py on a small queue: each variant claims a batch and its
     WAL is counted; writing the job alone writes less WAL than both rows."""
-    import subprocess
-
-    from pg import ADMIN_URL, reachable
-
-    why = reachable()
-    if why is not None:
-        pytest.skip(f"no PostgreSQL server: {why}")
-    script = [sys.executable, str(BENCH / "claim_variants.py"), "--deliveries", "600"]
-    done = subprocess.run(
-        [*script, "--runs", "2", "--database", ADMIN_URL]
-        + (["--no-status-indexes"] if lean else []),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    rows = {row["variant"]: row for row in map(json.loads, done.stdout.splitlines())}
+    options = ["--deliveries", "600", "--runs", "2"] + (["--no-status-indexes"] if lean else [])
+    rows = {row["variant"]: row for row in _script_on_postgres("claim_variants.py", *options)}
     assert set(rows) == {"both rows", "job only"}
     assert all(row["us_per_delivery"] > 0 for row in rows.values())
     assert rows["job only"]["wal_bytes_per_delivery"] < rows["both rows"]["wal_bytes_per_delivery"]

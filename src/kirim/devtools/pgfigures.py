@@ -66,7 +66,7 @@ def server_cpu(backend: int, database: str, proc: Path = Path("/proc")) -> tuple
     try:
         command = (proc / str(backend) / "cmdline").read_bytes().replace(b"\0", b" ")
     except OSError:
-        return None, "not measured: the server's processes are not visible on this host"
+        command = b""  # no such process here
     if not command.startswith(b"postgres") or database.encode() not in command:
         return None, "not measured: the server's processes are not visible on this host"
     fields = _stat(backend, proc)

@@ -56,8 +56,8 @@ def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[s
 
 # -- logfmt ----------------------------------------------------------------------------
 
+#: a character that breaks a field (a value must be quoted; a name's is written ``_``)
 _NEEDS_QUOTES = re.compile(r'[ ="\\]')
-_BAD_KEY = re.compile(r'[ ="\\]')
 #: a character that makes a value more than its bare text: quoting or an escape
 _NOT_BARE = re.compile(f"{_NEEDS_QUOTES.pattern}|{CONTROL.pattern}")
 
@@ -90,9 +90,7 @@ def logfmt_key(key: str) -> str:
     """A field's name as logfmt writes it: each space, ``=``, quote, backslash or control
     character (which would break the line's fields) written ``_``. Cached: a process
     writes a few dozen names, over and over."""
-    if _BAD_KEY.search(key) is None and CONTROL.search(key) is None:
-        return key
-    return CONTROL.sub("_", _BAD_KEY.sub("_", key))
+    return _NOT_BARE.sub("_", key)
 
 
 class LogfmtRenderer:
