@@ -62,8 +62,16 @@ def _conn(url: str) -> Any:
 
 
 def _lsn(url: str) -> str:
+    """The server's WAL position, flushed: pg_walinspect reads no further than the flush.
+
+    The position written can be ahead of the flush (a background writer's records, a
+    commit without ``synchronous_commit``); a transaction of our own that writes its
+    commit record flushes the WAL up to it, past the position taken before it.
+    """
     with _conn(url) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        conn.execute("SET synchronous_commit = on")
+        conn.execute("SELECT pg_current_xact_id()")
     return str(row[0])
 
 

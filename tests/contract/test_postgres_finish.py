@@ -167,11 +167,12 @@ async def test_a_claim_of_fresh_deliveries_is_one_statement(
     store: PostgresStore, sent: list[str]
 ) -> None:
     """Due jobs whose deliveries are pending with no attempt are claimed by one statement
-    (``claim_fresh``, tests/contract/test_fresh_claim.py checks what it writes)."""
+    (``claim_fresh``, tests/contract/test_fresh_claim.py checks what it writes), after
+    the transaction's settings (``no_jit``, ``plan_by_index``) in the same round trip."""
     await store.enqueue([numbered(i) for i in range(3)], now=1000.0)
     sent.clear()
     claims = await store.claim(worker_id="w1", now=1000.0, lease=LEASE, limit=3)
-    assert sent == ["plan_by_index", "claim_fresh"]
+    assert sent == ["no_jit", "plan_by_index", "claim_fresh"]
     assert [c.delivery.event_id for c in claims] == ["e0", "e1", "e2"]
 
 
@@ -205,7 +206,7 @@ async def test_the_careful_claim_follows_for_what_the_fresh_claim_passed_over(
     await store.enqueue([numbered(1, run_at=10.0)], now=1002.0)
     sent.clear()
     claims = await store.claim(worker_id="w2", now=1003.0, lease=LEASE, limit=2)
-    assert sent[:4] == ["plan_by_index", "claim_fresh", "due_jobs", "claim_history"]
+    assert sent[:5] == ["no_jit", "plan_by_index", "claim_fresh", "due_jobs", "claim_history"]
     assert [(c.delivery.event_id, c.prior_requests) for c in claims] == [("e0", 1), ("e1", 0)]
 
 
@@ -213,11 +214,12 @@ async def test_a_plain_batch_finishes_in_one_statement(
     store: PostgresStore, sent: list[str]
 ) -> None:
     """A batch of plain finishes whose claims hold is one statement, with no lock taken
-    before it and no transaction of its own."""
+    before it and no explicit transaction (the JIT's setting, ``no_jit``, goes in the
+    same round trip and implicit transaction)."""
     claims = await claimed(store, 4, 1000.0)
     sent.clear()
     results = await store.finish(plain(claims, 1001.0))
-    assert sent == ["finish_fenced"]
+    assert sent == ["no_jit", "finish_fenced"]
     assert [(r.committed, r.delivery_status, r.job_status) for r in results] == [
         (True, DeliveryStatus.SENT, JobStatus.COMPLETED),
         (True, DeliveryStatus.SENT, JobStatus.COMPLETED),
@@ -333,7 +335,7 @@ async def test_a_takeover_inside_the_statement_aborts_it(
     assert len(raced) == 1  # the statement had written the job, and aborted
     assert not result.committed
     # aborted, then the careful way (planned by index, locking first)
-    assert sent[:3] == ["finish_fenced", "plan_by_index", "lock_jobs"]
+    assert sent[:5] == ["no_jit", "finish_fenced", "no_jit", "plan_by_index", "lock_jobs"]
     found = await rows(store)
     assert found["kirim_jobs"] == [job_before]
     [d] = found["kirim_deliveries"]

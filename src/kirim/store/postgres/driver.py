@@ -54,7 +54,10 @@ async def rows(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) ->
 
 #: statements that set the transaction's own settings (``SET LOCAL``): not run in a
 #: caller's transaction (``run_in``), whose later statements would inherit them
-SETS_LOCAL = frozenset({"plan_by_index"})
+SETS_LOCAL = frozenset({"plan_by_index", "no_jit"})
+#: sent with the first statement of every unit of work (``drive``): the JIT off for it
+#: (``sql/queries.sql``, ``no_jit``)
+_NO_JIT = Query("no_jit", optional=True)
 
 
 async def execute(cur: Cursor, step: Query, skip: frozenset[str] = frozenset()) -> Any:
@@ -112,27 +115,39 @@ async def drive(
     """Answer each step of ``op`` until it returns. The time of record is read once per
     transaction: on the database's clock, the first group of statements also reads it
     (after them: after their locks), so that a later ``TIME`` costs no round trip of
-    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it).
-    ``skip``: optional statements not to run (``SETS_LOCAL`` in a caller's transaction)."""
+    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it). The
+    first statement goes in one pipeline with ``no_jit`` (the JIT off for the unit of
+    work: ``sql/queries.sql``), which a statement in autocommit shares an implicit
+    transaction with. ``skip``: optional statements not to run (``SETS_LOCAL`` in a
+    caller's transaction)."""
     answer: Any = None
     read: float | None = None
+    # the unit of work's settings, sent with its first statement (``no_jit``)
+    lead: tuple[Query, ...] = () if _NO_JIT.name in skip else (_NO_JIT,)
     try:
         while True:
             step = op.send(answer)
             if isinstance(step, Query):
-                answer = await execute(cur, step, skip)
+                if lead:
+                    _, answer = await together(cur, (*lead, step), skip)
+                else:
+                    answer = await execute(cur, step, skip)
+                lead = ()
             elif isinstance(step, tuple):
                 if time == "database" and read is None:
-                    *answer, found = await together(cur, (*step, _NOW), skip)
+                    *answer, found = await together(cur, (*lead, *step, _NOW), skip)
                     read = float(found[0]["now"])
                 else:
-                    answer = await together(cur, step, skip)
+                    answer = await together(cur, (*lead, *step), skip)
+                answer = answer[len(lead) :]
+                lead = ()
             elif isinstance(step, Now):
                 answer = None if time == "database" else _at(time)(step.given)
             elif time == "database":
                 if read is None:
-                    [found] = await execute(cur, _NOW)
+                    *_, [found] = await together(cur, (*lead, _NOW), skip)
                     read = float(found["now"])
+                    lead = ()
                 answer = fixed_time(read)
             else:
                 answer = _at(time)

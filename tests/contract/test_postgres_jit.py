@@ -1,0 +1,136 @@
+"""PostgreSQL's JIT is off for every unit of work kirim runs (``no_jit``, sql/queries.sql).
+
+The JIT compiles a statement whose estimated cost passes ``jit_above_cost``; kirim's
+batch statements passed it once a table held tens of thousands of rows with
+statistics that lag, and a finish of 256 deliveries then spent 50 ms compiling for 5
+of work (bench: 40,000 deliveries, 2 workers: server CPU 175 -> 74 us per delivery,
+docs/benchmarks.md). What is checked here is where the setting holds: on the server,
+by triggers that record ``current_setting('jit')`` at each write of the ledger, and by
+a read through each of the driver's ways to run an operation. The database's own
+setting is ``on`` for every connection (the URL's ``options``), whatever the server's
+configuration says."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.store.postgres.driver import Q
+from kirim.store.sequence import Query
+from kirim.testing import FlakyProvider, ManualClock
+from kirim.worker import Worker, WorkerSettings
+
+TABLES = ("kirim_deliveries", "kirim_jobs", "kirim_attempts", "kirim_message_ids")
+
+AUDIT = """
+CREATE TABLE jit_seen (tbl text NOT NULL, op text NOT NULL, jit text NOT NULL);
+CREATE FUNCTION jit_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO jit_seen VALUES (TG_TABLE_NAME, TG_OP, current_setting('jit'));
+    RETURN NULL;
+END $$;
+"""
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database whose sessions start with the JIT on (the URL's options)."""
+    from pg import fresh_database
+
+    del tmp_path
+    return fresh_database(request) + "?options=-c%20jit%3Don"
+
+
+@pytest.fixture
+async def app(database_url: str) -> AsyncIterator[Kirim]:
+    provider = FlakyProvider(script=["ok", "transient"])
+    kirim = Kirim(
+        Config(database=database_url, max_attempts=3),
+        channels={"push": Channel(name="push", provider=provider)},
+        clock=ManualClock(1000.0),
+    )
+    await kirim.open(migrate=True)
+    yield kirim
+    await kirim.close()
+
+
+async def _audited(database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(AUDIT)
+        for table in TABLES:
+            await conn.execute(
+                f"CREATE TRIGGER jit_seen AFTER INSERT OR UPDATE OR DELETE ON {table} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION jit_seen()"
+            )
+
+
+async def _seen(database_url: str) -> list[tuple[str, str, str]]:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute("SELECT tbl, op, jit FROM jit_seen")
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def test_every_write_of_a_delivery_runs_with_the_jit_off(
+    app: Kirim, database_url: str
+) -> None:
+    """Intake, claim, intent, finish (plain and careful: one request refused for now,
+    retried) and the retry's claim: every statement that wrote the ledger ran with the
+    JIT off, though each session starts with it on."""
+    await _audited(database_url)
+    for i in range(3):
+        await app.notify("e", f"u{i}", "push", {"n": i})
+    settings = WorkerSettings(lease=30.0, backoff_base=0.0, backoff_max=0.0)
+    worker = Worker(app.store, app.channels(), settings=settings, worker_id="w", clock=app.clock)
+    for _ in range(4):
+        await worker.run_once()
+    assert (worker.stats.sent, worker.stats.retries) == (3, 1)
+    seen = await _seen(database_url)
+    tables = {t for t, _, _ in seen}
+    assert tables == set(TABLES)  # every table of the hot path was written and audited
+    assert {("kirim_jobs", "UPDATE"), ("kirim_attempts", "INSERT")} <= {(t, o) for t, o, _ in seen}
+    assert [s for s in seen if s[2] != "off"] == []
+
+
+@pytest.mark.parametrize("way", ["transaction", "autocommit", "alone"])
+async def test_each_way_the_driver_runs_an_operation_turns_the_jit_off(
+    app: Kirim, monkeypatch: pytest.MonkeyPatch, way: str
+) -> None:
+    """A read (one statement in autocommit), a transaction and ``run_alone`` (the fenced
+    finish's way) each run their statements with the JIT off."""
+    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
+
+    def op() -> Any:
+        [row] = yield Query("test_jit")
+        return row["jit"]
+
+    driver: Any = app.store.driver  # type: ignore[attr-defined]
+    if way == "alone":
+        found = await driver.run_alone(op())
+    else:
+        found = await driver.run(op(), write=way == "transaction", snapshot=way == "transaction")
+    assert found == "off"
+
+
+async def test_a_callers_transaction_keeps_its_own_setting(
+    app: Kirim, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In the application's own transaction (``run_in``: an enqueue with the app's
+    writes) kirim sets nothing: the caller's later statements would inherit it."""
+    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
+
+    def op() -> Any:
+        [row] = yield Query("test_jit")
+        return row["jit"]
+
+    driver: Any = app.store.driver  # type: ignore[attr-defined]
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        assert await driver.run_in(conn, op()) == "on"
+        cur = await conn.execute("SELECT current_setting('jit')")
+        assert (await cur.fetchone()) == ("on",)
