@@ -6,9 +6,10 @@ deliveries (half of them in flight) with fresh, stale and no statistics. This ru
 the same statements with the same batch (256 deliveries, ids 5001-5256), on the same
 ledger made ``--rows`` long, its statistics fresh (ANALYZE after the fill), under
 ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` in a transaction rolled back, and prints
-per statement (after ``plan_by_index`` where the code sends it first): the execution
-and planning time, the buffers touched, the most rows
-any node read from one of kirim's tables, and each sequential scan. Then the
+per statement (after ``no_jit``, and ``plan_by_index`` where the code sends it, as the
+driver does): the execution and planning time, the JIT's compile time (None: not
+compiled), the buffers touched, the most rows any node read from one of kirim's
+tables, and each sequential scan. Then the
 backlog checks of the tests: ``due_jobs`` and ``claim_fresh`` with 5,000 jobs queued
 since ANALYZE (half of their deliveries fresh), after ``plan_by_index``. A plan that
 stays on index lookups reads about the batch whatever the table's size, and takes
@@ -55,11 +56,18 @@ def _checks() -> ModuleType:
     return module
 
 
+def _no_jit() -> bytes:
+    """``no_jit``, which the driver sends first in every unit of work."""
+    from kirim.store.sqlfiles import load_queries
+
+    return load_queries("postgres")["no_jit"].encode()
+
+
 def _explain(conn: Any, sql: str, args: dict[str, Any], first: tuple[bytes, ...]) -> dict[str, Any]:
     from kirim.store.postgres.driver import bind
 
     with conn.transaction(force_rollback=True):
-        for statement in first:
+        for statement in (_no_jit(), *first):
             conn.execute(statement)
         [[found]] = conn.execute(
             ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).encode(),
@@ -82,6 +90,8 @@ def summary(name: str, found: dict[str, Any], checks: ModuleType) -> dict[str, A
         "statement": name,
         "execution_ms": round(found["Execution Time"], 2),
         "planning_ms": round(found["Planning Time"], 2),
+        # the JIT's compile time (None: not compiled; the driver turns it off)
+        "jit_ms": round(found["JIT"]["Timing"]["Total"], 2) if "JIT" in found else None,
         "buffers": buffers,
         "most_rows_read": max(read, default=0),
         "seq_scans": sorted({n["Relation Name"] for n in nodes if n["Node Type"] == "Seq Scan"}),

@@ -240,10 +240,11 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _analyzed(url: str, name: str, args: dict[str, Any], *first: bytes) -> dict[str, Any]:
-    """``EXPLAIN (ANALYZE, FORMAT JSON)`` of the named statement, after the statements
-    ``first``, in a transaction rolled back."""
+    """``EXPLAIN (ANALYZE, FORMAT JSON)`` of the named statement, after ``no_jit`` (as
+    the driver sends every unit of work) and the statements ``first``, in a transaction
+    rolled back."""
     with psycopg.connect(url) as conn, conn.transaction(force_rollback=True):
-        for sql in first:
+        for sql in (NO_JIT, *first):
             conn.execute(sql)
         [[found]] = conn.execute(
             ("EXPLAIN (ANALYZE, FORMAT JSON) " + load_queries("postgres")[name]).encode(),
@@ -254,6 +255,8 @@ def _analyzed(url: str, name: str, args: dict[str, Any], *first: bytes) -> dict[
 
 #: plan_by_index, as the claim and the careful transitions send it first
 PLAN_BY_INDEX = load_queries("postgres")["plan_by_index"].encode()
+#: no_jit, as the driver sends it first in every unit of work
+NO_JIT = load_queries("postgres")["no_jit"].encode()
 
 
 #: more of the hot path's statements on a batch (the claim's history, the careful
