@@ -8,7 +8,7 @@ docs/benchmarks.md). What is checked here is where the setting holds: on the ser
 by triggers that record ``current_setting('jit')`` at each write of the ledger, and by
 a read through each of the driver's ways to run an operation. The database's own
 setting is ``on`` for every connection (the URL's ``options``), whatever the server's
-configuration says."""
+configuration says. (Through a pooler: tests/contract/test_postgres_pooler.py.)"""
 
 from __future__ import annotations
 
@@ -98,12 +98,16 @@ async def test_every_write_of_a_delivery_runs_with_the_jit_off(
     assert [s for s in seen if s[2] != "off"] == []
 
 
-@pytest.mark.parametrize("way", ["transaction", "autocommit", "alone"])
-async def test_each_way_the_driver_runs_an_operation_turns_the_jit_off(
-    app: Kirim, monkeypatch: pytest.MonkeyPatch, way: str
+@pytest.mark.parametrize(
+    ("way", "jit"), [("write", "off"), ("snapshot", "off"), ("alone", "off"), ("read", "on")]
+)
+async def test_the_driver_turns_the_jit_off_in_its_transactions_and_alone(
+    app: Kirim, monkeypatch: pytest.MonkeyPatch, way: str, jit: str
 ) -> None:
-    """A read (one statement in autocommit), a transaction and ``run_alone`` (the fenced
-    finish's way) each run their statements with the JIT off."""
+    """A transaction (a write, a read of several statements in one snapshot) and
+    ``run_alone`` (a batch's intents, its plain finish) run their statements with the
+    JIT off; a read of one statement in autocommit (one round trip, no setting sent
+    with it) runs with the session's."""
     monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
 
     def op() -> Any:
@@ -111,11 +115,12 @@ async def test_each_way_the_driver_runs_an_operation_turns_the_jit_off(
         return row["jit"]
 
     driver: Any = app.store.driver  # type: ignore[attr-defined]
+    assert driver.direct  # run_alone's one round trip (through a pooler: test_postgres_pooler)
     if way == "alone":
         found = await driver.run_alone(op())
     else:
-        found = await driver.run(op(), write=way == "transaction", snapshot=way == "transaction")
-    assert found == "off"
+        found = await driver.run(op(), write=way == "write", snapshot=way == "snapshot")
+    assert found == jit
 
 
 async def test_a_callers_transaction_keeps_its_own_setting(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
@@ -20,6 +21,8 @@ from kirim.keys import canonical_json, payload_hash
 from kirim.model import DeliveryStatus, JobStatus, RecordFilter
 from kirim.store.base import NewDelivery
 from kirim.store.postgres import PostgresStore
+from kirim.store.postgres.driver import Q
+from kirim.store.sequence import Query
 from kirim.testing import FlakyProvider
 from kirim.worker import WorkerSettings
 from pg import ADMIN_URL, fresh_database
@@ -27,6 +30,8 @@ from pgbouncer import Bouncer, bouncer, pooled_url
 
 StoreFactory = Callable[..., Awaitable[PostgresStore]]
 REPEAT = 8  # more than psycopg's automatic prepare threshold (5 executions)
+#: rounds of two clients alternating on one server connection (a round: about 2 ms)
+ALTERNATIONS = 500
 
 
 @pytest.fixture
@@ -101,6 +106,37 @@ async def test_clients_sharing_a_server_connection_never_collide(
         assert job is not None
         assert job.status is JobStatus.QUEUED
         assert attempts == []
+
+
+async def test_a_statement_run_alone_leaves_no_server_connection_behind(
+    make_store: StoreFactory, direct_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement run alone (a batch's intents or plain finish) with the JIT off and a
+    read of another client alternate on the pooler's one server connection, and each
+    gets its answer. Sent as a pipeline in autocommit, the pipeline's end (a Sync, then
+    a Flush) could reach the pooler after it had handed the server connection back: the
+    Flush took it (it has no answer, so PgBouncer never gave it back), and the other
+    client waited for ever (this loop hung within its first few hundred rounds). Through
+    a pooler the statement runs in a transaction of its own, with the JIT still off."""
+    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
+
+    def jit() -> Any:
+        [row] = yield Query("test_jit")
+        return row["jit"]
+
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+        delivery_id = await enqueued(direct)
+    finally:
+        await direct.close()
+    a, b = await make_store(), await make_store()
+    assert not a.driver.direct
+    for _ in range(ALTERNATIONS):
+        assert await asyncio.wait_for(a.driver.run_alone(jit()), 10) == "off"
+        job = await asyncio.wait_for(b.get_job(delivery_id), 10)
+        assert job is not None
 
 
 async def test_a_read_never_runs_another_clients_statement(

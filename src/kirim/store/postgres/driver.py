@@ -2,7 +2,8 @@
 
 It runs store operations (``kirim.store.sequence``) on a pool connection: statements
 a step sends together go in one pipeline (one round trip); a read of one statement
-runs in autocommit (a transaction of its own, one round trip). Batch claims lease due
+runs in autocommit (a transaction of its own, one round trip). Transactions and the
+statements run alone begin with the JIT off (``NO_JIT``). Batch claims lease due
 jobs with ``FOR NO KEY UPDATE SKIP LOCKED``; intents, heartbeats and the common
 outcomes are one statement per batch (``sql/transitions.sql``).
 
@@ -54,10 +55,10 @@ async def rows(cur: Cursor, name: str, args: Mapping[str, Any] | None = None) ->
 
 #: statements that set the transaction's own settings (``SET LOCAL``): not run in a
 #: caller's transaction (``run_in``), whose later statements would inherit them
-SETS_LOCAL = frozenset({"plan_by_index", "no_jit"})
-#: sent with the first statement of every unit of work (``drive``): the JIT off for it
-#: (``sql/queries.sql``, ``no_jit``)
-_NO_JIT = Query("no_jit", optional=True)
+SETS_LOCAL = frozenset({"plan_by_index"})
+#: sent with the first statement of a transaction, and of a statement run alone
+#: (``drive``'s ``lead``): the JIT off for it (``sql/queries.sql``, ``no_jit``)
+NO_JIT = (Query("no_jit"),)
 
 
 async def execute(cur: Cursor, step: Query, skip: frozenset[str] = frozenset()) -> Any:
@@ -77,7 +78,9 @@ async def execute(cur: Cursor, step: Query, skip: frozenset[str] = frozenset()) 
 
 async def together(cur: Cursor, steps: Group, skip: frozenset[str] = frozenset()) -> list[Any]:
     """Run statements in one pipeline: sent at once, one round trip for them all (a
-    result per statement, in order). ``skip``: optional statements not to run."""
+    result per statement, in order). ``skip``: optional statements not to run. In a
+    transaction, or in autocommit on a direct connection only (``run_alone``): the
+    pipeline's end in autocommit can leave a pooler's server connection held for ever."""
     if len(steps) <= 1:
         return [await execute(cur, q, skip) for q in steps]
     conn = cur.connection
@@ -110,26 +113,27 @@ RACED = "kirim_fence_raced"
 
 
 async def drive(
-    op: Operation[T], cur: Cursor, time: StoreTime, skip: frozenset[str] = frozenset()
+    op: Operation[T],
+    cur: Cursor,
+    time: StoreTime,
+    skip: frozenset[str] = frozenset(),
+    lead: tuple[Query, ...] = (),
 ) -> T:
     """Answer each step of ``op`` until it returns. The time of record is read once per
     transaction: on the database's clock, the first group of statements also reads it
     (after them: after their locks), so that a later ``TIME`` costs no round trip of
-    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it). The
-    first statement goes in one pipeline with ``no_jit`` (the JIT off for the unit of
-    work: ``sql/queries.sql``), which a statement in autocommit shares an implicit
-    transaction with. ``skip``: optional statements not to run (``SETS_LOCAL`` in a
-    caller's transaction)."""
+    its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it).
+    ``lead``: statements sent in one pipeline with the first one (``NO_JIT``: the
+    settings of the caller's transaction). ``skip``: optional statements not to run
+    (``SETS_LOCAL`` in a caller's transaction)."""
     answer: Any = None
     read: float | None = None
-    # the unit of work's settings, sent with its first statement (``no_jit``)
-    lead: tuple[Query, ...] = () if _NO_JIT.name in skip else (_NO_JIT,)
     try:
         while True:
             step = op.send(answer)
             if isinstance(step, Query):
                 if lead:
-                    _, answer = await together(cur, (*lead, step), skip)
+                    *_, answer = await together(cur, (*lead, step), skip)
                 else:
                     answer = await execute(cur, step, skip)
                 lead = ()
@@ -279,22 +283,39 @@ class PostgresDriver:
         except psycopg.Error as exc:
             raise await self._failed(exc) from exc
 
+    @property
+    def direct(self) -> bool:
+        """Whether the store's connections reach the server itself (the route found when
+        it opened): False through a pooler, or where it cannot be told."""
+        found = self.wakeups.database
+        return found is not None and found.in_front is False
+
     async def run(self, op: Operation[T], *, write: bool = True, snapshot: bool = True) -> T:
-        """Run ``op`` in one transaction, or, a read of one statement (``snapshot``
-        False), in autocommit: one round trip."""
-        async with self.cursor(transaction=write or snapshot) as cur:
-            return await drive(op, cur, self.time)
+        """Run ``op`` in one transaction, its settings (``NO_JIT``) sent with its first
+        statement, or, a read of one statement (``snapshot`` False), in autocommit: one
+        round trip, with the session's settings."""
+        transaction = write or snapshot
+        async with self.cursor(transaction=transaction) as cur:
+            return await drive(op, cur, self.time, lead=NO_JIT if transaction else ())
 
     async def run_alone(self, op: Operation[T]) -> T:
-        """Run ``op``, one statement atomic on its own, in autocommit: one round trip.
-        A statement that aborted itself because a fence it had passed on one row failed
-        on the next (``finish_fenced``: an error naming ``kirim_fence_raced``) raises
-        ``FenceRaced``: it wrote nothing."""
+        """Run ``op``, one statement atomic on its own (a batch's intents, its plain
+        finish), with the JIT off (``NO_JIT``). On a direct connection in autocommit: one
+        round trip, a pipeline whose implicit transaction the two statements share.
+        Through a pooler (or where the route cannot be told) in a transaction of its
+        own, BEGIN and COMMIT apart: psycopg ends a pipeline with a Sync and then a
+        Flush, and a pooler in transaction mode that had handed the server connection
+        back at the Sync's answer gave one to the Flush, which has none: that server
+        connection stayed this client's, and a client waiting for it waited for ever
+        (PgBouncer 1.18, tests/contract/test_postgres_pooler.py). A statement that
+        aborted itself because a fence it had passed on one row failed on the next
+        (``finish_fenced``: an error naming ``kirim_fence_raced``) raises ``FenceRaced``:
+        it wrote nothing."""
         from kirim.store.transitions import FenceRaced
 
-        async with self.cursor(transaction=False) as cur:
+        async with self.cursor(transaction=not self.direct) as cur:
             try:
-                return await drive(op, cur, self.time)
+                return await drive(op, cur, self.time, lead=NO_JIT)
             except psycopg.errors.InvalidTextRepresentation as exc:
                 if RACED not in str(exc):
                     raise

@@ -30,18 +30,19 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 SELECT * FROM kirim_tokens WHERE %(all)s::boolean OR revoked_at IS NULL ORDER BY id;
 
 -- name: no_jit
--- Every unit of work the store runs (a transaction, or a statement in autocommit)
--- begins with this, in the same round trip as its first statement (the driver's
--- `drive`): PostgreSQL's JIT off for that transaction only (set_config's is_local, as
--- SET LOCAL: a pooler's shared session keeps its settings; a statement in autocommit
--- runs with it in one implicit transaction, up to the pipeline's Sync). kirim's
--- statements read and write batches by key, in a millisecond or two; the JIT compiles
--- a statement whose estimated cost passes jit_above_cost (100,000 by default), and
--- the estimates of the batch statements pass it once a table has tens of thousands of
--- rows with statistics that lag (a finish of 256 deliveries: 5 ms of work, 50 ms of
--- compiling), or at any size where plan_by_index leaves a scan (its disabled-path
--- cost, 10^10, passes every threshold). Not run in a caller's transaction (run_in):
--- the caller's later statements would inherit it.
+-- Every transaction the store runs, and every statement it runs alone (a batch's
+-- intents, its plain finish), begins with this, in the same round trip as its first
+-- statement (the driver's `drive`, `lead`): PostgreSQL's JIT off for that transaction
+-- only (set_config's is_local, as SET LOCAL: a pooler's shared session keeps its
+-- settings; a statement run alone on a direct connection shares the implicit
+-- transaction of one pipeline with it). kirim's statements read and write batches by
+-- key, in a millisecond or two; the JIT compiles a statement whose estimated cost
+-- passes jit_above_cost (100,000 by default), and the estimates of the batch
+-- statements pass it once a table has tens of thousands of rows with statistics that
+-- lag (a finish of 256 deliveries: 5 ms of work, 50 ms of compiling), or at any size
+-- where plan_by_index leaves a path it disabled (costed 10^10). Not sent with a read
+-- of one statement in autocommit (one round trip, the session's settings), nor in a
+-- caller's transaction (run_in): the caller's later statements would inherit it.
 SELECT set_config('jit', 'off', true);
 
 -- name: store_now
