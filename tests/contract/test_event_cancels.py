@@ -306,18 +306,28 @@ async def test_a_cancellation_waits_for_the_batch_under_way(
     for who in ("u1", "u2", "u3"):
         await kirim.subscribe("orders", who)
     await kirim.notify_topic("escalate", "orders", {"order_id": "o1"}, event_id="t1")
-    execute = pg_driver.execute
+    execute, together = pg_driver.execute, pg_driver.together
     armed, locked, go = [False], asyncio.Event(), asyncio.Event()
 
-    async def pausing(cur: Any, step: Any, *skip: Any) -> Any:
-        answer = await execute(cur, step, *skip)
-        if step.name == "advance_topic_event" and armed[0]:
+    async def paused(names: list[str]) -> None:
+        if "advance_topic_event" in names and armed[0]:
             armed[0] = False
             locked.set()  # the batch holds the topic event's row, its runs to come
             await go.wait()
+
+    async def pausing(cur: Any, step: Any, *skip: Any) -> Any:
+        answer = await execute(cur, step, *skip)
+        await paused([step.name])
         return answer
 
+    async def pausing_together(cur: Any, steps: Any, *skip: Any) -> Any:
+        # a transaction's first statement goes with its settings (no_jit)
+        answers = await together(cur, steps, *skip)
+        await paused([step.name for step in steps])
+        return answers
+
     monkeypatch.setattr(pg_driver, "execute", pausing)
+    monkeypatch.setattr(pg_driver, "together", pausing_together)
     expander = _expander(kirim, batch=1)
 
     async def arm(event: TopicEvent, batch: Sequence[str]) -> None:
