@@ -84,8 +84,10 @@ async def together(cur: Cursor, steps: Group, skip: frozenset[str] = frozenset()
     if len(steps) <= 1:
         return [await execute(cur, q, skip) for q in steps]
     conn = cur.connection
-    async with conn.pipeline() as pipeline:
-        cursors: list[Cursor | None] = []
+    cursors: list[Cursor | None] = []
+    # One Sync, the one the pipeline's end sends (then it fetches every result): an
+    # explicit sync() before the end made two, and two waits for the server's answer.
+    async with conn.pipeline():
         for q in steps:
             if q.name not in Q or q.name in skip:
                 if not q.optional:
@@ -95,15 +97,14 @@ async def together(cur: Cursor, steps: Group, skip: frozenset[str] = frozenset()
             c = conn.cursor(row_factory=cur.row_factory)
             await c.execute(Q[q.name], bind(q.args), prepare=False)
             cursors.append(c)
-        await pipeline.sync()
-        out: list[Any] = []
-        for q, done in zip(steps, cursors, strict=True):
-            if done is None:
-                out.append(0 if q.count else [])
-            elif q.count:
-                out.append(done.rowcount)
-            else:
-                out.append(await done.fetchall() if done.description is not None else [])
+    out: list[Any] = []
+    for q, done in zip(steps, cursors, strict=True):
+        if done is None:
+            out.append(0 if q.count else [])
+        elif q.count:
+            out.append(done.rowcount)
+        else:
+            out.append(await done.fetchall() if done.description is not None else [])
     return out
 
 
