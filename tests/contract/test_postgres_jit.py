@@ -12,7 +12,7 @@ configuration says. (Through a pooler: tests/contract/test_postgres_pooler.py.)"
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,18 @@ async def app(database_url: str) -> AsyncIterator[Kirim]:
     await kirim.open(migrate=True)
     yield kirim
     await kirim.close()
+
+
+def jit_in_force(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
+    """An operation that reads the JIT setting in force where the driver runs it (a
+    query of the test's own, ``test_jit``)."""
+    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
+
+    def op() -> Any:
+        [row] = yield Query("test_jit")
+        return row["jit"]
+
+    return op
 
 
 async def _audited(database_url: str) -> None:
@@ -108,12 +120,7 @@ async def test_the_driver_turns_the_jit_off_in_its_transactions_and_alone(
     ``run_alone`` (a batch's intents, its plain finish) run their statements with the
     JIT off; a read of one statement in autocommit (one round trip, no setting sent
     with it) runs with the session's."""
-    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
-
-    def op() -> Any:
-        [row] = yield Query("test_jit")
-        return row["jit"]
-
+    op = jit_in_force(monkeypatch)
     driver: Any = app.store.driver  # type: ignore[attr-defined]
     assert driver.direct  # run_alone's one round trip (through a pooler: test_postgres_pooler)
     if way == "alone":
@@ -128,12 +135,7 @@ async def test_a_callers_transaction_keeps_its_own_setting(
 ) -> None:
     """In the application's own transaction (``run_in``: an enqueue with the app's
     writes) kirim sets nothing: the caller's later statements would inherit it."""
-    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
-
-    def op() -> Any:
-        [row] = yield Query("test_jit")
-        return row["jit"]
-
+    op = jit_in_force(monkeypatch)
     driver: Any = app.store.driver  # type: ignore[attr-defined]
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         assert await driver.run_in(conn, op()) == "on"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 from structlog.testing import capture_logs
+from test_postgres_jit import jit_in_force
 
 from kirim.channels import Channel
 from kirim.config import Config
@@ -21,8 +21,6 @@ from kirim.keys import canonical_json, payload_hash
 from kirim.model import DeliveryStatus, JobStatus, RecordFilter
 from kirim.store.base import NewDelivery
 from kirim.store.postgres import PostgresStore
-from kirim.store.postgres.driver import Q
-from kirim.store.sequence import Query
 from kirim.testing import FlakyProvider
 from kirim.worker import WorkerSettings
 from pg import ADMIN_URL, fresh_database
@@ -70,6 +68,17 @@ def reconnect(pooler: Bouncer) -> None:
         admin.execute("RECONNECT")
 
 
+async def migrated_with_one(direct_url: str) -> int:
+    """The database migrated and one delivery enqueued (its id), straight to it."""
+    direct = PostgresStore(direct_url)
+    await direct.open()
+    try:
+        await direct.migrate()
+        return await enqueued(direct)
+    finally:
+        await direct.close()
+
+
 async def enqueued(store: PostgresStore) -> int:
     """One delivery (its id), enqueued by a store straight to the database."""
     item = NewDelivery(
@@ -92,13 +101,7 @@ async def test_clients_sharing_a_server_connection_never_collide(
     """Two processes whose transactions alternate on one pooled server connection each
     repeat their own read, and both keep getting answers (no statement is prepared in
     one client's name on a connection another client uses)."""
-    direct = PostgresStore(direct_url)
-    await direct.open()
-    try:
-        await direct.migrate()
-        delivery_id = await enqueued(direct)
-    finally:
-        await direct.close()
+    delivery_id = await migrated_with_one(direct_url)
     a, b = await make_store(), await make_store()
     for _ in range(REPEAT):
         job = await a.get_job(delivery_id)
@@ -118,19 +121,8 @@ async def test_a_statement_run_alone_leaves_no_server_connection_behind(
     Flush took it (it has no answer, so PgBouncer never gave it back), and the other
     client waited for ever (this loop hung within its first few hundred rounds). Through
     a pooler the statement runs in a transaction of its own, with the JIT still off."""
-    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
-
-    def jit() -> Any:
-        [row] = yield Query("test_jit")
-        return row["jit"]
-
-    direct = PostgresStore(direct_url)
-    await direct.open()
-    try:
-        await direct.migrate()
-        delivery_id = await enqueued(direct)
-    finally:
-        await direct.close()
+    jit = jit_in_force(monkeypatch)
+    delivery_id = await migrated_with_one(direct_url)
     a, b = await make_store(), await make_store()
     assert not a.driver.direct
     for _ in range(ALTERNATIONS):
@@ -145,13 +137,7 @@ async def test_a_read_never_runs_another_clients_statement(
     """A process whose server connection was replaced (the pooler reconnected) and
     another one that has used the new one since: each read still runs its own query and
     returns its own kind of record."""
-    direct = PostgresStore(direct_url)
-    await direct.open()
-    try:
-        await direct.migrate()
-        delivery_id = await enqueued(direct)
-    finally:
-        await direct.close()
+    delivery_id = await migrated_with_one(direct_url)
     a, b = await make_store(), await make_store()
     for _ in range(REPEAT):
         assert (await b.attempts_of_many([delivery_id]))[delivery_id] == []
