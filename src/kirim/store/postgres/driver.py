@@ -125,8 +125,8 @@ async def drive(
     (after them: after their locks), so that a later ``TIME`` costs no round trip of
     its own; a statement's ``Now`` is None there (``kirim_now(NULL)`` reads it).
     ``lead``: statements sent in one pipeline with the first one (``NO_JIT``: the
-    settings of the caller's transaction). ``skip``: optional statements not to run
-    (``SETS_LOCAL`` in a caller's transaction)."""
+    settings of a transaction the driver runs, not of a caller's). ``skip``: optional
+    statements not to run (``SETS_LOCAL`` in a caller's transaction)."""
     answer: Any = None
     read: float | None = None
     try:
