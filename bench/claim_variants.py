@@ -105,6 +105,8 @@ async def measure(url: str, deliveries: int, runs: int, lean: bool) -> list[dict
                 times, wal = [], []
                 for _ in range(runs):
                     async with conn.transaction(force_rollback=True):
+                        # the transaction's settings, as the driver sends them
+                        await conn.execute(queries["no_jit"].encode())
                         await conn.execute(queries["plan_by_index"].encode())
                         cur = await conn.execute(
                             ("EXPLAIN (ANALYZE, WAL, FORMAT JSON) " + sql).encode(), args

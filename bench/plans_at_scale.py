@@ -56,18 +56,11 @@ def _checks() -> ModuleType:
     return module
 
 
-def _no_jit() -> bytes:
-    """``no_jit``, which the driver sends first in every unit of work."""
-    from kirim.store.sqlfiles import load_queries
-
-    return load_queries("postgres")["no_jit"].encode()
-
-
 def _explain(conn: Any, sql: str, args: dict[str, Any], first: tuple[bytes, ...]) -> dict[str, Any]:
     from kirim.store.postgres.driver import bind
 
     with conn.transaction(force_rollback=True):
-        for statement in (_no_jit(), *first):
+        for statement in first:
             conn.execute(statement)
         [[found]] = conn.execute(
             ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql).encode(),
@@ -124,7 +117,7 @@ def measure(url: str, checks: ModuleType) -> list[dict[str, Any]]:
         for name in sorted(checks.READ_ONCE):
             planned = name in CLAIM_PLANNED or name in checks.CAREFUL
             first = (*flight, checks.PLAN_BY_INDEX) if planned else flight
-            found = _explain(conn, queries[name], checks.READ_ONCE[name], first)
+            found = _explain(conn, queries[name], checks.READ_ONCE[name], (checks.NO_JIT, *first))
             out.append(summary(name, found, checks))
         backlog = (
             b"UPDATE kirim_jobs SET status = 'queued' WHERE id <= 5000",
@@ -136,7 +129,7 @@ def measure(url: str, checks: ModuleType) -> list[dict[str, Any]]:
             ("due_jobs", {"now": 1e12, "limit": 256}),
             ("claim_fresh", checks.FRESH),
         ):
-            found = _explain(conn, queries[name], args, backlog)
+            found = _explain(conn, queries[name], args, (checks.NO_JIT, *backlog))
             out.append(summary(f"{name} (backlog)", found, checks))
     return out
 
