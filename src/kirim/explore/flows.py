@@ -352,7 +352,8 @@ class Outcome:
     #: what the world reached: ``run:<status>``, ``step:<outcome>``,
     #: ``branch:<condition>:<outcome>``, ``cancel:left`` /
     #: ``cancel:held`` (a cancellation that named a delivery it could not simply
-    #: cancel), ``waits_in_doubt`` (a saved seed says what it must still reach)
+    #: cancel), ``cancel:after_prune`` (a cancelling event for a run pruned before),
+    #: ``waits_in_doubt`` (a saved seed says what it must still reach)
     reached: set[str] = field(default_factory=set)
     #: runs an operator's prune took
     pruned: int = 0
@@ -503,6 +504,8 @@ async def _cancel_event(
     event is never recorded without the cancellations it causes. (A run pruned is
     over: nothing to cancel, nothing to check.)"""
     data = {"order": f"o{who}"}
+    if runs[who] in gone:
+        out.reached.add("cancel:after_prune")
     if world.cancel_via == "library":
         cancels += [(clock.now(), c) for c in await app.cancel_by_event("order_done", data)]
         return
@@ -519,8 +522,10 @@ async def _cancel_event(
         recorded = await _killed_after_commits(
             app, app.notify_topic("order_done", "orders", data, event_id=event_id)
         )
+        if not (world.cancel_on and waited and recorded is not None):
+            return  # nothing it must have canceled (a run pruned before is not read)
         canceled = (await app.must_get_run(runs[who])).status is RunStatus.CANCELED
-        if world.cancel_on and waited and recorded is not None and not canceled:
+        if not canceled:
             out.violations.append(
                 f"cancel_atomic: topic event {event_id} committed, run {runs[who]} waits"
             )
