@@ -566,7 +566,9 @@ class Kirim(AddressBook, Feeds, TopicBook, Runs):
     async def reconcile(self, key_or_id: str | int, *, by: By = "auto") -> Record:
         """Ask the provider of a delivery in doubt whether it has it (``lookup``) and
         settle the doubt either way: sent (resolved) or, once nothing can still land,
-        failed (resolved; a retry then sends no second copy). The record after. Raises
+        back to the queue while its job has attempts left (its route goes on: a
+        fallback after a refusal for good), else failed (resolved; a retry then sends
+        no second copy). The record after. Raises
         ``NotFound``, ``NotSettled`` or ``ActionRefused``."""
         return await operations.reconcile(
             self.store, self.known_channels(), key_or_id, now=self.clock.now, by=by

@@ -73,6 +73,8 @@ EDGES: tuple[Edge, ...] = (
     *_edges(By.OPERATOR, "cancel", [P, R, F, D], C),
     *_edges(By.OPERATOR, "retry a dead letter", [F, D, C], P),
     *_edges(By.OPERATOR, "reconcile", [P, R, F, D, S], S, F),
+    # nothing found, its job with attempts left: back to its route (explorer seed 21462)
+    *_edges(By.OPERATOR, "reconcile", [D, S], P),
     # suppressed too: a request before an operator's retry that the retry's claim,
     # withheld by the preferences, no longer counted (explorer seed 40759)
     *_edges(By.PROVIDER, "delivered or bounced", [P, R, S, F, D, C, X], OK, B),

@@ -179,8 +179,9 @@ async def reconcile(
 ) -> Record:
     """Ask the provider that may have a delivery in doubt whether it does, and settle the
     doubt either way (``Operator.reconcile``): found, sent (resolved); not found once no
-    earlier request can still land, failed (resolved: a retry then sends no second
-    copy), or canceled when it was. Raises ``NotFound``, ``NotSettled`` (ask again at
+    earlier request can still land, pending again while its job has attempts left (its
+    route goes on), else failed (resolved: a retry then sends no second copy), or
+    canceled when it was. Raises ``NotFound``, ``NotSettled`` (ask again at
     ``retry_at``) or ``ActionRefused`` (no doubt to settle, a channel that cannot be
     asked, the provider not answering, or the delivery moved on meanwhile)."""
     record = await must_get(store, key_or_id, by)

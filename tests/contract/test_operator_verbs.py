@@ -224,6 +224,33 @@ async def test_reconcile_settles_a_held_doubt_either_way(make_app, clock, arrive
     assert provider.effective(n.idempotency_key) == 1
 
 
+async def test_reconcile_finding_nothing_sends_an_assumption_on_while_attempts_are_left(
+    make_app, clock
+) -> None:
+    """Sent under an assumption (its answer lost; the channel had no lookup then), with
+    attempts left: the provider, asked once it can be, has nothing. The delivery goes
+    back to the queue, not to the dead letters: the worker sends it, once (on main it was
+    failed, its attempts left unused)."""
+    provider = Asked(script=["ambiguous"])
+    before = await make_app(provider, on_unknown=OnUnknown.ASSUME_SENT, max_attempts=3)
+    n = await before.notify("e", "u", "push", {})
+    await before.worker(settings=SETTINGS).run_once()
+    app = await make_app(provider, on_unknown=OnUnknown.ASSUME_SENT, lookup=True, max_attempts=3)
+    worker = app.worker(settings=SETTINGS)
+    assumed = (await app.get(n.delivery_id)).delivery
+    assert (assumed.status, assumed.doubt) == (DeliveryStatus.SENT, Doubt.ASSUMED_SENT)
+    clock.advance(3600)  # every earlier request settled
+    record = await app.reconcile(n.delivery_id)
+    assert (record.delivery.status, record.delivery.doubt) == (DeliveryStatus.PENDING, None)
+    assert app.second_copy_possible(record) is False
+    assert await app.dead_letters() == []
+    await worker.run_once()
+    done = (await app.get(n.delivery_id)).delivery
+    assert (done.status, done.doubt) == (DeliveryStatus.SENT, None)
+    assert provider.effective(n.idempotency_key) == 1
+    assert provider.received(n.idempotency_key) == 2
+
+
 async def test_reconcile_and_the_retry_warning_where_the_provider_cannot_be_asked(
     make_app, clock
 ) -> None:

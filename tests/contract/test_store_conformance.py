@@ -188,6 +188,25 @@ async def test_op_record_intents(make_app) -> None:
     assert await app.store.record_intents([intent_of(c, f"req-{c.delivery.id}")]) == [True]
 
 
+async def test_op_not_found(make_app, clock) -> None:
+    """An open request the provider said it does not have is recorded as not processed;
+    one settled already never changes."""
+    app = await make_app()
+    await _one(app)
+    (c,) = await _claim(app)
+    assert await app.store.record_intents([intent_of(c, "req-open")]) == [True]
+    await app.store.not_found(c.delivery.id, ["req-open", "req-none"], now=clock.now())
+    (a,) = (await app.get(c.delivery.id)).attempts
+    assert (a.provider_request_id, a.status) == ("req-open", AttemptStatus.FAILED_TRANSIENT)
+    assert a.error is not None
+    assert "not processed" in a.error
+    sent = await _sent(app, "e2")
+    before = (await app.get(sent)).attempts
+    assert [x.status for x in before] == [AttemptStatus.SUCCEEDED]
+    await app.store.not_found(sent, [x.provider_request_id for x in before], now=clock.now())
+    assert (await app.get(sent)).attempts == before
+
+
 async def test_op_finish(make_app) -> None:
     """finish commits the outcome, the delivery's status and the job's together."""
     app = await make_app()

@@ -12,6 +12,7 @@ import kirim.store.sqlite
 from kirim.explore.command import explore, run_seeds, settings_for
 from kirim.explore.scenario import Settings, run_schedule
 from kirim.explore.shrink import load, replay, save, shrink
+from kirim.worker.decisions import InDoubt
 from kirim.worker.delivery import Deliverer
 
 SEEDS = sorted((Path(__file__).parent / "seeds").glob("*.json"))
@@ -25,9 +26,9 @@ UNFENCED = (
 )
 
 
-async def never_in_doubt(self: Deliverer, *args: object) -> None:
+async def never_in_doubt(self: Deliverer, *args: object) -> InDoubt:
     """The mutation: the worker skips its in-doubt check and sends."""
-    return None
+    return InDoubt(decision="resend_at_least_once", finish=None, warn=False)
 
 
 def test_same_seed_same_trace_hash() -> None:

@@ -645,3 +645,94 @@ def test_the_engine_refuses_a_fallback_of_another_kind_of_address() -> None:
     }
     with pytest.raises(ConfigError, match="'mail' takes email addresses, 'sms' takes phone"):
         Kirim(Config(database="sqlite:///unused.db"), channels=channels)
+
+
+async def test_a_refusal_after_the_provider_said_it_had_nothing_fails_over(open_app, clock) -> None:
+    """The first request's answer is lost. Once it has settled the worker asks the
+    provider, which has nothing, and sends again: refused for good. Nothing is in doubt
+    (the provider said so): the delivery fails over at once, as a refusal without doubt
+    does, and the first request is recorded as not processed (explorer seed 21462,
+    pct:3: on main it was held in doubt, and an operator's reconcile then failed it with
+    the fallback never tried)."""
+    a = FlakyProvider(idempotent=False, script=["ambiguous", "permanent"])
+    b = FlakyProvider()
+    channels = {
+        "push": Channel(name="push", provider=a, fallback=("backup",), lookup=True),
+        "backup": Channel(name="backup", provider=b),
+    }
+    app = await open_app(channels, direct=True, max_attempts=3)
+    n = await app.notify("e", "u", "push", {})
+    worker = app.worker(settings=SETTINGS)
+    await worker.run_once()  # the first request: no answer
+    clock.advance(3600)  # settled; the provider is asked (nothing), the second is refused
+    await worker.run_once()
+    moved = await app.get(n.delivery_id)
+    assert (moved.delivery.status, moved.delivery.doubt) == (DeliveryStatus.PENDING, None)
+    await run(app, worker, clock, n.delivery_id, 4)
+    done = await app.get(n.delivery_id)
+    assert done.delivery.status is DeliveryStatus.SENT
+    assert providers(list(done.attempts)) == ["push", "push", "backup"]
+    assert [a.status for a in done.attempts][:2] == [
+        AttemptStatus.FAILED_TRANSIENT,
+        AttemptStatus.FAILED_PERMANENT,
+    ]
+    assert b.effective(n.idempotency_key) == 1
+    assert a.effective(n.idempotency_key) == 0
+
+
+async def held_after_a_refusal(open_app, clock, fallback: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    """A delivery held in doubt, its job dead with attempts left: its first request's
+    answer was lost, the resend (same key: the provider keys requests) refused for good
+    while the first may have arrived. Then the channel gets its lookup (an app
+    configured since): the operator can reconcile it."""
+    a = FlakyProvider(idempotent=True, script=["ambiguous", "permanent"])
+    b = FlakyProvider()
+
+    def channels(lookup: bool) -> dict[str, Channel]:
+        push = Channel(name="push", provider=a, fallback=fallback, lookup=lookup)
+        return {"push": push, "backup": Channel(name="backup", provider=b)}
+
+    before = await open_app(channels(False), direct=True, max_attempts=3)
+    n = await before.notify("e", "u", "push", {})
+    worker = before.worker(settings=SETTINGS)
+    await worker.run_once()  # the first request: no answer
+    clock.advance(3600)
+    await worker.run_once()  # the resend, refused while the first may have arrived
+    held = await before.get(n.delivery_id)
+    assert (held.delivery.status, held.delivery.doubt) == (DeliveryStatus.IN_DOUBT, Doubt.HELD)
+    assert held.job is not None
+    assert held.job.attempts < held.job.max_attempts
+    app = await open_app(channels(True), direct=True, max_attempts=3)
+    return app, a, b, n
+
+
+async def test_a_reconcile_that_finds_nothing_sends_a_held_refusal_on_to_the_fallback(
+    open_app, clock
+) -> None:
+    """The operator's reconcile finds nothing at the provider: the doubt is gone, and the
+    held delivery goes on to its fallback, as the same refusal without a doubt would have
+    (on main it failed, its attempts left and its fallback never tried)."""
+    app, a, b, n = await held_after_a_refusal(open_app, clock, ("backup",))
+    record = await app.reconcile(n.delivery_id)
+    assert (record.delivery.status, record.delivery.doubt) == (DeliveryStatus.PENDING, None)
+    await run(app, app.worker(settings=SETTINGS), clock, n.delivery_id, 4)
+    done = await app.get(n.delivery_id)
+    assert done.delivery.status is DeliveryStatus.SENT
+    assert providers(list(done.attempts)) == ["push", "push", "backup"]
+    assert b.effective(n.idempotency_key) == 1
+    assert a.effective(n.idempotency_key) == 0
+
+
+async def test_a_reconcile_that_finds_nothing_fails_a_refusal_with_no_fallback_left(
+    open_app, clock
+) -> None:
+    """The same, on a channel with no fallback: back to the worker (attempts are left),
+    whose route has nowhere left to go: it fails without another request."""
+    app, a, _, n = await held_after_a_refusal(open_app, clock, ())
+    record = await app.reconcile(n.delivery_id)
+    assert record.delivery.status is DeliveryStatus.PENDING
+    await run(app, app.worker(settings=SETTINGS), clock, n.delivery_id, 4)
+    done = await app.get(n.delivery_id)
+    assert done.delivery.status is DeliveryStatus.FAILED
+    assert len(done.attempts) == 2
+    assert a.received(n.idempotency_key) == 2

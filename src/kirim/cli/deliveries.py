@@ -331,8 +331,10 @@ def reconcile(state: State, ids: tuple[str, ...]) -> None:
 
     For a delivery held in doubt or sent under an assumption, on a channel whose
     provider can be asked (lookup): found, it is sent (doubt resolved); not found,
-    once no earlier request can still land, it is failed (doubt resolved), and a
-    `kirim dead-letter retry` then sends it without any risk of a second copy.
+    once no earlier request can still land, it goes back to the queue while its job
+    has attempts left (to a fallback channel when its own refused it for good), else
+    it is failed (doubt resolved), and a `kirim dead-letter retry` then sends it
+    without any risk of a second copy.
     Exits 1 naming every ID it could not settle, and why (try again later when an
     earlier request may still land).
 

@@ -49,7 +49,7 @@ STORE_METHODS = ("claim", "record_intents", "finish", "heartbeat", "reap", "rele
 #: store methods of the notification layer, faulted in the events workload only
 EVENT_STORE_METHODS = ("seal_digest", "claim")
 #: store methods of the features the full workload adds, faulted there only
-FULL_STORE_METHODS = ("take_rate_slot", "apply_kept_callbacks", "prune", "heartbeat")
+FULL_STORE_METHODS = ("take_rate_slot", "apply_kept_callbacks", "prune", "heartbeat", "not_found")
 #: batch methods whose items carry a delivery_id (what a poisoned row breaks)
 BATCHES = ("record_intents", "finish")
 
@@ -271,6 +271,9 @@ class FaultyStore:
 
     async def record_intents(self, intents: Sequence[Any]) -> Any:
         return await self._call("record_intents", intents)
+
+    async def not_found(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._call("not_found", *args, **kwargs)
 
     async def finish(self, items: Sequence[Any]) -> Any:
         return await self._call("finish", items)

@@ -214,7 +214,11 @@ async def cancel_notification(request: Request, delivery_id: DeliveryId) -> Resp
     summary="Settle a notification's doubt by asking its provider",
     response_model=None,
     responses={
-        200: {"model": DeliveryOut, "description": "Settled: sent, or failed (resolved)."},
+        200: {
+            "model": DeliveryOut,
+            "description": "Settled: sent, pending again (its route goes on), or failed "
+            "(resolved).",
+        },
         **responses(401, 404, 409, 422, 503),
     },
 )
@@ -222,7 +226,9 @@ async def reconcile_notification(request: Request, delivery_id: DeliveryId) -> R
     """Ask the provider whether it has a delivery held in doubt or sent under an
     assumption (its channel's `lookup`), and settle the doubt either way: found,
     `sent` (doubt `resolved`); not found, once no earlier request can still land,
-    `failed` (doubt `resolved`), so that a retry sends no second copy. 409 when there
+    `pending` again while its job has attempts left (its route goes on: a fallback
+    channel after a refusal for good), else `failed` (doubt `resolved`), so that a
+    retry sends no second copy. 409 when there
     is no doubt, the provider cannot be asked or does not answer, or an earlier
     request may still land (`not_settled`, with `Retry-After`)."""
     svc = service(request)

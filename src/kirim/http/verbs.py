@@ -144,8 +144,9 @@ def _reconcile_effect(app: Kirim, record: Record, now: float) -> Effect:
             wait_until=until,
         )
     return Effect(
-        text="nothing is sent: the provider is asked whether it has it, and the doubt "
-        "settled either way (sent, or failed so that a retry sends no second copy)"
+        text="nothing is sent now: the provider is asked whether it has it, and the doubt "
+        "settled either way (sent; or, not found, queued again while it has attempts "
+        "left, else failed so that a retry sends no second copy)"
     )
 
 

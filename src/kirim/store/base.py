@@ -541,6 +541,12 @@ class Queue(Protocol):
         """Insert attempt rows where the claim token still holds."""
         ...
 
+    async def not_found(self, delivery_id: int, request_ids: Sequence[str], *, now: float) -> None:
+        """Record that the delivery's provider, asked once these requests had settled,
+        has none of them: not processed (a fact, whoever holds the delivery; an outcome
+        already recorded never changes)."""
+        ...
+
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]: ...
 
     async def reap(self, *, now: float, in_commit: Collection[str] = ()) -> list[Reaped]:

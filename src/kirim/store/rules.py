@@ -130,7 +130,7 @@ def plain(it: Finish) -> bool:
     )
 
 
-def withdrawn(refusal: AttemptOutcome, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
+def withdrawn(refusal: AttemptOutcome | None, job: Job | None) -> tuple[DeliveryStatus, JobStatus]:
     """Where a withdrawn assumption goes: back to the worker while its job has attempts
     left, which routes it from the attempts (a permanent refusal moves it on to a
     fallback channel, or fails it when every channel refused for good:

@@ -200,6 +200,10 @@ class SQLStore:
             return []
         return await self._op(transitions.heartbeat(leases, now, lease))
 
+    async def not_found(self, delivery_id: int, request_ids: Sequence[str], *, now: float) -> None:
+        if request_ids:
+            await self._op(transitions.not_found(delivery_id, request_ids, now))
+
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         """Where the driver runs one statement on its own (``finishes_fenced``), the
         intents' insert is one (the read of which were written, when some claims were

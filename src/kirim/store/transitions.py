@@ -613,6 +613,30 @@ def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
     return [it.provider_request_id in ids for it in intents]
 
 
+def not_found(delivery_id: int, request_ids: Sequence[str], given: float) -> Operation[None]:
+    """The delivery's provider, asked once these requests had settled (the worker's
+    in-doubt lookup), has none of them: each is recorded as not processed, as an
+    operator's reconcile records it, where it is still open (requested or unknown: one
+    settled never changes). Its own transaction, before the worker sends again: the
+    answer is kept whatever becomes of the claim, and no later claim reads these
+    requests as in doubt (explorer seed 21462: a refusal of the resend was held in
+    doubt, and its fallback never tried). The delivery and its jobs are not written."""
+    at = yield TIME
+    now = at(given)
+    items = [
+        {
+            "request_id": request_id,
+            "delivery_id": delivery_id,
+            "status": str(AttemptStatus.FAILED_TRANSIENT),
+            "message_id": None,
+            "error": "not processed: the provider, asked once it had settled, has no such request",
+            "completed_at": now,
+        }
+        for request_id in request_ids
+    ]
+    yield (Query("write_attempts", {"items": items}, count=True),)
+
+
 def heartbeat(leases: Sequence[Lease], given: float, lease: float) -> Operation[list[bool]]:
     """Extend job leases and delivery claims; False where the lease token was lost."""
     if not leases:
@@ -1138,8 +1162,10 @@ def reconcile(
     Found: the user has it: ``sent`` (or the provider's word, delivered or bounced, is
     kept), doubt ``resolved``, its jobs completed. Not found, every earlier request
     settled (``NotSettled`` otherwise): those requests are recorded as not processed,
-    and the delivery is certain: a held or assumed one ``failed`` (a dead letter an
-    operator may retry without any risk of a second copy), a canceled one ``canceled``.
+    and the delivery is certain: a held or assumed one goes back to the worker while
+    its last job has attempts left (``rules.withdrawn``: the worker routes it from the
+    attempts, a fallback after a refusal for good), else ``failed`` (a dead letter an
+    operator may retry without any risk of a second copy); a canceled one ``canceled``.
     """
     ledger = yield from _read([delivery_id])
     at = yield TIME
@@ -1179,6 +1205,35 @@ def reconcile(
                 completed_at=now,
             ),
         )
+    last = jobs[-1] if jobs else None
+    if d.status is not DeliveryStatus.CANCELED:
+        # the doubt was all that stopped its route: it goes on as a withdrawn assumption
+        # does (a fallback after a refusal for good, else its channel again) while its
+        # job has attempts left (explorer seed 21462: a held refusal, failed with its
+        # fallback never tried)
+        status, job_status = rules.withdrawn(None, last)
+        if job_status is JobStatus.RETRY_SCHEDULED and last is not None:
+            ledger.set_delivery(
+                rules.unclaimed(
+                    d,
+                    status=status,
+                    doubt=None,
+                    sent_at=None,
+                    last_error="reconciled: the provider has no request of it; sending on",
+                    updated_at=now,
+                )
+            )
+            ledger.set_job(
+                rules.unleased(
+                    last,
+                    status=job_status,
+                    run_at=now,
+                    last_error="reconciled: not sent, attempts left",
+                    updated_at=now,
+                )
+            )
+            yield ledger.writes()
+            return True
     status = (
         DeliveryStatus.CANCELED if d.status is DeliveryStatus.CANCELED else (DeliveryStatus.FAILED)
     )

@@ -71,6 +71,9 @@ class InDoubt:
     fields: dict[str, Any] = field(default_factory=dict)
     #: an idempotent provider's dedup window is over: it forgot the key (said first)
     key_forgotten: bool = False
+    #: the earlier requests the provider, asked once they had settled, does not have:
+    #: no longer in doubt (the worker records them, ``Queue.not_found``, then sends)
+    not_found: tuple[str, ...] = ()
 
     def tell(self, log: Any) -> None:
         """Write the ``in_doubt`` log lines of this choice to ``log``."""
@@ -363,6 +366,7 @@ class Decisions:
             finish=None,
             warn=False,
             fields={"earlier_requests": earlier},
+            not_found=tuple(earlier),
         )
 
     def final(

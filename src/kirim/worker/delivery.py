@@ -76,6 +76,7 @@ from kirim.worker.checkpoint import Checkpoint
 from kirim.worker.context import WorkerContext
 from kirim.worker.cutoff import Cutoffs
 from kirim.worker.decisions import (
+    InDoubt,
     Lookup,
     Route,
     asks_provider,
@@ -191,10 +192,15 @@ class Deliverer:
                     return
                 claim = sealed
             if claim.doubtful:
-                early = await self._in_doubt(log, claim, channel)
-                if early is not None:
-                    await self._commit(log, claim, early)
+                choice = await self._in_doubt(log, claim, channel)
+                if choice.finish is not None:
+                    await self._commit(log, claim, choice.finish)
                     return
+                if choice.not_found:  # none of them arrived: recorded, and out of doubt
+                    await self.context.store.not_found(
+                        d.id, choice.not_found, now=self.context.clock.now()
+                    )
+                    claim = replace(claim, doubtful=())
             await self._send(log, claim, channel, home.chain)
         except Exception as exc:  # a bug or a store failure: leave the lease to expire
             self.context.stats.errors += 1
@@ -231,14 +237,15 @@ class Deliverer:
             if self.context.metrics is not None:
                 self.context.metrics.failover(home, way.to)
 
-    async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> Finish | None:
+    async def _in_doubt(self, log: Any, claim: Claim, channel: Channel) -> InDoubt:
         """docs/design.md, step 4: an earlier request may have reached the provider. Ask the
-        provider when it can be asked; ``Decisions.in_doubt`` decides. None: send."""
+        provider when it can be asked; ``Decisions.in_doubt`` decides (its ``finish``
+        None: send; with ``not_found``, the earlier requests out of doubt)."""
         self.context.stats.in_doubt_seen += 1
         lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
         choice = self.context.decide.in_doubt(claim, channel, lookup)
         choice.tell(log)
-        return choice.finish
+        return choice
 
     @staticmethod
     async def _lookup(claim: Claim, channel: Channel) -> Lookup:
