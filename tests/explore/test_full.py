@@ -19,6 +19,7 @@ from kirim.explore.command import run_seeds
 from kirim.explore.scenario import Outcome, Settings, draw_faults, run_schedule
 from kirim.explore.shrink import replay, save
 from kirim.explore.world import World
+from kirim.model import DeliveryStatus, JobStatus
 from kirim.worker.decisions import Decisions
 
 #: the suite's budget of full schedules (``make explore`` soaks many more)
@@ -233,6 +234,23 @@ def test_mutation_dedup_window_ignored_is_caught(monkeypatch: pytest.MonkeyPatch
     fires."""
     monkeypatch.setattr(Decisions, "forgotten", lambda self, claim, channel: False)
     assert first_violation("key_window", range(150, 170)) is not None
+
+
+def test_mutation_reconcile_ending_the_route_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a reconcile that finds nothing ending the delivery ``failed`` whatever its
+    attempts (as kirim did before explorer seed 21462), reconcile_goes_on fires: seed 197
+    assumes two deliveries sent on a channel whose lookup only the operator has, and
+    reconciles them (the operator's retry of the dead letters later hid it from the
+    ledger's final state)."""
+    real = kirim.store.rules.withdrawn
+
+    def ended(refusal: Any, job: Any) -> Any:
+        if refusal is None:  # the reconcile's: nothing found
+            return DeliveryStatus.FAILED, JobStatus.DEAD
+        return real(refusal, job)
+
+    monkeypatch.setattr(kirim.store.rules, "withdrawn", ended)
+    assert first_violation("reconcile_goes_on", range(190, 200)) is not None
 
 
 def test_mutation_callbacks_not_kept_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:

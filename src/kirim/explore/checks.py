@@ -25,6 +25,9 @@ Besides those of ``invariants`` (which every workload checks):
   channel of its chain (else it was lost with a fallback untried);
 - ``retry_warned``: when an operator's retry led to a second message reaching the
   user, the retry's answer said a second copy was possible;
+- ``reconcile_goes_on``: an operator's reconcile answers ``failed`` only for a delivery
+  whose job has no attempt left (one that found nothing with attempts left goes on to
+  its route: a fallback, or its channel again), whatever the operator does next;
 - ``retired_unused``: no event that began after an address was retired (the
   provider called it dead) made a delivery to it (``kirim.addresses``);
 - ``feed_exactly_once`` (``kirim.explore.inbox``): an inbox message is in its
@@ -58,6 +61,7 @@ NAMES = (
     "tombstone_truthful",
     "fallback_tried",
     "retry_warned",
+    "reconcile_goes_on",
     "liveness",
     "retired_unused",
     "feed_exactly_once",  # kirim.explore.inbox
@@ -103,6 +107,7 @@ def check_full(
     out += _tombstones(ledger, full)
     out += _fallback(ledger, world, attempts)
     out += _retries(ledger, truth, full, world, attempts)
+    out += _reconciles(full)
     out += _liveness(ledger, full, world, end=end, waiting=waiting, patience=patience)
     out += _retired_unused(ledger, full, world)
     return out
@@ -464,6 +469,21 @@ def _retries(
                 )
                 break
     return out
+
+
+def _reconciles(full: FullTruth) -> list[Violation]:
+    """``reconcile_goes_on`` (the module's text), judged on each reconcile's own answer:
+    an operator's retry of the dead letter afterwards would hide it from the ledger."""
+    return [
+        Violation(
+            name="reconcile_goes_on",
+            delivery=a.delivery,
+            detail=f"the operator's reconcile at t={a.at:.3f} answered failed with "
+            "attempts left: its route ended with no channel refusing it for good",
+        )
+        for a in full.actions
+        if a.kind == "reconcile" and a.done and a.answered == "failed" and a.attempts_left
+    ]
 
 
 def _liveness(

@@ -166,6 +166,7 @@ KNOBS: dict[str, Read] = {
     "send.again": lambda w, f: [len({s.event_id for s in w.sends}) < len(w.sends)],
     **{f"operator.{kind}": _acts(kind) for kind in ("retry", "cancel", "reconcile", "prune")},
     "operator.keys": lambda w, f: [w.keys],
+    "operator.lookup": lambda w, f: [c.operator_lookup for c in w.channels],
     # topics (kirim.explore.topics): fan-outs, their batches, retried topic events
     "topics.fan_out": lambda w, f: [w.topics is not None],
     "topics.batch": lambda w, f: [] if w.topics is None else [w.topics.batch],

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kirim.addresses import Address
@@ -72,6 +72,9 @@ class ActionRecord:
     detail: str = ""
     #: a retry: the answer said a second copy is possible (``second_copy_possible``)
     warned: bool | None = None
+    #: a reconcile: the status its answer gave, and whether its job had attempts left
+    answered: str | None = None
+    attempts_left: bool | None = None
 
 
 @dataclass(slots=True)
@@ -156,6 +159,13 @@ class Full:
             for c in world.channels
         }
         self.channels = {c.name: self._channel(c) for c in world.channels}
+        #: the operator's channels: ``lookup`` also where only it asks (``operator_lookup``)
+        self.operator_channels = {
+            c.name: replace(self.channels[c.name], lookup=True)
+            if c.operator_lookup
+            else self.channels[c.name]
+            for c in world.channels
+        }
         self.types = world.notification_types()
         self.topics = None if world.topics is None else TopicDriver(world.topics, trace.add)
 
@@ -333,7 +343,10 @@ class Full:
                         record.detail = "no reconcile verb"
                         self.full.actions.append(record)
                         return
-                    await verb(did, by="id")
+                    answer = await verb(did, by="id")
+                    job = answer.job
+                    record.answered = str(answer.delivery.status)
+                    record.attempts_left = job is not None and job.attempts < job.max_attempts
             except NotSettled as exc:
                 record.detail = f"not settled until {exc.retry_at:.3f}"
                 self.full.actions.append(record)

@@ -188,7 +188,7 @@ class Sim:
             self.full = Full(
                 self.world, truth=self.truth, trace=self.trace, seed=settings.seed, time=loop.time
             )
-            self.channels = dict(self.full.channels)
+            self.channels = dict(self.full.operator_channels)  # the operator's (``ops``)
             self.types = list(self.full.types)
         attempts = settings.max_attempts if self.world is None else self.world.max_attempts
         self.config = Config(database=self.url, max_attempts=attempts)

@@ -107,6 +107,10 @@ class ChannelPlan:
     #: the in-app inbox (``provider = "inbox"``): no provider model, no request; the
     #: message is written into the recipient's feed in the commit that marks it sent
     inbox: bool = False
+    #: the operator's configuration asks the provider (``lookup``) where the workers'
+    #: does not: lookup turned on after deliveries were held or assumed sent, so that
+    #: ``kirim reconcile`` can settle them (the workers never ask)
+    operator_lookup: bool = False
 
     def classes(self) -> dict[str, list[int]]:
         """``retry_on`` / ``ambiguous_on`` / ``permanent_on`` as a careful user writes
@@ -269,6 +273,7 @@ class World:
             plans.append(WorkerPlan(settings=own, types=knows, channels=has))
         channels, addresses = _devices(seed, channels, people)
         channels, plans = _inbox(seed, channels, plans)
+        channels = _operator_lookup(seed, channels)
         boxes = {c.name for c in channels if c.inbox}
         addresses = [a for a in addresses if a.channel not in boxes]
         last_send = max((s.at for s in sends), default=0.0)
@@ -372,6 +377,17 @@ def _devices(
                     )
                 )
     return out, addresses
+
+
+def _operator_lookup(seed: int, channels: list[ChannelPlan]) -> list[ChannelPlan]:
+    """Which channels the operator can reconcile although the workers never ask their
+    provider (its ``lookup`` turned on since), drawn from a generator of their own (the
+    rest of a seed's world stays as it was). Not the inbox: it has no provider."""
+    rng = random.Random(f"world:{seed}:operator-lookup")
+    return [
+        replace(plan, operator_lookup=not plan.lookup and not plan.inbox and rng.random() < 0.4)
+        for plan in channels
+    ]
 
 
 def _inbox(
