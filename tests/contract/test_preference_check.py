@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from kirim.keys import payload_hash
-from kirim.model import DeliveryStatus, Doubt, JobStatus, OnUnknown
+from kirim.model import AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.observe.metrics import Metrics
 from kirim.preferences import Preferences, Reason, TypePolicy, Window
 from kirim.store.base import ClaimKind, Intent, NewDelivery
@@ -315,6 +315,30 @@ async def test_an_opt_out_after_a_doubtful_request_sends_nothing_more(
             Doubt.HELD,
         )
         assert "opted_out" in (record.delivery.last_error or "")
+
+
+async def test_an_opt_out_after_a_request_the_provider_never_had_records_it_so(
+    make_app, clock
+) -> None:
+    """An earlier request's answer was lost, then the recipient opts out; the provider,
+    asked once the request has settled, has nothing: the delivery is suppressed (doubt
+    resolved) and its request recorded as not processed, not left ``unknown`` beside a
+    delivery that claims certainty (explorer: the events lane counted such deliveries as
+    unreported doubt, 27 in 800 seeds of the random policy)."""
+    provider = FlakyProvider(idempotent=False, script=["ambiguous"])
+    app = await make_app(provider, lookup=True)
+    d = await _in_doubt(app, clock)
+    await set_prefs(app, opt_out=True)
+    clock.advance(3600)  # the first request has settled
+    await worker(app).run_once()
+    record = await app.get(d.id)
+    assert record is not None
+    assert (record.delivery.status, record.delivery.doubt) == (
+        DeliveryStatus.SUPPRESSED,
+        Doubt.RESOLVED,
+    )
+    assert [a.status for a in record.attempts] == [AttemptStatus.FAILED_TRANSIENT]
+    assert provider.received(d.idempotency_key) == 1
 
 
 async def test_quiet_hours_after_a_doubtful_request_defer_the_resend(make_app, clock) -> None:

@@ -298,3 +298,19 @@ def test_lost_as_sent_counts_what_landed_before_an_operator_retry(
     ]
     names = {v.name for v in _delivery(d, attempts, truth, at_least_once=False)}
     assert ("lost_as_sent" in names) is caught
+
+
+def test_mutation_lookup_answer_left_unrecorded_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the provider's "not found" no longer recorded (the earlier request left
+    ``unknown``), a delivery the preferences then suppress claims certainty beside a
+    request that may have arrived: unreported_doubt fires (seed 30001 of the random
+    policy; on main the events lane counted 27 such deliveries in 800 seeds and no
+    invariant judged a suppressed one)."""
+    from kirim.store.sql import SQLStore
+
+    async def unrecorded(self: SQLStore, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(SQLStore, "not_found", unrecorded)
+    outcome = run_schedule(settings_for(30001, "mix", workload="events", policy="random"))
+    assert "unreported_doubt" in {v.name for v in outcome.violations}

@@ -19,7 +19,8 @@ The final state is read with plain SQL (``Ledger``), not through kirim's store:
 - ``final``: the run ended with every delivery final (or held ``in_doubt``), no
   job left to run, nothing in flight at the provider;
 - ``unreported_doubt``: a delivery whose last requests may have arrived is not
-  reported as certain (``failed``, or ``sent`` with no doubt and no success);
+  reported as certain (``failed``, ``suppressed``, or ``sent`` with no doubt and no
+  success);
 - ``one_provider_in_doubt``: after an attempt to a provider that may have arrived
   (it ends ``requested`` or ``unknown``), no later attempt of the delivery goes to
   another provider (failover only after a definite non-acceptance), within an epoch.
@@ -266,7 +267,10 @@ def _delivery(
         and (a.get("provider") or d["channel"]) not in in_commit
     ]
     succeeded = any(a["status"] == "succeeded" for a in attempts)
-    certain = status == "failed" or (status == "sent" and doubt is None and not succeeded)
+    # suppressed too: it says nothing was sent (the preferences stopped it)
+    certain = status in ("failed", "suppressed") or (
+        status == "sent" and doubt is None and not succeeded
+    )
     if open_doubt and certain:
         out.append(
             Violation(

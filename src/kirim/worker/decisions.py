@@ -360,6 +360,7 @@ class Decisions:
                 ),
                 warn=False,
                 fields={"earlier_requests": earlier, "withheld": claim.withheld},
+                not_found=tuple(earlier),
             )
         return InDoubt(
             decision="lookup_not_found_send",

@@ -193,14 +193,14 @@ class Deliverer:
                 claim = sealed
             if claim.doubtful:
                 choice = await self._in_doubt(log, claim, channel)
-                if choice.finish is not None:
-                    await self._commit(log, claim, choice.finish)
-                    return
                 if choice.not_found:  # none of them arrived: recorded, and out of doubt
                     await self.context.store.not_found(
                         d.id, choice.not_found, now=self.context.clock.now()
                     )
                     claim = replace(claim, doubtful=())
+                if choice.finish is not None:
+                    await self._commit(log, claim, choice.finish)
+                    return
             await self._send(log, claim, channel, home.chain)
         except Exception as exc:  # a bug or a store failure: leave the lease to expire
             self.context.stats.errors += 1
