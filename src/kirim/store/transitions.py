@@ -209,16 +209,8 @@ class Ledger:
                 continue
             if row["status"] not in _OPEN:
                 return
-            values = {
-                "request_id": outcome.provider_request_id,
-                "delivery_id": delivery_id,
-                "status": str(outcome.status),
-                "message_id": rules.first_of(
-                    outcome.provider_message_id, row["provider_message_id"]
-                ),
-                "error": outcome.error,
-                "completed_at": outcome.completed_at,
-            }
+            message_id = rules.first_of(outcome.provider_message_id, row["provider_message_id"])
+            values = _outcome_values(delivery_id, outcome, message_id)
             rows[i] = {
                 **row,
                 "status": values["status"],
@@ -334,6 +326,21 @@ def _job_values(j: Job) -> dict[str, Any]:
     values = {c: getattr(j, c) for c in _JOB_COLUMNS}
     values["status"] = str(j.status)
     return values
+
+
+def _outcome_values(
+    delivery_id: int, outcome: AttemptOutcome, message_id: str | None
+) -> dict[str, Any]:
+    """One item of ``write_attempts``: ``outcome`` of a request of ``delivery_id``, with
+    the message id to keep (the outcome's, or one the attempt had)."""
+    return {
+        "request_id": outcome.provider_request_id,
+        "delivery_id": delivery_id,
+        "status": str(outcome.status),
+        "message_id": message_id,
+        "error": outcome.error,
+        "completed_at": outcome.completed_at,
+    }
 
 
 def _attempt_values(a: Attempt) -> dict[str, Any]:
@@ -623,15 +630,19 @@ def not_found(delivery_id: int, request_ids: Sequence[str], given: float) -> Ope
     doubt, and its fallback never tried). The delivery and its jobs are not written."""
     at = yield TIME
     now = at(given)
+    error = "not processed: the provider, asked once it had settled, has no such request"
     items = [
-        {
-            "request_id": request_id,
-            "delivery_id": delivery_id,
-            "status": str(AttemptStatus.FAILED_TRANSIENT),
-            "message_id": None,
-            "error": "not processed: the provider, asked once it had settled, has no such request",
-            "completed_at": now,
-        }
+        _outcome_values(
+            delivery_id,
+            AttemptOutcome(
+                provider_request_id=request_id,
+                status=AttemptStatus.FAILED_TRANSIENT,
+                provider_message_id=None,
+                error=error,
+                completed_at=now,
+            ),
+            None,
+        )
         for request_id in request_ids
     ]
     yield (Query("write_attempts", {"items": items}, count=True),)
