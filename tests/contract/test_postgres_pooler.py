@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from structlog.testing import capture_logs
+from test_postgres_isolation import isolation_in_force
 from test_postgres_jit import jit_in_force
 
 from kirim.channels import Channel
@@ -129,6 +130,29 @@ async def test_a_statement_run_alone_leaves_no_server_connection_behind(
         assert await asyncio.wait_for(a.driver.run_alone(jit()), 10) == "off"
         job = await asyncio.wait_for(b.get_job(delivery_id), 10)
         assert job is not None
+
+
+async def test_through_a_pooler_every_unit_of_work_runs_at_read_committed(
+    make_store: StoreFactory, direct_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database's sessions default to SERIALIZABLE (``ALTER DATABASE``: a URL's
+    options do not pass a pooler). A transaction and a statement run alone (in a
+    transaction of its own here) run at READ COMMITTED, said in their ``BEGIN``;
+    nothing is left in the shared server session (a read of one statement there, with
+    no ``BEGIN``, still sees the database's level)."""
+    level = isolation_in_force(monkeypatch)
+    await migrated_with_one(direct_url)
+    name = urlsplit(direct_url).path.lstrip("/")
+    async with await psycopg.AsyncConnection.connect(ADMIN_URL, autocommit=True) as admin:
+        await admin.execute(
+            f'ALTER DATABASE "{name}" SET default_transaction_isolation = serializable'
+        )
+    a = await make_store()
+    assert not a.driver.direct
+    for _ in range(REPEAT):
+        assert await a.driver.run_alone(level()) == "read committed"
+        assert await a.driver.run(level(), write=True) == "read committed"
+        assert await a.driver.run(level(), write=False, snapshot=False) == "serializable"
 
 
 async def test_a_read_never_runs_another_clients_statement(

@@ -89,5 +89,29 @@ async def probe(conninfo: str, url: str, *, wait: float, listen: bool) -> Route 
 async def configure(conn: Conn) -> None:
     """Lists (the batch columns) are sent as binary arrays: several times cheaper to dump
     than quoted text, and a flat list of one type is packed in a few C calls
-    (``arrays.FlatListBinaryDumper``). Nothing is set in the session (see ``SESSIONLESS``)."""
+    (``arrays.FlatListBinaryDumper``). Every transaction psycopg begins on it says its
+    level, READ COMMITTED (``BEGIN ISOLATION LEVEL READ COMMITTED``: see
+    ``ISOLATION``). Nothing is set in the session (see ``SESSIONLESS``)."""
     conn.adapters.register_dumper(list, FlatListBinaryDumper)
+    await conn.set_isolation_level(ISOLATION)
+
+
+#: The level of every transaction kirim runs, whatever the server's, the database's or
+#: the role's ``default_transaction_isolation`` says. The protocol's fences rely on
+#: it: a fenced ``UPDATE`` or a row lock that waited for a concurrent writer checks its
+#: condition again on the row that writer left; at REPEATABLE READ or SERIALIZABLE it
+#: fails instead ("could not serialize access due to concurrent update"): an operator's
+#: verb that met a worker's write failed, a finish was retried. Sent in each ``BEGIN``
+#: (no round trip of its own, nothing left in a pooler's shared session); a statement
+#: run alone in autocommit runs at the session's level, so the driver runs it in a
+#: transaction where that level is another (``session_reads_committed``).
+ISOLATION = psycopg.IsolationLevel.READ_COMMITTED
+
+
+async def session_reads_committed(conn: Conn) -> bool:
+    """Whether a statement run in autocommit on ``conn`` runs at READ COMMITTED (its
+    session's ``default_transaction_isolation``, set by the server's configuration, the
+    database's, the role's or the URL's ``options``)."""
+    cur = await conn.execute("SHOW default_transaction_isolation")
+    row = await cur.fetchone()
+    return row is not None and str(next(iter(row.values()))) == "read committed"

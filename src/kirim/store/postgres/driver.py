@@ -14,6 +14,7 @@ operations inside the application's own transaction (``enqueues_in``).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -203,6 +204,9 @@ class PostgresDriver:
         self._listener = Listener(self._listen_conninfo, connect_timeout=timeout)
         #: the intents committed lately, checked after a lost connection (``ledger``)
         self.ledger = LedgerWatch()
+        #: the pool's connections whose sessions run a statement alone at another level
+        #: than READ COMMITTED (``_configure``): ``run_alone`` takes a transaction there
+        self._other_level: weakref.WeakSet[psycopg.AsyncConnection[Any]] = weakref.WeakSet()
 
     @property
     def listen_conninfo(self) -> str:
@@ -213,7 +217,7 @@ class PostgresDriver:
         """Connect (one attempt first, so that a missing server or database is one
         ``ConfigError`` within the URL's ``connect_timeout``, else ``timeout``), then
         open the pool."""
-        from kirim.store.postgres.connect import SESSIONLESS, configure, probe
+        from kirim.store.postgres.connect import SESSIONLESS, probe
         from kirim.text import redact_url, scrub
 
         if self._pool is not None:
@@ -238,7 +242,7 @@ class PostgresDriver:
             open=False,
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs=SESSIONLESS | {"autocommit": True, "row_factory": dict_row},
-            configure=configure,
+            configure=self._configure,
             name="kirim",
         )
         try:
@@ -250,6 +254,17 @@ class PostgresDriver:
                 f"PostgreSQL: cannot connect to {redact_url(self.url)}: {why}"
             ) from exc
         self._pool = pool
+
+    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Each pool connection as ``connect.configure`` makes it; on a direct connection,
+        whether its statements run alone in autocommit would run at READ COMMITTED
+        (else ``run_alone`` runs them in a transaction, which says its level). Through a
+        pooler ``run_alone`` always takes a transaction: nothing to ask."""
+        from kirim.store.postgres.connect import configure, session_reads_committed
+
+        await configure(conn)
+        if self.direct and not await session_reads_committed(conn):
+            self._other_level.add(conn)
 
     async def close(self) -> None:
         await self._listener.close()
@@ -266,8 +281,10 @@ class PostgresDriver:
         return StoreError(f"PostgreSQL: {exc}".strip())
 
     @contextlib.asynccontextmanager
-    async def cursor(self, *, transaction: bool) -> AsyncIterator[Cursor]:
-        """A cursor on a pool connection, in one transaction or in autocommit."""
+    async def cursor(self, *, transaction: bool | None) -> AsyncIterator[Cursor]:
+        """A cursor on a pool connection, in one transaction or in autocommit (None:
+        autocommit where the connection's session runs a statement at READ COMMITTED,
+        else a transaction: ``run_alone``)."""
         if self._pool is None:
             raise StoreError("store is not open")
         try:
@@ -275,6 +292,8 @@ class PostgresDriver:
                 if self.ledger.pending:  # back after a lost connection: is the ledger whole?
                     async with conn.cursor() as cur:
                         await self.ledger.check(cur)
+                if transaction is None:
+                    transaction = conn in self._other_level
                 if transaction:
                     async with conn.transaction(), conn.cursor() as cur:
                         yield cur
@@ -308,13 +327,15 @@ class PostgresDriver:
         Flush, and a pooler in transaction mode that had handed the server connection
         back at the Sync's answer gave one to the Flush, which has none: that server
         connection stayed this client's, and a client waiting for it waited for ever
-        (PgBouncer 1.18, tests/contract/test_postgres_pooler.py). A statement that
+        (PgBouncer 1.18, tests/contract/test_postgres_pooler.py); and on a direct
+        connection whose session runs statements at another level than READ COMMITTED
+        (``connect.ISOLATION``), in a transaction, which says its level. A statement that
         aborted itself because a fence it had passed on one row failed on the next
         (``finish_fenced``: an error naming ``kirim_fence_raced``) raises ``FenceRaced``:
         it wrote nothing."""
         from kirim.store.transitions import FenceRaced
 
-        async with self.cursor(transaction=not self.direct) as cur:
+        async with self.cursor(transaction=None if self.direct else True) as cur:
             try:
                 return await drive(op, cur, self.time, lead=NO_JIT)
             except psycopg.errors.InvalidTextRepresentation as exc:

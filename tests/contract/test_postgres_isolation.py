@@ -1,0 +1,170 @@
+"""kirim's transactions run at READ COMMITTED, whatever the server's default says.
+
+The protocol's fences rely on it: a fenced ``UPDATE`` or a row lock that waited for a
+concurrent writer checks its condition again on the row that writer left (READ
+COMMITTED's re-check), where REPEATABLE READ and SERIALIZABLE raise "could not
+serialize access due to concurrent update" instead. A database, role or server whose
+``default_transaction_isolation`` is one of those (some teams set it for their own
+applications) made an operator's verb fail when it met a worker's write, and the
+worker's finishes fail and retry. Checked here: every write of the ledger, by
+triggers that record ``current_setting('transaction_isolation')``; each of the
+driver's ways to run an operation; and the race itself. The sessions of these
+databases start at SERIALIZABLE (the URL's ``options``). Through a pooler:
+tests/contract/test_postgres_pooler.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from kirim.channels import Channel
+from kirim.config import Config
+from kirim.engine import Kirim
+from kirim.model import DeliveryStatus
+from kirim.store.postgres.driver import Q
+from kirim.store.sequence import Query
+from kirim.testing import FlakyProvider, ManualClock
+from kirim.worker import Worker, WorkerSettings
+
+TABLES = ("kirim_deliveries", "kirim_jobs", "kirim_attempts", "kirim_message_ids")
+READ_COMMITTED = "read committed"
+
+AUDIT = """
+CREATE TABLE isolation_seen (tbl text NOT NULL, op text NOT NULL, level text NOT NULL);
+CREATE FUNCTION isolation_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO isolation_seen VALUES
+        (TG_TABLE_NAME, TG_OP, current_setting('transaction_isolation'));
+    RETURN NULL;
+END $$;
+"""
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest) -> str:
+    """A fresh database whose sessions start at SERIALIZABLE (the URL's options)."""
+    from pg import fresh_database
+
+    return fresh_database(request) + "?options=-c%20default_transaction_isolation%3Dserializable"
+
+
+@pytest.fixture
+async def app(database_url: str) -> AsyncIterator[Kirim]:
+    provider = FlakyProvider(script=["ok", "transient"])
+    kirim = Kirim(
+        Config(database=database_url, max_attempts=3),
+        channels={"push": Channel(name="push", provider=provider)},
+        clock=ManualClock(1000.0),
+    )
+    await kirim.open(migrate=True)
+    yield kirim
+    await kirim.close()
+
+
+def isolation_in_force(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
+    """An operation that reads the isolation level in force where the driver runs it."""
+    monkeypatch.setitem(
+        Q, "test_isolation", "SELECT current_setting('transaction_isolation') AS level"
+    )
+
+    def op() -> Any:
+        [row] = yield Query("test_isolation")
+        return row["level"]
+
+    return op
+
+
+async def test_the_sessions_of_this_test_start_serializable(database_url: str) -> None:
+    """What the other tests rely on: without kirim, a transaction here is SERIALIZABLE."""
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute("SELECT current_setting('transaction_isolation')")
+        assert await cur.fetchone() == ("serializable",)
+
+
+async def test_every_write_of_a_delivery_runs_at_read_committed(
+    app: Kirim, database_url: str
+) -> None:
+    """Intake, claim, intent, finish (plain and careful: one request refused for now,
+    retried) and the retry's claim: every statement that wrote the ledger ran at READ
+    COMMITTED, though each session starts at SERIALIZABLE."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(AUDIT)
+        for table in TABLES:
+            await conn.execute(
+                f"CREATE TRIGGER isolation_seen AFTER INSERT OR UPDATE OR DELETE ON {table} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION isolation_seen()"
+            )
+    for i in range(3):
+        await app.notify("e", f"u{i}", "push", {"n": i})
+    settings = WorkerSettings(lease=30.0, backoff_base=0.0, backoff_max=0.0)
+    worker = Worker(app.store, app.channels(), settings=settings, worker_id="w", clock=app.clock)
+    for _ in range(4):
+        await worker.run_once()
+    assert (worker.stats.sent, worker.stats.retries) == (3, 1)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute("SELECT tbl, op, level FROM isolation_seen")
+        seen = [tuple(r) for r in await cur.fetchall()]
+    assert {t for t, _, _ in seen} == set(TABLES)  # every table of the hot path audited
+    assert [s for s in seen if s[2] != READ_COMMITTED] == []
+
+
+@pytest.mark.parametrize(
+    ("way", "level"),
+    [
+        ("write", READ_COMMITTED),
+        ("snapshot", READ_COMMITTED),
+        ("alone", READ_COMMITTED),
+        ("read", "serializable"),
+    ],
+)
+async def test_the_driver_runs_its_transactions_and_its_statements_alone_at_read_committed(
+    app: Kirim, monkeypatch: pytest.MonkeyPatch, way: str, level: str
+) -> None:
+    """A transaction (a write, a read of several statements in one snapshot) and
+    ``run_alone`` (a batch's intents, its plain finish) run at READ COMMITTED; a read of
+    one statement in autocommit runs with the session's level (one statement reads one
+    snapshot at any level, and writes nothing)."""
+    op = isolation_in_force(monkeypatch)
+    driver: Any = app.store.driver  # type: ignore[attr-defined]
+    assert driver.direct  # run_alone's autocommit path (through a pooler: a transaction)
+    if way == "alone":
+        found = await driver.run_alone(op())
+    else:
+        found = await driver.run(op(), write=way == "write", snapshot=way == "snapshot")
+    assert found == level
+
+
+async def test_an_operators_cancel_that_waited_for_another_writer_is_answered(
+    app: Kirim, database_url: str
+) -> None:
+    """The race the level decides: a cancel whose transaction waits for a concurrent
+    writer of the delivery (here a plain UPDATE held open; in life a worker's claim or a
+    callback) goes on when that writer commits, and reads the row it left. At
+    SERIALIZABLE it failed with "could not serialize access"."""
+    made = await app.notify("e", "u1", "push", {"n": 1}, key="k1")
+    async with await psycopg.AsyncConnection.connect(database_url) as holder:
+        await holder.execute(
+            "UPDATE kirim_deliveries SET updated_at = updated_at + 1 WHERE id = %s",
+            (made.delivery_id,),
+        )
+        cancel = asyncio.ensure_future(app.cancel("k1"))
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+            for _ in range(2000):
+                cur = await admin.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                row = await cur.fetchone()
+                if row is not None and row[0] > 0:
+                    break
+                assert not cancel.done(), f"the cancel did not wait: {cancel.result()}"
+                await asyncio.sleep(0.005)  # polls for the state; orders nothing
+            else:
+                raise AssertionError("the cancel never waited for the holder's lock")
+        await holder.commit()
+    after = await asyncio.wait_for(cancel, 30)
+    assert after.delivery.status is DeliveryStatus.CANCELED
