@@ -112,7 +112,8 @@ async def test_a_late_commit_after_a_takeover_leaves_one_message(
     app: Kirim, clock: ManualClock
 ) -> None:
     """Worker A stalls before its commit, B takes the delivery over and writes the
-    message; A's late commit (a success: a fact) writes no second one."""
+    message; A's late commit writes no second one (its claim was lost: an in-commit
+    channel's message exists only by a commit under a holding claim)."""
     n = await app.notify("e-2", "u1", "inbox", {"body": "once"})
     cp = Checkpoints()
     late = cp.pause("before_commit", worker_id="A")

@@ -98,3 +98,38 @@ async def test_a_message_whose_delivery_may_still_land_stays(
     await task
     assert await prune(app, archived=10) == 1
     assert await ids(app) == []
+
+
+async def test_a_late_commit_after_its_message_was_pruned_writes_it_no_second_time(
+    app: Kirim, clock: ManualClock
+) -> None:
+    """A stalled worker's commit may come after its attempt settled (a process paused
+    for longer than the settle margin), and after prune took the message another worker
+    wrote: an in-commit channel's message exists only by a commit under a holding claim,
+    so the stale one writes none (it wrote a second message to the user, explorer seed
+    50928, full workload, random policy) and records its request as not written."""
+    await app.notify("e-9", "u1", "inbox", {"title": "late"})
+    cp = Checkpoints()
+    late = cp.pause("before_commit", worker_id="A")
+    task = asyncio.create_task(
+        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+    )
+    await late.reached()
+    clock.advance(31)
+    await drain(app)
+    [first] = await ids(app)
+    record = await app.get(1)
+    assert record is not None
+    settled = max(a.settles_at or 0.0 for a in record.attempts)
+    clock.advance(max(settled - clock.now(), 0.0) + KEEP + 1)
+    assert await prune(app) == 1  # every attempt settled: the message may go
+    assert await ids(app) == []
+    late.release()
+    await task
+    assert await ids(app) == [], f"the late commit wrote it again (first was {first})"
+    after = await app.get(1)
+    assert after is not None
+    assert after.delivery.status.value == "sent"  # by the worker that took over
+    [stale] = [a for a in after.attempts if a.worker_id == "A"]
+    assert stale.status.value == "failed_transient"
+    assert "not written" in (stale.error or "")

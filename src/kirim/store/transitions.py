@@ -892,9 +892,11 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
 
 
 def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
+    d = ledger.delivery(it.delivery_id)
+    if it.feed is not None and (d is None or d.claim_token is None or d.claim_token != it.token):
+        it = _unwritten(it)
     if it.attempt is not None:
         ledger.complete(it.delivery_id, it.attempt)
-    d = ledger.delivery(it.delivery_id)
     if d is None:
         return STALE
     w = rules.Written.of(it, now)
@@ -935,6 +937,26 @@ def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
         if reopened is not None:
             return reopened
     return STALE
+
+
+def _unwritten(it: Finish) -> Finish:
+    """The finish of an in-commit channel's request (the inbox: its message is written
+    by this commit, ``Finish.feed``) whose claim no longer holds. The message exists
+    only by a commit under a holding claim, so this one writes none, and its success is
+    no fact: nothing reached the user by it. Its request is recorded as not written (a
+    definite failure: an assumption that it was sent is withdrawn, ``_reopen``). A stale
+    commit can come after its attempt settled (a process paused past the settle
+    margin), when prune may have taken the message another claim wrote: it wrote the
+    message a second time (explorer seed 50928)."""
+    attempt = it.attempt
+    if attempt is not None and attempt.status is AttemptStatus.SUCCEEDED:
+        attempt = replace(
+            attempt,
+            status=AttemptStatus.FAILED_TRANSIENT,
+            provider_message_id=None,
+            error="not written: its claim was lost before the commit that writes the message",
+        )
+    return replace(it, attempt=attempt, feed=None)
 
 
 def _reopen(ledger: Ledger, it: Finish, d: Delivery, now: float) -> FinishResult | None:
