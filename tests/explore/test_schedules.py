@@ -137,6 +137,22 @@ def test_saved_seed_holds(path: Path) -> None:
     assert outcome.violations == []
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--workload", "flows", "--policy", "pct:3"], "--policy"),
+        (["--workload", "flows", "--workers", "2", "--out", "x"], "--workers, --out"),
+        (["--replay", str(SEEDS[0]), "--seeds", "5"], "--seeds"),
+    ],
+)
+def test_command_refuses_options_the_run_would_ignore(args: list[str], named: str) -> None:
+    """An option given where it has no effect is a usage error naming it (the flows lane
+    draws its own order, a replay its saved settings), not silently dropped."""
+    result = CliRunner().invoke(explore, args)
+    assert result.exit_code == 2, result.output
+    assert f"{named}: not used here" in result.output
+
+
 def test_command_runs_seeds_and_prints_json(tmp_path: Path) -> None:
     """``kirim explore --json`` reports the schedules run and the failing seeds."""
     result = CliRunner().invoke(

@@ -124,7 +124,8 @@ def _factory(spec: str | None) -> Any:
     default="host",
     show_default=True,
     metavar="host|random|pct:D",
-    help="Scheduling policy: a host then its oldest callback; any callback; or PCT depth D.",
+    help="Scheduling policy: a host then its oldest callback; any callback; or PCT depth D "
+    "(not with --workload flows, which draws its own order).",
 )
 @click.option(
     "--provider",
@@ -218,6 +219,10 @@ def explore(
     """
     console = Console(stderr=True)
     if replay_file is not None:
+        _refuse_ignored(
+            {"replay_file", "as_json", "database"},
+            "--replay plays the saved schedule with the settings it was saved with",
+        )
         saved = _saved(replay_file)
         if "world" in saved and "format" not in saved:  # a flows world (FlowWorld.to_json)
             raise SystemExit(_flows_world(replay_file, saved, as_json, database))
@@ -251,6 +256,10 @@ def explore(
                 click.echo(f"VIOLATION {v}")
         raise SystemExit(1 if outcome.violations else 0)
     if workload == "flows":  # workflow runs (kirim.explore.flows), a world per seed
+        _refuse_ignored(
+            {"seeds", "start", "workload", "as_json", "database"},
+            "--workload flows draws each seed's world, hosts and order itself",
+        )
         if database is not None and not database.startswith(("postgresql://", "postgres://")):
             raise click.BadParameter(
                 "the flows lane takes a PostgreSQL server (postgresql://…)",
@@ -324,6 +333,21 @@ def _saved(path: Path) -> dict[str, Any]:
             param_hint="--replay",
         )
     return found
+
+
+def _refuse_ignored(applies: set[str], why: str) -> None:
+    """A usage error naming the options the user gave that this run would ignore."""
+    ctx = click.get_current_context()
+    given = [
+        p
+        for p in ctx.command.params
+        if p.name is not None
+        and p.name not in applies
+        and ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        names = ", ".join(p.opts[0] for p in given)
+        raise click.UsageError(f"{names}: not used here ({why})")
 
 
 def _flows_world(path: Path, saved: dict[str, Any], as_json: bool, database: str | None) -> int:
