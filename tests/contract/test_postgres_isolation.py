@@ -116,7 +116,7 @@ async def test_every_write_of_a_delivery_runs_at_read_committed(
     ("way", "level"),
     [
         ("write", READ_COMMITTED),
-        ("snapshot", READ_COMMITTED),
+        ("snapshot", "repeatable read"),
         ("alone", READ_COMMITTED),
         ("read", "serializable"),
     ],
@@ -124,10 +124,10 @@ async def test_every_write_of_a_delivery_runs_at_read_committed(
 async def test_the_driver_runs_its_transactions_and_its_statements_alone_at_read_committed(
     app: Kirim, monkeypatch: pytest.MonkeyPatch, way: str, level: str
 ) -> None:
-    """A transaction (a write, a read of several statements in one snapshot) and
-    ``run_alone`` (a batch's intents, its plain finish) run at READ COMMITTED; a read of
-    one statement in autocommit runs with the session's level (one statement reads one
-    snapshot at any level, and writes nothing)."""
+    """A write transaction and ``run_alone`` (a batch's intents, its plain finish) run
+    at READ COMMITTED; a read of several statements at REPEATABLE READ (one snapshot,
+    read only); a read of one statement in autocommit with the session's level (one
+    statement reads one snapshot at any level, and writes nothing)."""
     op = isolation_in_force(monkeypatch)
     driver: Any = app.store.driver  # type: ignore[attr-defined]
     assert driver.direct  # run_alone's autocommit path (through a pooler: a transaction)
@@ -168,3 +168,30 @@ async def test_an_operators_cancel_that_waited_for_another_writer_is_answered(
         await holder.commit()
     after = await asyncio.wait_for(cancel, 30)
     assert after.delivery.status is DeliveryStatus.CANCELED
+
+
+async def test_a_read_of_several_statements_reads_one_snapshot(
+    app: Kirim, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read the store makes "in one snapshot" (a record: its delivery, then its job
+    and attempts; a feed page and its counts; the dashboard's counts) sees no commit
+    that lands between its statements: at READ COMMITTED each statement read a snapshot
+    of its own, and a record read while a worker finished could show the delivery
+    ``processing`` beside its succeeded attempt. A write between the two statements
+    (from another connection, committed) is not seen by the second."""
+    made = await app.notify("e", "u1", "push", {"n": 1}, key="k1")
+    monkeypatch.setitem(Q, "test_status", "SELECT status FROM kirim_deliveries WHERE id = %(id)s")
+
+    def op(to: str) -> Any:
+        [before] = yield Query("test_status", {"id": made.delivery_id})
+        with psycopg.connect(database_url, autocommit=True) as other:
+            other.execute(
+                "UPDATE kirim_deliveries SET status = %s WHERE id = %s", (to, made.delivery_id)
+            )
+        [after] = yield Query("test_status", {"id": made.delivery_id})
+        return before["status"], after["status"]
+
+    driver: Any = app.store.driver  # type: ignore[attr-defined]
+    assert await driver.run(op("canceled"), write=False, snapshot=True) == ("pending", "pending")
+    # a write transaction reads what is committed as it goes (READ COMMITTED)
+    assert await driver.run(op("failed"), write=True) == ("canceled", "failed")

@@ -136,8 +136,9 @@ async def test_through_a_pooler_every_unit_of_work_runs_at_read_committed(
     make_store: StoreFactory, direct_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The database's sessions default to SERIALIZABLE (``ALTER DATABASE``: a URL's
-    options do not pass a pooler). A transaction and a statement run alone (in a
-    transaction of its own here) run at READ COMMITTED, said in their ``BEGIN``;
+    options do not pass a pooler). A write transaction and a statement run alone (in a
+    transaction of its own here) run at READ COMMITTED, said in their ``BEGIN``, a read
+    of several statements at REPEATABLE READ (one snapshot);
     nothing is left in the shared server session (a read of one statement there, with
     no ``BEGIN``, still sees the database's level)."""
     level = isolation_in_force(monkeypatch)
@@ -152,6 +153,7 @@ async def test_through_a_pooler_every_unit_of_work_runs_at_read_committed(
     for _ in range(REPEAT):
         assert await a.driver.run_alone(level()) == "read committed"
         assert await a.driver.run(level(), write=True) == "read committed"
+        assert await a.driver.run(level(), write=False) == "repeatable read"  # one snapshot
         assert await a.driver.run(level(), write=False, snapshot=False) == "serializable"
 
 

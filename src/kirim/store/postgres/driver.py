@@ -60,6 +60,9 @@ SETS_LOCAL = frozenset({"plan_by_index"})
 #: sent with the first statement of a transaction, and of a statement run alone
 #: (``drive``'s ``lead``): the JIT off for it (``sql/queries.sql``, ``no_jit``)
 NO_JIT = (Query("no_jit"),)
+#: ... and a read of several statements (``run``'s ``snapshot``) reads one snapshot
+#: (``sql/queries.sql``, ``one_snapshot``), said before the JIT's setting reads
+ONE_SNAPSHOT = (Query("one_snapshot"), *NO_JIT)
 
 
 async def execute(cur: Cursor, step: Query, skip: frozenset[str] = frozenset()) -> Any:
@@ -312,11 +315,13 @@ class PostgresDriver:
 
     async def run(self, op: Operation[T], *, write: bool = True, snapshot: bool = True) -> T:
         """Run ``op`` in one transaction, its settings (``NO_JIT``) sent with its first
-        statement, or, a read of one statement (``snapshot`` False), in autocommit: one
-        round trip, with the session's settings."""
+        statement; a read of several statements in one snapshot (``ONE_SNAPSHOT``:
+        REPEATABLE READ, read only), or, a read of one statement (``snapshot`` False),
+        in autocommit: one round trip, with the session's settings."""
         transaction = write or snapshot
+        lead = NO_JIT if write else ONE_SNAPSHOT if snapshot else ()
         async with self.cursor(transaction=transaction) as cur:
-            return await drive(op, cur, self.time, lead=NO_JIT if transaction else ())
+            return await drive(op, cur, self.time, lead=lead)
 
     async def run_alone(self, op: Operation[T]) -> T:
         """Run ``op``, one statement atomic on its own (a batch's intents, its plain

@@ -29,6 +29,15 @@ ON CONFLICT (key) DO UPDATE SET value = excluded.value;
 -- API tokens, oldest first; the revoked ones only when %(all)s.
 SELECT * FROM kirim_tokens WHERE %(all)s::boolean OR revoked_at IS NULL ORDER BY id;
 
+-- name: one_snapshot
+-- A read of several statements (a record, a feed page and its counts, the dashboard's
+-- counts) reads one snapshot: REPEATABLE READ, read only (which never fails to
+-- serialize), said first in its transaction, before any statement reads. At READ
+-- COMMITTED, the level of every other transaction (connect.ISOLATION), each
+-- statement would read a snapshot of its own: a record read while a worker finished
+-- could show the delivery processing beside its succeeded attempt.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
 -- name: no_jit
 -- Every transaction the store runs, and every statement it runs alone (a batch's
 -- intents, its plain finish), begins with this, in the same round trip as its first
