@@ -267,6 +267,10 @@ class World:
             if rng.random() < 0.2:  # a worker with another lease (a config being rolled out)
                 own = _settings(rng, lease=rng.choice((6.0, 10.0, 15.0)))
             knows = not (types and i == workers - 1 and rng.random() < 0.3)
+            if not knows and plans and plans[0].channels is not None and workers == 2:
+                # one worker at least is whole (every type, every channel): the one that
+                # expands topic events (with three, the middle one always is)
+                knows = True
             has: tuple[str, ...] | None = None
             if len(names) > 1 and i == 0 and rng.random() < 0.15:
                 has = tuple(names[:-1])  # a worker without the last channel
