@@ -265,6 +265,19 @@ class PostgresDatabase:
             ).fetchall()
         return {int(d): float(r) for d, r in rows}
 
+    def kept_callbacks(self) -> int:
+        """Kept callbacks (``kirim_callback_inbox``) that a delivery's message or key
+        now matches: the reaper has yet to apply them (``hosts.SQLiteDatabase``'s twin)."""
+        with self.psycopg.connect(self.url) as conn:
+            row = conn.execute(
+                "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
+                " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
+                " OR EXISTS (SELECT 1 FROM kirim_deliveries d"
+                " WHERE d.provider_message_id = k.message_id)"
+                " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
     def dispose(self) -> None:
         for store in self.stores:  # a crashed host's pool is still open
             try:

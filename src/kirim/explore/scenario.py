@@ -432,7 +432,7 @@ class Sim:
         )
         if self.full is not None:  # jobs waiting far ahead for a send window do not count
             later = self.true_clock.now() + self.patience()
-            kept = isinstance(self.db, SQLiteDatabase) and self.db.kept_callbacks() > 0
+            kept = self.db.kept_callbacks() > 0  # the reaper has yet to apply them
             return not busy and not kept and int(self.db.active_jobs(before=later)) == 0
         return not busy and int(self.db.active_jobs()) == 0
 

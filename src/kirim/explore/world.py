@@ -261,7 +261,7 @@ class World:
         max_attempts = rng.choice((2, 3, 3, 5))
         keys = rng.choice((0.0, 3600.0, 365 * 86400.0))
         settings = _settings(rng)
-        plans = []
+        plans: list[WorkerPlan] = []
         for i in range(workers):  # last: a schedule shrunk to fewer workers keeps the rest
             own = settings
             if rng.random() < 0.2:  # a worker with another lease (a config being rolled out)
