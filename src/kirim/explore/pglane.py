@@ -278,6 +278,18 @@ class PostgresDatabase:
             ).fetchone()
         return 0 if row is None else int(row[0])
 
+    def pruned_with_tombstones(self) -> list[dict[str, Any]]:
+        """The pruned deliveries whose key's tombstone is still kept (``hosts.
+        SQLiteDatabase``'s twin: the tombstone probe runs on both lanes)."""
+        from psycopg.rows import dict_row
+
+        with self.psycopg.connect(self.url, row_factory=dict_row) as conn:
+            rows = conn.execute(
+                "SELECT p.* FROM explore_pruned_deliveries p "
+                "JOIN kirim_key_tombstones t ON t.delivery_id = p.id ORDER BY p.id"
+            ).fetchall()
+        return [dict(r) for r in rows]
+
     def dispose(self) -> None:
         for store in self.stores:  # a crashed host's pool is still open
             try:

@@ -369,7 +369,7 @@ class Sim:
         if self.full is not None:
             await self.full.settle_addresses(self.ops)
             await self.full.readers.settle()
-        if self.full is not None and isinstance(self.db, SQLiteDatabase):
+        if self.full is not None:
             try:
                 await self.full.probe(self.ops, self.db.pruned_with_tombstones())
             except Exception as exc:  # the probe's store is fault-free: kirim refused
