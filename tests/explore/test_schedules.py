@@ -81,6 +81,25 @@ def test_mutation_unfenced_intent_is_caught(monkeypatch: pytest.MonkeyPatch) -> 
     assert found is not None
 
 
+def test_mutation_unfenced_intent_is_caught_on_postgresql(
+    pg_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL's intent statement with its claim fence taken out: fenced_intent fires
+    on the PostgreSQL lane too, whose intent audit (``pglane.INTENT_AUDIT_SQL``) was
+    missing (the lane judged no intent's claim: the SQLite seeds that catch the mutation,
+    30 among them, passed there)."""
+    from kirim.store.postgres.driver import Q as PG
+
+    fence = "d.claim_token = u.token AND d.status = 'processing'"
+    assert fence in PG["insert_intents"]
+    monkeypatch.setitem(PG, "insert_intents", PG["insert_intents"].replace(fence, "true"))
+    for seed in (30, 93, 158):  # where the SQLite lane catches its own mutation
+        outcome = run_schedule(settings_for(seed, "mix", database=pg_server))
+        if any(v.name == "fenced_intent" for v in outcome.violations):
+            return
+    pytest.fail("an intent written without its claim was not caught on PostgreSQL")
+
+
 def test_unmutated_code_never_violates_intent_first() -> None:
     """Today's fencing holds: the same seeds show no intent_first violation."""
     summary = run_seeds(range(40), provider="mix")

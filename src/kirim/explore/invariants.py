@@ -110,7 +110,7 @@ class Ledger:
     deliveries: list[dict[str, Any]]
     attempts: list[dict[str, Any]]
     jobs: list[dict[str, Any]]
-    audit: list[dict[str, Any]] | None  # None: no audit trigger (PostgreSQL lane)
+    audit: list[dict[str, Any]] | None  # None: no intent audit trigger
     digests: list[dict[str, Any]] = field(default_factory=list)
     digest_events: list[dict[str, Any]] = field(default_factory=list)
     #: every new lease of a job (``explore_claim_audit``); None: no such trigger

@@ -24,8 +24,26 @@ from kirim.explore.invariants import Ledger
 
 T = TypeVar("T")
 HIDDEN = frozenset({"wait_for_jobs"})
+#: who held the claim when each intent was written, inside the inserting statement
+#: (``hosts.AUDIT_SQL``'s intent audit: ``fenced_intent`` and ``intent_first`` judge it)
+INTENT_AUDIT_SQL = """
+CREATE TABLE explore_intent_audit (
+    provider_request_id text, worker_id text, claim_token text, claimed_by text,
+    delivery_status text, lease_token text, lease_owner text, job_status text);
+CREATE FUNCTION explore_intent_audit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO explore_intent_audit
+    SELECT NEW.provider_request_id, NEW.worker_id, d.claim_token, d.claimed_by, d.status,
+           j.lease_token, j.lease_owner, j.status
+    FROM kirim_deliveries d, kirim_jobs j WHERE d.id = NEW.delivery_id AND j.id = NEW.job_id;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER explore_intent_audit AFTER INSERT ON kirim_attempts
+FOR EACH ROW EXECUTE FUNCTION explore_intent_audit();
+"""
+
 #: every new lease of a job, in the claim's transaction (``hosts.AUDIT_SQL``'s claim
-#: audit; the intent audit has no PostgreSQL twin yet)
+#: audit)
 CLAIM_AUDIT_SQL = """
 CREATE TABLE explore_claim_audit (
     job_id bigint, delivery_id bigint, worker_id text, at double precision);
@@ -188,6 +206,7 @@ class PostgresDatabase:
         runner().run(migrate())
         with self.psycopg.connect(_with_db(self.admin_url, name), autocommit=True) as conn:
             conn.execute(CLAIM_AUDIT_SQL)
+            conn.execute(INTENT_AUDIT_SQL)
             conn.execute(PRUNED_AUDIT_SQL)
             conn.execute(FEED_AUDIT_SQL)
             conn.execute(RUN_AUDIT_SQL)
@@ -228,11 +247,12 @@ class PostgresDatabase:
                 deliveries=sorted(live + gone, key=lambda d: d["id"]),
                 attempts=sorted(attempts, key=lambda a: a["id"]),
                 jobs=rows("SELECT * FROM kirim_jobs ORDER BY id"),
-                audit=None,
+                audit=rows("SELECT * FROM explore_intent_audit"),
                 digests=rows("SELECT * FROM kirim_digests ORDER BY key"),
                 digest_events=rows("SELECT * FROM kirim_digest_events ORDER BY id"),
                 claims=rows("SELECT * FROM explore_claim_audit"),
                 feed_writes=rows("SELECT * FROM explore_feed_audit ORDER BY id"),
+                feed_rows=rows("SELECT * FROM kirim_feed ORDER BY id"),
                 runs=rows("SELECT * FROM explore_run_audit ORDER BY id"),
                 releases=rows("SELECT * FROM explore_release_audit"),
                 outcomes=rows("SELECT * FROM explore_outcome_audit"),
