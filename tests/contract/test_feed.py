@@ -313,3 +313,34 @@ def test_sync_kirim_reads_and_marks_the_feed(database_url: str, clock: ManualClo
         assert app.feed_counts("u1").to_json() == {"unseen": 0, "unread": 0}
         app.delete_feed_item("u1", item.id)
         assert app.feed("u1", filter="all").items == []
+
+
+async def test_a_commit_that_never_came_leaves_no_doubt_about_an_inbox_message(
+    app: Kirim, clock: ManualClock
+) -> None:
+    """Worker A stalls before the commit that would write the message; its lease ends
+    and the recipient opts out. The next claim has nothing in doubt: A's request was
+    never written (a commit whose claim no longer holds writes none), so the delivery
+    is suppressed, A's request recorded as not written, not assumed sent nor held for
+    an operator with an empty feed; A's late commit changes nothing."""
+    await app.notify_event("shipped", ["u1"], {"n": "7"}, event_id="o-stall")
+    cp = Checkpoints()
+    late = cp.pause("before_commit", worker_id="A")
+    task = asyncio.create_task(
+        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+    )
+    await late.reached()
+    clock.advance(LEASE + 1)
+    await app.set_preferences(Preferences(recipient_id="u1", opt_out=True))
+    await drain(app, worker_id="B")
+    record = (await app.records()).records[0]
+    assert record.delivery.status is DeliveryStatus.SUPPRESSED, record.delivery
+    assert record.delivery.doubt is None
+    [stalled] = record.attempts
+    assert stalled.status.value == "failed_transient"
+    assert "not written" in (stalled.error or "")
+    late.release()
+    await task
+    after = (await app.get(record.delivery.id)).delivery
+    assert after.status is DeliveryStatus.SUPPRESSED
+    assert (await app.feed("u1", filter="all")).items == []

@@ -541,10 +541,19 @@ class Queue(Protocol):
         """Insert attempt rows where the claim token still holds."""
         ...
 
-    async def not_found(self, delivery_id: int, request_ids: Sequence[str], *, now: float) -> None:
+    async def not_found(
+        self,
+        delivery_id: int,
+        request_ids: Sequence[str],
+        *,
+        now: float,
+        error: str | None = None,
+    ) -> None:
         """Record that the delivery's provider, asked once these requests had settled,
         has none of them: not processed (a fact, whoever holds the delivery; an outcome
-        already recorded never changes)."""
+        already recorded never changes). ``error``: why it is known (None: the
+        provider's lookup said so; ``transitions.UNWRITTEN``: a request of a channel
+        whose effect is its finish's commit, which never came)."""
         ...
 
     async def finish(self, items: Sequence[Finish]) -> list[FinishResult]: ...

@@ -200,9 +200,16 @@ class SQLStore:
             return []
         return await self._op(transitions.heartbeat(leases, now, lease))
 
-    async def not_found(self, delivery_id: int, request_ids: Sequence[str], *, now: float) -> None:
+    async def not_found(
+        self,
+        delivery_id: int,
+        request_ids: Sequence[str],
+        *,
+        now: float,
+        error: str | None = None,
+    ) -> None:
         if request_ids:
-            await self._op(transitions.not_found(delivery_id, request_ids, now))
+            await self._op(transitions.not_found(delivery_id, request_ids, now, error))
 
     async def record_intents(self, intents: Sequence[Intent]) -> list[bool]:
         """Where the driver runs one statement on its own (``finishes_fenced``), the

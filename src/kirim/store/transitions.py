@@ -620,17 +620,27 @@ def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
     return [it.provider_request_id in ids for it in intents]
 
 
-def not_found(delivery_id: int, request_ids: Sequence[str], given: float) -> Operation[None]:
+#: why a request of an in-commit channel (the inbox) whose commit never came is not in
+#: doubt (``not_found``'s ``error``): its effect is that commit, under a holding claim
+UNWRITTEN = "not written: its claim was lost before the commit that writes the message"
+
+
+def not_found(
+    delivery_id: int, request_ids: Sequence[str], given: float, error: str | None = None
+) -> Operation[None]:
     """The delivery's provider, asked once these requests had settled (the worker's
     in-doubt lookup), has none of them: each is recorded as not processed, as an
     operator's reconcile records it, where it is still open (requested or unknown: one
     settled never changes). Its own transaction, before the worker sends again: the
     answer is kept whatever becomes of the claim, and no later claim reads these
     requests as in doubt (explorer seed 21462: a refusal of the resend was held in
-    doubt, and its fallback never tried). The delivery and its jobs are not written."""
+    doubt, and its fallback never tried). The delivery and its jobs are not written.
+    ``error``: what is recorded (None: the lookup's answer; ``UNWRITTEN``: requests of
+    an in-commit channel whose commit never came)."""
     at = yield TIME
     now = at(given)
-    error = "not processed: the provider, asked once it had settled, has no such request"
+    if error is None:
+        error = "not processed: the provider, asked once it had settled, has no such request"
     items = [
         _outcome_values(
             delivery_id,
@@ -954,7 +964,7 @@ def _unwritten(it: Finish) -> Finish:
             attempt,
             status=AttemptStatus.FAILED_TRANSIENT,
             provider_message_id=None,
-            error="not written: its claim was lost before the commit that writes the message",
+            error=UNWRITTEN,
         )
     return replace(it, attempt=attempt, feed=None)
 
@@ -1443,6 +1453,7 @@ __all__ = [
     "KEEP_CALLBACKS",
     "LATE",
     "STALE",
+    "UNWRITTEN",
     "FenceRaced",
     "Ledger",
     "apply_kept",

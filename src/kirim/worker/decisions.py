@@ -29,6 +29,7 @@ from kirim.frozen import quick_init
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.providers.base import Reconcilable, Sent
 from kirim.store.base import AttemptOutcome, Claim, Finish
+from kirim.store.transitions import UNWRITTEN
 from kirim.text import stored_message_id, stored_text
 from kirim.worker.settings import WorkerSettings
 
@@ -42,6 +43,8 @@ InDoubtDecision = Literal[
     "wait_until_settled",  # "not found" proves nothing yet: wait for the earlier requests
     "lookup_not_found_send",  # the provider has not got it: send
     "lookup_not_found_withheld",  # ... and the recipient's preferences refuse it now
+    "unwritten_send",  # the earlier requests' effect was a commit that never came: send
+    "unwritten_withheld",  # ... and the recipient's preferences refuse it now
     "resend_same_key",  # the provider deduplicates by key: send again, safely
     "resend_at_least_once",  # ``on_unknown = "retry"``: send again
     "hold",  # ``on_unknown = "hold"``: in doubt, for an operator
@@ -74,6 +77,8 @@ class InDoubt:
     #: the earlier requests the provider, asked once they had settled, does not have:
     #: no longer in doubt (the worker records them, ``Queue.not_found``, then sends)
     not_found: tuple[str, ...] = ()
+    #: what ``not_found`` is recorded as (None: the lookup's answer)
+    recorded_as: str | None = None
 
     def tell(self, log: Any) -> None:
         """Write the ``in_doubt`` log lines of this choice to ``log``."""
@@ -274,6 +279,9 @@ class Decisions:
         channel's choice between assuming it sent and holding it for an operator (a
         policy that would send again holds it)."""
         earlier = [a.provider_request_id for a in claim.doubtful]
+        home = claim.delivery.channel
+        if all((a.provider or home) in self.in_commit for a in claim.doubtful):
+            return self._unwritten(claim, earlier)
         if lookup is not None:
             return self._after_lookup(claim, lookup, earlier)
         said: dict[str, Any] = {"earlier_requests": earlier}
@@ -320,6 +328,36 @@ class Decisions:
             return False
         lands_by = claim.now + self.settings.send_within + request_timeout(channel, self.settings)
         return any(a.requested_at + window <= lands_by for a in claim.doubtful)
+
+    def _unwritten(self, claim: Claim, earlier: list[str]) -> InDoubt:
+        """Every earlier request went to a channel whose effect is written by its
+        finish's own commit (the inbox) and that commit never came: nothing arrived,
+        whatever the policy (a commit whose claim no longer holds writes nothing, so
+        none can come now). They are recorded as not written, and the delivery goes on
+        out of doubt: sent, or suppressed where the preferences now refuse it."""
+        said: dict[str, Any] = {"earlier_requests": earlier}
+        if claim.withheld is None:
+            return InDoubt(
+                decision="unwritten_send",
+                finish=None,
+                warn=False,
+                fields=said,
+                not_found=tuple(earlier),
+                recorded_as=UNWRITTEN,
+            )
+        return InDoubt(
+            decision="unwritten_withheld",
+            finish=self.final(
+                claim,
+                DeliveryStatus.SUPPRESSED,
+                reason=claim.withheld,
+                error=f"suppressed: {claim.withheld} (no earlier request was written)",
+            ),
+            warn=False,
+            fields={**said, "withheld": claim.withheld},
+            not_found=tuple(earlier),
+            recorded_as=UNWRITTEN,
+        )
 
     def _after_lookup(self, claim: Claim, lookup: Lookup, earlier: list[str]) -> InDoubt:
         """The in-doubt policy of a provider that was asked whether it has the key."""

@@ -195,7 +195,10 @@ class Deliverer:
                 choice = await self._in_doubt(log, claim, channel)
                 if choice.not_found:  # none of them arrived: recorded, and out of doubt
                     await self.context.store.not_found(
-                        d.id, choice.not_found, now=self.context.clock.now()
+                        d.id,
+                        choice.not_found,
+                        now=self.context.clock.now(),
+                        error=choice.recorded_as,
                     )
                     claim = replace(claim, doubtful=())
                 if choice.finish is not None:
