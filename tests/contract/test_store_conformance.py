@@ -205,6 +205,13 @@ async def test_op_not_found(make_app, clock) -> None:
     assert [x.status for x in before] == [AttemptStatus.SUCCEEDED]
     await app.store.not_found(sent, [x.provider_request_id for x in before], now=clock.now())
     assert (await app.get(sent)).attempts == before
+    # what it records may say why it is known (an in-commit request never committed)
+    await _one(app, "e3")
+    (d,) = await _claim(app)
+    assert await app.store.record_intents([intent_of(d, "req-unwritten")]) == [True]
+    await app.store.not_found(d.delivery.id, ["req-unwritten"], now=clock.now(), error="why")
+    (b,) = (await app.get(d.delivery.id)).attempts
+    assert (b.status, b.error) == (AttemptStatus.FAILED_TRANSIENT, "why")
 
 
 async def test_op_finish(make_app) -> None:
