@@ -532,3 +532,26 @@ def test_the_postgresql_lane_waits_for_the_kept_callbacks(pg_server: str) -> Non
     assert any(
         "callback_applied" in line or "outcome=applied delivery=7" in line for line in outcome.lines
     )
+
+
+def test_mutation_inbox_doubt_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the worker's in-doubt policy blind to in-commit channels (an inbox request
+    whose commit never came taken for one that may have arrived), the claim that takes
+    over an inbox delivery whose recipient opted out meanwhile assumes it sent with
+    nothing in the feed (seed 3509: a later answer set the record right, so the final
+    ledger alone showed nothing); feed_exactly_once judges each release (the release
+    audit) and fires."""
+    blind = Decisions.in_doubt
+
+    def in_doubt(self: Decisions, claim: Any, channel: Any, lookup: Any) -> Any:
+        saved, self.in_commit = self.in_commit, frozenset()
+        try:
+            return blind(self, claim, channel, lookup)
+        finally:
+            self.in_commit = saved
+
+    assert not run_schedule(full(3509)).violations
+    monkeypatch.setattr(Decisions, "in_doubt", in_doubt)
+    found = [v for v in run_schedule(full(3509)).violations if v.name == "feed_exactly_once"]
+    assert found
+    assert "where nothing can be in doubt" in found[0].detail

@@ -40,11 +40,12 @@ from kirim.explore.invariants import Ledger, Violation
 
 FINISH_AUDIT_SQL = """
 CREATE TABLE explore_release_audit (
-    delivery_id bigint, claim_token text, claimed_by text, status text, tx bigint);
+    delivery_id bigint, claim_token text, claimed_by text, status text, tx bigint,
+    doubt text);
 CREATE FUNCTION explore_release_audit() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO explore_release_audit
-    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, txid_current());
+    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, txid_current(), NEW.doubt);
     RETURN NEW;
 END $$;
 CREATE TRIGGER explore_release_audit AFTER UPDATE ON kirim_deliveries
@@ -68,11 +69,12 @@ EXECUTE FUNCTION explore_outcome_audit();
 #: the same audits on SQLite (``explore_tx()``: ``Transactions``)
 SQLITE_FINISH_AUDIT_SQL = """
 CREATE TABLE explore_release_audit (
-    delivery_id INTEGER, claim_token TEXT, claimed_by TEXT, status TEXT, tx INTEGER);
+    delivery_id INTEGER, claim_token TEXT, claimed_by TEXT, status TEXT, tx INTEGER,
+    doubt TEXT);
 CREATE TRIGGER explore_release_audit AFTER UPDATE ON kirim_deliveries
 WHEN OLD.status = 'processing' AND NEW.status <> 'processing' BEGIN
     INSERT INTO explore_release_audit
-    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, explore_tx());
+    VALUES (NEW.id, OLD.claim_token, OLD.claimed_by, NEW.status, explore_tx(), NEW.doubt);
 END;
 CREATE TABLE explore_outcome_audit (
     delivery_id INTEGER, provider_request_id TEXT, worker_id TEXT, status TEXT, tx INTEGER);

@@ -101,6 +101,29 @@ def check_feed(ledger: Ledger, world: World) -> list[Violation]:
             out.append(_bad(d, f"{d['status']} on an inbox channel with {got} feed messages"))
         if on_box and d["status"] == "in_doubt":
             out.append(_bad(d, "in doubt on an inbox channel, where nothing can be"))
+    out += _doubted(ledger, attempts, boxes)
+    return out
+
+
+def _doubted(
+    ledger: Ledger, attempts: dict[int, list[dict[str, Any]]], boxes: set[str]
+) -> list[Violation]:
+    """A claim that ended a delivery whose every request went to an inbox in doubt
+    (held, or assumed sent): nothing was, nor can be, in doubt there (a request's effect
+    is its commit, and a commit whose claim no longer holds writes nothing), even where
+    a later answer set the record right (the release audit keeps each move)."""
+    by_id = {d["id"]: d for d in ledger.deliveries}
+    out = []
+    for r in ledger.releases or ():
+        d = by_id.get(r["delivery_id"])
+        mine = attempts.get(r["delivery_id"], [])
+        if d is None or not mine:
+            continue
+        if not all((a.get("provider") or d["channel"]) in boxes for a in mine):
+            continue
+        if r["status"] == "in_doubt" or r.get("doubt") in ("assumed_sent", "held"):
+            what = f"released {r['status']} ({r.get('doubt')}) by {r['claimed_by']}"
+            out.append(_bad(d, f"{what} on an inbox channel, where nothing can be in doubt"))
     return out
 
 
