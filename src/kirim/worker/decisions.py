@@ -74,8 +74,9 @@ class InDoubt:
     fields: dict[str, Any] = field(default_factory=dict)
     #: an idempotent provider's dedup window is over: it forgot the key (said first)
     key_forgotten: bool = False
-    #: the earlier requests the provider, asked once they had settled, does not have:
-    #: no longer in doubt (the worker records them, ``Queue.not_found``, then sends)
+    #: the earlier requests the provider, asked once they had settled, does not have
+    #: (or, ``recorded_as`` ``UNWRITTEN``, whose in-commit effect never committed): no
+    #: longer in doubt (the worker records them, ``Queue.not_found``, then sends)
     not_found: tuple[str, ...] = ()
     #: what ``not_found`` is recorded as (None: the lookup's answer)
     recorded_as: str | None = None
@@ -277,7 +278,8 @@ class Decisions:
         nothing more whatever the policy: the provider's answer settles it (found:
         sent; not found, once no earlier request can land: suppressed), else the
         channel's choice between assuming it sent and holding it for an operator (a
-        policy that would send again holds it)."""
+        policy that would send again holds it). Earlier requests that all went to
+        in-commit channels (the inbox) are no doubt at all (``_unwritten``)."""
         earlier = [a.provider_request_id for a in claim.doubtful]
         home = claim.delivery.channel
         if all((a.provider or home) in self.in_commit for a in claim.doubtful):
