@@ -34,6 +34,7 @@ from typing import Any
 from kirim.explore.checks import claim_verdict, claims_of
 from kirim.explore.full import FullTruth
 from kirim.explore.invariants import Ledger, Violation
+from kirim.explore.loop import WORKER_NAMES
 from kirim.explore.provider import Copy, GroundTruth
 from kirim.explore.world import World
 
@@ -101,17 +102,18 @@ def check_feed(ledger: Ledger, world: World) -> list[Violation]:
             out.append(_bad(d, f"{d['status']} on an inbox channel with {got} feed messages"))
         if on_box and d["status"] == "in_doubt":
             out.append(_bad(d, "in doubt on an inbox channel, where nothing can be"))
-    out += _doubted(ledger, attempts, boxes)
+    out += _doubted(ledger, world, attempts, boxes)
     return out
 
 
 def _doubted(
-    ledger: Ledger, attempts: dict[int, list[dict[str, Any]]], boxes: set[str]
+    ledger: Ledger, world: World, attempts: dict[int, list[dict[str, Any]]], boxes: set[str]
 ) -> list[Violation]:
     """A claim that ended a delivery whose every request went to an inbox in doubt
     (held, or assumed sent): nothing was, nor can be, in doubt there (a request's effect
     is its commit, and a commit whose claim no longer holds writes nothing), even where
-    a later answer set the record right (the release audit keeps each move)."""
+    a later answer set the record right (the release audit keeps each move). A worker
+    without one of those channels cannot know it is an inbox: its hold is allowed."""
     by_id = {d["id"]: d for d in ledger.deliveries}
     out = []
     for r in ledger.releases or ():
@@ -119,12 +121,22 @@ def _doubted(
         mine = attempts.get(r["delivery_id"], [])
         if d is None or not mine:
             continue
-        if not all((a.get("provider") or d["channel"]) in boxes for a in mine):
+        used = {a.get("provider") or d["channel"] for a in mine}
+        if not used <= boxes or not used <= _channels_of(world, r["claimed_by"], boxes):
             continue
         if r["status"] == "in_doubt" or r.get("doubt") in ("assumed_sent", "held"):
             what = f"released {r['status']} ({r.get('doubt')}) by {r['claimed_by']}"
             out.append(_bad(d, f"{what} on an inbox channel, where nothing can be in doubt"))
     return out
+
+
+def _channels_of(world: World, worker: str | None, boxes: set[str]) -> set[str]:
+    """The inbox channels a worker (``A``, ``A#2``: a later incarnation) has."""
+    name = (worker or "").split("#")[0]
+    if name not in WORKER_NAMES[: len(world.workers)]:
+        return set(boxes)
+    has = world.workers[WORKER_NAMES.index(name)].channels
+    return set(boxes) if has is None else boxes & set(has)
 
 
 def _bad(d: dict[str, Any], what: str) -> Violation:
