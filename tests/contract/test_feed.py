@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -55,6 +56,19 @@ async def drain(app: Kirim, **kw: object) -> None:
     worker = app.worker(settings=SETTINGS, **kw)  # type: ignore[arg-type]
     while await worker.run_once():
         pass
+
+
+async def stalled_before_commit(app: Kirim, clock: ManualClock) -> tuple[Any, asyncio.Task[int]]:
+    """Worker A paused before the commit that would write its message, its lease over
+    (the pause, to release; A's task, to await)."""
+    cp = Checkpoints()
+    late = cp.pause("before_commit", worker_id="A")
+    task = asyncio.create_task(
+        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
+    )
+    await late.reached()
+    clock.advance(LEASE + 1)
+    return late, task
 
 
 async def test_an_event_is_rendered_into_the_feed_once(app: Kirim, clock: ManualClock) -> None:
@@ -115,13 +129,7 @@ async def test_a_late_commit_after_a_takeover_leaves_one_message(
     message; A's late commit writes no second one (its claim was lost: an in-commit
     channel's message exists only by a commit under a holding claim)."""
     n = await app.notify("e-2", "u1", "inbox", {"body": "once"})
-    cp = Checkpoints()
-    late = cp.pause("before_commit", worker_id="A")
-    task = asyncio.create_task(
-        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
-    )
-    await late.reached()
-    clock.advance(LEASE + 1)
+    late, task = await stalled_before_commit(app, clock)
     await drain(app, worker_id="B")
     late.release()
     await task
@@ -229,13 +237,7 @@ async def test_a_deleted_message_stays_gone_after_a_late_commit(
     it; A's late commit of the same delivery does not bring it back (the deleted row
     keeps its key)."""
     await app.notify("e-3", "u1", "inbox", {"body": "bye"})
-    cp = Checkpoints()
-    late = cp.pause("before_commit", worker_id="A")
-    task = asyncio.create_task(
-        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
-    )
-    await late.reached()
-    clock.advance(LEASE + 1)
+    late, task = await stalled_before_commit(app, clock)
     await drain(app, worker_id="B")
     [item] = (await app.feed("u1")).items
     await app.delete_feed_item("u1", item.id)
@@ -324,13 +326,7 @@ async def test_a_commit_that_never_came_leaves_no_doubt_about_an_inbox_message(
     is suppressed, A's request recorded as not written, not assumed sent nor held for
     an operator with an empty feed; A's late commit changes nothing."""
     await app.notify_event("shipped", ["u1"], {"n": "7"}, event_id="o-stall")
-    cp = Checkpoints()
-    late = cp.pause("before_commit", worker_id="A")
-    task = asyncio.create_task(
-        app.worker(settings=SETTINGS, worker_id="A", checkpoints=cp).run_once()
-    )
-    await late.reached()
-    clock.advance(LEASE + 1)
+    late, task = await stalled_before_commit(app, clock)
     await app.set_preferences(Preferences(recipient_id="u1", opt_out=True))
     await drain(app, worker_id="B")
     record = (await app.records()).records[0]

@@ -20,28 +20,15 @@ from typing import Any
 
 import psycopg
 import pytest
+from test_notify_postgres import waiting
+from test_postgres_jit import TABLES, audited, deliver_three, open_app, seen, setting_in_force
 
-from kirim.channels import Channel
-from kirim.config import Config
 from kirim.engine import Kirim
 from kirim.model import DeliveryStatus
 from kirim.store.postgres.driver import Q
 from kirim.store.sequence import Query
-from kirim.testing import FlakyProvider, ManualClock
-from kirim.worker import Worker, WorkerSettings
 
-TABLES = ("kirim_deliveries", "kirim_jobs", "kirim_attempts", "kirim_message_ids")
 READ_COMMITTED = "read committed"
-
-AUDIT = """
-CREATE TABLE isolation_seen (tbl text NOT NULL, op text NOT NULL, level text NOT NULL);
-CREATE FUNCTION isolation_seen() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO isolation_seen VALUES
-        (TG_TABLE_NAME, TG_OP, current_setting('transaction_isolation'));
-    RETURN NULL;
-END $$;
-"""
 
 
 @pytest.fixture
@@ -54,28 +41,14 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def app(database_url: str) -> AsyncIterator[Kirim]:
-    provider = FlakyProvider(script=["ok", "transient"])
-    kirim = Kirim(
-        Config(database=database_url, max_attempts=3),
-        channels={"push": Channel(name="push", provider=provider)},
-        clock=ManualClock(1000.0),
-    )
-    await kirim.open(migrate=True)
+    kirim = await open_app(database_url)
     yield kirim
     await kirim.close()
 
 
 def isolation_in_force(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
     """An operation that reads the isolation level in force where the driver runs it."""
-    monkeypatch.setitem(
-        Q, "test_isolation", "SELECT current_setting('transaction_isolation') AS level"
-    )
-
-    def op() -> Any:
-        [row] = yield Query("test_isolation")
-        return row["level"]
-
-    return op
+    return setting_in_force(monkeypatch, "transaction_isolation")
 
 
 async def test_the_sessions_of_this_test_start_serializable(database_url: str) -> None:
@@ -91,25 +64,11 @@ async def test_every_write_of_a_delivery_runs_at_read_committed(
     """Intake, claim, intent, finish (plain and careful: one request refused for now,
     retried) and the retry's claim: every statement that wrote the ledger ran at READ
     COMMITTED, though each session starts at SERIALIZABLE."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute(AUDIT)
-        for table in TABLES:
-            await conn.execute(
-                f"CREATE TRIGGER isolation_seen AFTER INSERT OR UPDATE OR DELETE ON {table} "
-                "FOR EACH STATEMENT EXECUTE FUNCTION isolation_seen()"
-            )
-    for i in range(3):
-        await app.notify("e", f"u{i}", "push", {"n": i})
-    settings = WorkerSettings(lease=30.0, backoff_base=0.0, backoff_max=0.0)
-    worker = Worker(app.store, app.channels(), settings=settings, worker_id="w", clock=app.clock)
-    for _ in range(4):
-        await worker.run_once()
-    assert (worker.stats.sent, worker.stats.retries) == (3, 1)
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        cur = await conn.execute("SELECT tbl, op, level FROM isolation_seen")
-        seen = [tuple(r) for r in await cur.fetchall()]
-    assert {t for t, _, _ in seen} == set(TABLES)  # every table of the hot path audited
-    assert [s for s in seen if s[2] != READ_COMMITTED] == []
+    await audited(database_url, "transaction_isolation")
+    await deliver_three(app)
+    found = await seen(database_url)
+    assert {t for t, _, _ in found} == set(TABLES)  # every table of the hot path audited
+    assert [s for s in found if s[2] != READ_COMMITTED] == []
 
 
 @pytest.mark.parametrize(
@@ -151,20 +110,7 @@ async def test_an_operators_cancel_that_waited_for_another_writer_is_answered(
             "UPDATE kirim_deliveries SET updated_at = updated_at + 1 WHERE id = %s",
             (made.delivery_id,),
         )
-        cancel = asyncio.ensure_future(app.cancel("k1"))
-        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
-            for _ in range(2000):
-                cur = await admin.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-                row = await cur.fetchone()
-                if row is not None and row[0] > 0:
-                    break
-                assert not cancel.done(), f"the cancel did not wait: {cancel.result()}"
-                await asyncio.sleep(0.005)  # polls for the state; orders nothing
-            else:
-                raise AssertionError("the cancel never waited for the holder's lock")
+        cancel = await waiting(database_url, app.cancel("k1"))
         await holder.commit()
     after = await asyncio.wait_for(cancel, 30)
     assert after.delivery.status is DeliveryStatus.CANCELED

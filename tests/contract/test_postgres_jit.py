@@ -29,11 +29,15 @@ from kirim.worker import Worker, WorkerSettings
 
 TABLES = ("kirim_deliveries", "kirim_jobs", "kirim_attempts", "kirim_message_ids")
 
-AUDIT = """
-CREATE TABLE jit_seen (tbl text NOT NULL, op text NOT NULL, jit text NOT NULL);
-CREATE FUNCTION jit_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+
+def audit_sql(setting: str) -> str:
+    """A table and a trigger function that record ``current_setting(setting)`` at each
+    write (``setting_seen``)."""
+    return f"""
+CREATE TABLE setting_seen (tbl text NOT NULL, op text NOT NULL, value text NOT NULL);
+CREATE FUNCTION setting_seen() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO jit_seen VALUES (TG_TABLE_NAME, TG_OP, current_setting('jit'));
+    INSERT INTO setting_seen VALUES (TG_TABLE_NAME, TG_OP, current_setting('{setting}'));
     RETURN NULL;
 END $$;
 """
@@ -48,45 +52,69 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fresh_database(request) + "?options=-c%20jit%3Don"
 
 
-@pytest.fixture
-async def app(database_url: str) -> AsyncIterator[Kirim]:
+async def open_app(database_url: str) -> Kirim:
+    """An app on ``database_url`` whose push provider answers ok, then transient."""
     provider = FlakyProvider(script=["ok", "transient"])
     kirim = Kirim(
         Config(database=database_url, max_attempts=3),
         channels={"push": Channel(name="push", provider=provider)},
         clock=ManualClock(1000.0),
     )
-    await kirim.open(migrate=True)
+    return await kirim.open(migrate=True)
+
+
+@pytest.fixture
+async def app(database_url: str) -> AsyncIterator[Kirim]:
+    kirim = await open_app(database_url)
     yield kirim
     await kirim.close()
 
 
-def jit_in_force(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
-    """An operation that reads the JIT setting in force where the driver runs it (a
-    query of the test's own, ``test_jit``)."""
-    monkeypatch.setitem(Q, "test_jit", "SELECT current_setting('jit') AS jit")
+def setting_in_force(monkeypatch: pytest.MonkeyPatch, setting: str) -> Callable[[], Any]:
+    """An operation that reads ``setting`` as it is in force where the driver runs it (a
+    query of the test's own, ``test_setting``)."""
+    monkeypatch.setitem(Q, "test_setting", f"SELECT current_setting('{setting}') AS value")
 
     def op() -> Any:
-        [row] = yield Query("test_jit")
-        return row["jit"]
+        [row] = yield Query("test_setting")
+        return row["value"]
 
     return op
 
 
-async def _audited(database_url: str) -> None:
+def jit_in_force(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
+    """``setting_in_force`` of the JIT."""
+    return setting_in_force(monkeypatch, "jit")
+
+
+async def audited(database_url: str, setting: str) -> None:
+    """Record ``setting`` at every write of the hot path's tables (``setting_seen``)."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute(AUDIT)
+        await conn.execute(audit_sql(setting))
         for table in TABLES:
             await conn.execute(
-                f"CREATE TRIGGER jit_seen AFTER INSERT OR UPDATE OR DELETE ON {table} "
-                "FOR EACH STATEMENT EXECUTE FUNCTION jit_seen()"
+                f"CREATE TRIGGER setting_seen AFTER INSERT OR UPDATE OR DELETE ON {table} "
+                "FOR EACH STATEMENT EXECUTE FUNCTION setting_seen()"
             )
 
 
-async def _seen(database_url: str) -> list[tuple[str, str, str]]:
+async def seen(database_url: str) -> list[tuple[str, str, str]]:
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        cur = await conn.execute("SELECT tbl, op, jit FROM jit_seen")
+        cur = await conn.execute("SELECT tbl, op, value FROM setting_seen")
         return [tuple(r) for r in await cur.fetchall()]
+
+
+async def deliver_three(app: Kirim) -> Worker:
+    """Three notifications through a worker: one request refused for now and retried
+    (the careful finish), the rest plain."""
+    for i in range(3):
+        await app.notify("e", f"u{i}", "push", {"n": i})
+    settings = WorkerSettings(lease=30.0, backoff_base=0.0, backoff_max=0.0)
+    worker = Worker(app.store, app.channels(), settings=settings, worker_id="w", clock=app.clock)
+    for _ in range(4):
+        await worker.run_once()
+    assert (worker.stats.sent, worker.stats.retries) == (3, 1)
+    return worker
 
 
 async def test_every_write_of_a_delivery_runs_with_the_jit_off(
@@ -95,19 +123,12 @@ async def test_every_write_of_a_delivery_runs_with_the_jit_off(
     """Intake, claim, intent, finish (plain and careful: one request refused for now,
     retried) and the retry's claim: every statement that wrote the ledger ran with the
     JIT off, though each session starts with it on."""
-    await _audited(database_url)
-    for i in range(3):
-        await app.notify("e", f"u{i}", "push", {"n": i})
-    settings = WorkerSettings(lease=30.0, backoff_base=0.0, backoff_max=0.0)
-    worker = Worker(app.store, app.channels(), settings=settings, worker_id="w", clock=app.clock)
-    for _ in range(4):
-        await worker.run_once()
-    assert (worker.stats.sent, worker.stats.retries) == (3, 1)
-    seen = await _seen(database_url)
-    tables = {t for t, _, _ in seen}
-    assert tables == set(TABLES)  # every table of the hot path was written and audited
-    assert {("kirim_jobs", "UPDATE"), ("kirim_attempts", "INSERT")} <= {(t, o) for t, o, _ in seen}
-    assert [s for s in seen if s[2] != "off"] == []
+    await audited(database_url, "jit")
+    await deliver_three(app)
+    found = await seen(database_url)
+    assert {t for t, _, _ in found} == set(TABLES)  # every table of the hot path audited
+    assert {("kirim_jobs", "UPDATE"), ("kirim_attempts", "INSERT")} <= {(t, o) for t, o, _ in found}
+    assert [s for s in found if s[2] != "off"] == []
 
 
 @pytest.mark.parametrize(

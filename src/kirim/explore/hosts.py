@@ -23,7 +23,7 @@ from kirim.engine import Kirim
 from kirim.explore import events
 from kirim.explore.faults import Fault, FaultyStore
 from kirim.explore.finishes import SQLITE_FINISH_AUDIT_SQL, Transactions
-from kirim.explore.invariants import Ledger
+from kirim.explore.invariants import KEPT_CALLBACKS_SQL, PRUNED_WITH_TOMBSTONES_SQL, Ledger
 from kirim.explore.loop import BASE, Host
 from kirim.explore.takeover import Takeovers
 from kirim.explore.topics import TopicsPlan, pace
@@ -226,13 +226,7 @@ class SQLiteDatabase:
                 "SELECT 1 FROM sqlite_master WHERE name = 'kirim_callback_inbox'"
             ).fetchone():
                 return 0
-            row = conn.execute(
-                "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
-                " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
-                " OR EXISTS (SELECT 1 FROM kirim_deliveries d"
-                " WHERE d.provider_message_id = k.message_id)"
-                " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
-            ).fetchone()
+            row = conn.execute(KEPT_CALLBACKS_SQL).fetchone()
         finally:
             conn.close()
         return int(row[0])
@@ -242,10 +236,7 @@ class SQLiteDatabase:
         conn = sqlite3.connect(self.path)
         conn.row_factory = sqlite3.Row
         try:
-            rows = conn.execute(
-                "SELECT p.* FROM explore_pruned_deliveries p "
-                "JOIN kirim_key_tombstones t ON t.delivery_id = p.id ORDER BY p.id"
-            ).fetchall()
+            rows = conn.execute(PRUNED_WITH_TOMBSTONES_SQL).fetchall()
         finally:
             conn.close()
         return [dict(r) for r in rows]

@@ -172,6 +172,22 @@ class Ledger:
             conn.close()
 
 
+#: the kept callbacks a delivery's message or key now matches (both lanes' databases:
+#: the reaper has yet to apply them, so a run is not over)
+KEPT_CALLBACKS_SQL = (
+    "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
+    " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
+    " OR EXISTS (SELECT 1 FROM kirim_deliveries d"
+    " WHERE d.provider_message_id = k.message_id)"
+    " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
+)
+#: the pruned deliveries whose key's tombstone is still kept (the tombstone probe)
+PRUNED_WITH_TOMBSTONES_SQL = (
+    "SELECT p.* FROM explore_pruned_deliveries p "
+    "JOIN kirim_key_tombstones t ON t.delivery_id = p.id ORDER BY p.id"
+)
+
+
 def check(
     ledger: Ledger,
     truth: GroundTruth,

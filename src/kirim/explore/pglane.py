@@ -20,7 +20,7 @@ from typing import Any, ClassVar, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from kirim.explore.finishes import FINISH_AUDIT_SQL
-from kirim.explore.invariants import Ledger
+from kirim.explore.invariants import KEPT_CALLBACKS_SQL, PRUNED_WITH_TOMBSTONES_SQL, Ledger
 
 T = TypeVar("T")
 HIDDEN = frozenset({"wait_for_jobs"})
@@ -289,13 +289,7 @@ class PostgresDatabase:
         """Kept callbacks (``kirim_callback_inbox``) that a delivery's message or key
         now matches: the reaper has yet to apply them (``hosts.SQLiteDatabase``'s twin)."""
         with self.psycopg.connect(self.url) as conn:
-            row = conn.execute(
-                "SELECT COUNT(*) FROM kirim_callback_inbox k WHERE EXISTS ("
-                " SELECT 1 FROM kirim_attempts a WHERE a.provider_message_id = k.message_id)"
-                " OR EXISTS (SELECT 1 FROM kirim_deliveries d"
-                " WHERE d.provider_message_id = k.message_id)"
-                " OR EXISTS (SELECT 1 FROM kirim_deliveries d WHERE d.idempotency_key = k.key)"
-            ).fetchone()
+            row = conn.execute(KEPT_CALLBACKS_SQL).fetchone()
         return 0 if row is None else int(row[0])
 
     def pruned_with_tombstones(self) -> list[dict[str, Any]]:
@@ -304,10 +298,7 @@ class PostgresDatabase:
         from psycopg.rows import dict_row
 
         with self.psycopg.connect(self.url, row_factory=dict_row) as conn:
-            rows = conn.execute(
-                "SELECT p.* FROM explore_pruned_deliveries p "
-                "JOIN kirim_key_tombstones t ON t.delivery_id = p.id ORDER BY p.id"
-            ).fetchall()
+            rows = conn.execute(PRUNED_WITH_TOMBSTONES_SQL).fetchall()
         return [dict(r) for r in rows]
 
     def dispose(self) -> None:
