@@ -552,7 +552,7 @@ class Queue(Protocol):
         """Record that the delivery's provider, asked once these requests had settled,
         has none of them: not processed (a fact, whoever holds the delivery; an outcome
         already recorded never changes). ``error``: why it is known (None: the
-        provider's lookup said so; ``transitions.UNWRITTEN``: a request of a channel
+        provider's lookup said so; ``rules.UNWRITTEN``: a request of a channel
         whose effect is its finish's commit, which never came)."""
         ...
 

@@ -9,7 +9,7 @@ read under its locks (``transitions`` does the reading and writing).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -176,6 +176,23 @@ def doubtful(attempts: Iterable[Attempt], released_at: float | None) -> list[Att
     (a retry by the operator releases the doubt of the requests before it)."""
     since = released_at or 0.0
     return [a for a in attempts if a.status in _MAYBE_SENT and a.requested_at >= since]
+
+
+#: why a request of an in-commit channel (the inbox) whose commit never came is not in
+#: doubt (what ``transitions.not_found`` records): its effect is that commit, made only
+#: under a holding claim
+UNWRITTEN = "not written: its claim was lost before the commit that writes the message"
+
+
+def may_have_arrived(
+    doubtful: Iterable[Attempt], home: str, in_commit: Collection[str]
+) -> list[Attempt]:
+    """Of the requests that may have reached the provider (``doubtful``), those that
+    may have had an effect: not those of a channel whose effect is its finish's own
+    commit (``in_commit``: the inbox), which wrote nothing when that commit never came
+    and can write nothing later (a commit whose claim no longer holds writes nothing).
+    ``home``: the delivery's channel (a request with no provider named went there)."""
+    return [a for a in doubtful if (a.provider or home) not in in_commit]
 
 
 def since_release(attempts: Iterable[Attempt], released_at: float | None) -> list[Attempt]:

@@ -620,11 +620,6 @@ def record_intents(intents: Sequence[Intent]) -> Operation[list[bool]]:
     return [it.provider_request_id in ids for it in intents]
 
 
-#: why a request of an in-commit channel (the inbox) whose commit never came is not in
-#: doubt (``not_found``'s ``error``): its effect is that commit, under a holding claim
-UNWRITTEN = "not written: its claim was lost before the commit that writes the message"
-
-
 def not_found(
     delivery_id: int, request_ids: Sequence[str], given: float, error: str | None = None
 ) -> Operation[None]:
@@ -635,8 +630,8 @@ def not_found(
     answer is kept whatever becomes of the claim, and no later claim reads these
     requests as in doubt (explorer seed 21462: a refusal of the resend was held in
     doubt, and its fallback never tried). The delivery and its jobs are not written.
-    ``error``: what is recorded (None: the lookup's answer; ``UNWRITTEN``: requests of
-    an in-commit channel whose commit never came)."""
+    ``error``: what is recorded (None: the lookup's answer; ``rules.UNWRITTEN``:
+    requests of an in-commit channel whose commit never came)."""
     at = yield TIME
     now = at(given)
     if error is None:
@@ -903,7 +898,8 @@ def _finish_plain(ledger: Ledger, it: Finish, now: float) -> FinishResult | None
 
 def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
     d = ledger.delivery(it.delivery_id)
-    if it.feed is not None and (d is None or d.claim_token is None or d.claim_token != it.token):
+    holds = d is not None and d.claim_token is not None and d.claim_token == it.token
+    if it.feed is not None and not holds:
         it = _unwritten(it)
     if it.attempt is not None:
         ledger.complete(it.delivery_id, it.attempt)
@@ -916,7 +912,7 @@ def _finish_one(ledger: Ledger, it: Finish, now: float) -> FinishResult:
             w = w.outranked_by(success.provider_message_id)
     if w.may_have_lost_its_doubt(it) and not ledger.doubtful(d.id) and ledger.success(d.id) is None:
         w = w.without_doubt(it, now, ledger.job(it.job_id))
-    if d.claim_token is not None and d.claim_token == it.token:
+    if holds:
         ledger.set_delivery(rules.committed(d, w, now))
         job = ledger.job(it.job_id)
         if job is not None and job.lease_token == it.token:
@@ -964,7 +960,7 @@ def _unwritten(it: Finish) -> Finish:
             attempt,
             status=AttemptStatus.FAILED_TRANSIENT,
             provider_message_id=None,
-            error=UNWRITTEN,
+            error=rules.UNWRITTEN,
         )
     return replace(it, attempt=attempt, feed=None)
 
@@ -1049,9 +1045,7 @@ def reap(given: float, in_commit: Collection[str] = ()) -> Operation[list[Reaped
                 rules.unleased(job, status=JobStatus.DEAD, last_error=error, updated_at=now)
             )
             if d is not None and holds:
-                doubt = [
-                    a for a in ledger.doubtful(d.id) if (a.provider or d.channel) not in in_commit
-                ]
+                doubt = rules.may_have_arrived(ledger.doubtful(d.id), d.channel, in_commit)
                 ledger.set_delivery(rules.parked(d, bool(doubt), now))
         else:
             requeued = True
@@ -1453,7 +1447,6 @@ __all__ = [
     "KEEP_CALLBACKS",
     "LATE",
     "STALE",
-    "UNWRITTEN",
     "FenceRaced",
     "Ledger",
     "apply_kept",

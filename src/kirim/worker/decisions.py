@@ -28,8 +28,8 @@ from kirim.errors import TransientFailure
 from kirim.frozen import quick_init
 from kirim.model import Attempt, AttemptStatus, DeliveryStatus, Doubt, JobStatus, OnUnknown
 from kirim.providers.base import Reconcilable, Sent
+from kirim.store import rules
 from kirim.store.base import AttemptOutcome, Claim, Finish
-from kirim.store.transitions import UNWRITTEN
 from kirim.text import stored_message_id, stored_text
 from kirim.worker.settings import WorkerSettings
 
@@ -75,7 +75,7 @@ class InDoubt:
     #: an idempotent provider's dedup window is over: it forgot the key (said first)
     key_forgotten: bool = False
     #: the earlier requests the provider, asked once they had settled, does not have
-    #: (or, ``recorded_as`` ``UNWRITTEN``, whose in-commit effect never committed): no
+    #: (or, ``recorded_as`` ``rules.UNWRITTEN``, whose in-commit effect never committed): no
     #: longer in doubt (the worker records them, ``Queue.not_found``, then sends)
     not_found: tuple[str, ...] = ()
     #: what ``not_found`` is recorded as (None: the lookup's answer)
@@ -281,8 +281,7 @@ class Decisions:
         policy that would send again holds it). Earlier requests that all went to
         in-commit channels (the inbox) are no doubt at all (``_unwritten``)."""
         earlier = [a.provider_request_id for a in claim.doubtful]
-        home = claim.delivery.channel
-        if all((a.provider or home) in self.in_commit for a in claim.doubtful):
+        if not self.may_have_arrived(claim):
             return self._unwritten(claim, earlier)
         if lookup is not None:
             return self._after_lookup(claim, lookup, earlier)
@@ -331,6 +330,11 @@ class Decisions:
         lands_by = claim.now + self.settings.send_within + request_timeout(channel, self.settings)
         return any(a.requested_at + window <= lands_by for a in claim.doubtful)
 
+    def may_have_arrived(self, claim: Claim) -> list[Attempt]:
+        """The claim's earlier requests that may have had an effect (``rules.
+        may_have_arrived``: not those of an in-commit channel, whose commit never came)."""
+        return rules.may_have_arrived(claim.doubtful, claim.delivery.channel, self.in_commit)
+
     def _unwritten(self, claim: Claim, earlier: list[str]) -> InDoubt:
         """Every earlier request went to a channel whose effect is written by its
         finish's own commit (the inbox) and that commit never came: nothing arrived,
@@ -345,7 +349,7 @@ class Decisions:
                 warn=False,
                 fields=said,
                 not_found=tuple(earlier),
-                recorded_as=UNWRITTEN,
+                recorded_as=rules.UNWRITTEN,
             )
         return InDoubt(
             decision="unwritten_withheld",
@@ -358,7 +362,7 @@ class Decisions:
             warn=False,
             fields={**said, "withheld": claim.withheld},
             not_found=tuple(earlier),
-            recorded_as=UNWRITTEN,
+            recorded_as=rules.UNWRITTEN,
         )
 
     def _after_lookup(self, claim: Claim, lookup: Lookup, earlier: list[str]) -> InDoubt:
@@ -461,8 +465,7 @@ class Decisions:
         (or ``exhausted`` says so), else failed."""
         job = claim.job
         if job.attempts >= job.max_attempts:
-            home = claim.delivery.channel
-            doubtful = any((a.provider or home) not in self.in_commit for a in claim.doubtful) or (
+            doubtful = bool(self.may_have_arrived(claim)) or (
                 outcome is not None and outcome.status is AttemptStatus.UNKNOWN
             )
             if exhausted is DeliveryStatus.IN_DOUBT or doubtful:

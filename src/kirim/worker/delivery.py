@@ -245,7 +245,9 @@ class Deliverer:
         provider when it can be asked; ``Decisions.in_doubt`` decides (its ``finish``
         None: send; with ``not_found``, the earlier requests out of doubt)."""
         self.context.stats.in_doubt_seen += 1
-        lookup = await self._lookup(claim, channel) if asks_provider(channel) else None
+        # nothing to ask where no earlier request can have had an effect (in-commit)
+        ask = asks_provider(channel) and self.context.decide.may_have_arrived(claim)
+        lookup = await self._lookup(claim, channel) if ask else None
         choice = self.context.decide.in_doubt(claim, channel, lookup)
         choice.tell(log)
         return choice

@@ -114,4 +114,4 @@ async def session_reads_committed(conn: Conn) -> bool:
     database's, the role's or the URL's ``options``)."""
     cur = await conn.execute("SHOW default_transaction_isolation")
     row = await cur.fetchone()
-    return row is not None and str(next(iter(row.values()))) == "read committed"
+    return row is not None and row["default_transaction_isolation"] == "read committed"
