@@ -328,15 +328,17 @@ def _wall(at: float, zone: ZoneInfo) -> datetime:
     return datetime.fromtimestamp(at, UTC).astimezone(zone).replace(tzinfo=None, fold=0)
 
 
+def _span(window: Window, day: date, zone: ZoneInfo) -> tuple[float, float]:
+    """The window's span that begins on local ``day`` (empty, start == end, where the
+    whole window falls in a gap of the clock: a DST change's skipped hour)."""
+    last = day + timedelta(days=1) if window.end < window.start else day
+    return wall_instant(day, window.start, zone), wall_instant(last, window.end, zone)
+
+
 def _spans(window: Window, at: float, zone: ZoneInfo) -> list[tuple[float, float]]:
     """The window's spans that begin on the local day before ``at``'s, on it and after."""
     today = _wall(at, zone).date()
-    spans = []
-    for offset in (-1, 0, 1):
-        day = today + timedelta(days=offset)
-        last = day + timedelta(days=1) if window.end < window.start else day
-        spans.append((wall_instant(day, window.start, zone), wall_instant(last, window.end, zone)))
-    return spans
+    return [_span(window, today + timedelta(days=offset), zone) for offset in (-1, 0, 1)]
 
 
 def _span_end(window: Window, at: float, zone: ZoneInfo) -> float | None:
@@ -348,10 +350,12 @@ def _span_end(window: Window, at: float, zone: ZoneInfo) -> float | None:
 
 
 def _next_start(window: Window, at: float, zone: ZoneInfo) -> float:
-    """The first start of a span of ``window`` after ``at``."""
+    """The first start of a span of ``window`` after ``at``, not an empty one (a window
+    inside a DST gap does not open that day: deferred to its start, a delivery found
+    it closed there and was deferred again)."""
     today = _wall(at, zone).date()
     for offset in range(3):
-        start = wall_instant(today + timedelta(days=offset), window.start, zone)
-        if start > at:
+        start, end = _span(window, today + timedelta(days=offset), zone)
+        if start > at and end > start:
             return start
     raise AssertionError("a daily window starts within three local days")  # pragma: no cover
