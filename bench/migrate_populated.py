@@ -1,5 +1,5 @@
-"""What one migration costs a populated PostgreSQL ledger: its statements' time and how
-long a client of the ledger waits meanwhile.
+"""What one migration costs a populated ledger: its statements' time and how long a
+client of the ledger waits meanwhile.
 
 ``python bench/migrate_populated.py --database postgresql://… [--migration 18]
 [--deliveries 1000000]`` makes a throw-away database (dropped after) at the schema
@@ -12,6 +12,12 @@ tables a ledger migration locks: an attempt inserted, a job updated, a delivery 
 the script reports the longest round and the rounds' median. Prints one JSON object.
 The statements' exclusive locks are held from the first that takes one to the commit:
 what the client's longest round shows.
+
+Without ``--database`` the ledger is a temporary SQLite file, filled the same way
+(``retention_bench.SQLITE_FILL``), and the migration is applied by kirim's own runner
+(``SQLiteDriver.migrate``: one ``BEGIN IMMEDIATE`` transaction, the schema cookie
+bumped and the file checked after a schema edit); the client's round waits for the
+database's write lock meanwhile (``busy_timeout``).
 """
 
 from __future__ import annotations
@@ -56,6 +62,92 @@ def _client(conninfo: str, stop: threading.Event, rounds: list[float]) -> None:
             conn.execute("SELECT * FROM kirim_deliveries WHERE id = 3").fetchall()
             rounds.append(time.perf_counter() - started)
             time.sleep(0.005)
+
+
+def _sqlite_client(path: str, stop: threading.Event, rounds: list[float]) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            started = time.perf_counter()
+            conn.execute(
+                "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id,"
+                " worker_id, status, requested_at) VALUES (1, 1, 1, ?, 'probe', 'requested', 1)",
+                [f"probe-{n}"],
+            )
+            conn.execute("UPDATE kirim_jobs SET updated_at = updated_at + 1 WHERE id = 2")
+            conn.execute("SELECT * FROM kirim_deliveries WHERE id = 3").fetchall()
+            rounds.append(time.perf_counter() - started)
+            time.sleep(0.005)
+    finally:
+        conn.close()
+
+
+def measure_sqlite(migration: int, deliveries: int) -> dict[str, Any]:
+    """The SQLite twin of ``measure``: the migration through kirim's runner."""
+    import asyncio
+    import sqlite3
+
+    from retention_bench import fill
+
+    from kirim.store.sqlite.driver import SQLiteDriver, _reload_schema
+    from kirim.store.sqlite.driver import _statements as sqlite_statements
+
+    files = {version: (name, sql) for version, name, sql in migration_files("sqlite")}
+    name = files[migration][0]
+    with tempfile.TemporaryDirectory(prefix="kirim-mig-") as tmp:
+        path = str(Path(tmp) / "ledger.db")
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(load_queries("sqlite")["create_meta"])
+        for version in sorted(v for v in files if v < migration):
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in sqlite_statements(files[version][1]):
+                conn.execute(statement)
+            if "writable_schema" in files[version][1]:
+                _reload_schema(conn)
+            conn.execute("COMMIT")
+        conn.execute(
+            "INSERT INTO kirim_meta (key, value) VALUES ('schema_version', ?)",
+            [str(migration - 1)],
+        )
+        conn.close()
+        fill_s = fill(f"sqlite:///{path}", deliveries)
+        size = Path(path).stat().st_size
+        rounds: list[float] = []
+        stop = threading.Event()
+        client = threading.Thread(target=_sqlite_client, args=(path, stop, rounds))
+        client.start()
+        time.sleep(1.0)
+        driver = SQLiteDriver(f"sqlite:///{path}")
+        started = time.perf_counter()
+        reached = asyncio.run(_migrate_sqlite(driver))
+        total_s = time.perf_counter() - started
+        time.sleep(1.0)
+        stop.set()
+        client.join()
+    return {
+        "migration": name,
+        "schema_version": reached,
+        "deliveries": deliveries,
+        "ledger_size": f"{size / 2**20:.0f} MB",
+        "fill_seconds": round(fill_s, 1),
+        "migration_seconds": round(total_s, 4),
+        "client_rounds": len(rounds),
+        "client_round_median_seconds": round(statistics.median(rounds), 4) if rounds else None,
+        "client_round_max_seconds": round(max(rounds), 4) if rounds else None,
+    }
+
+
+async def _migrate_sqlite(driver: Any) -> int:
+    await driver.open()
+    try:
+        return int(await driver.migrate())
+    finally:
+        await driver.close()
 
 
 def measure(database: str, migration: int, deliveries: int) -> dict[str, Any]:
@@ -116,11 +208,16 @@ def measure(database: str, migration: int, deliveries: int) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", required=True, help="postgresql:// URL of a server")
+    parser.add_argument(
+        "--database", help="postgresql:// URL of a server (without it: a SQLite file)"
+    )
     parser.add_argument("--migration", type=int, default=18)
     parser.add_argument("--deliveries", type=int, default=1_000_000)
     args = parser.parse_args()
-    print(json.dumps(measure(args.database, args.migration, args.deliveries)))
+    if args.database:
+        print(json.dumps(measure(args.database, args.migration, args.deliveries)))
+    else:
+        print(json.dumps(measure_sqlite(args.migration, args.deliveries)))
 
 
 if __name__ == "__main__":

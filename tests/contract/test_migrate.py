@@ -140,6 +140,7 @@ def test_check_as_json(database_url: str) -> None:
         "0016_topic_event_cancels",
         "0017_run_digests",
         "0018_lean_jobs",
+        "0019_cheap_checks",
     ]
     assert plan["pending"][0]["older_workers"] == "stop"
     assert plan["stop_workers_first"] is True

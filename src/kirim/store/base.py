@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from kirim.store.retention import PruneResult
     from kirim.topics import Subscription, TopicCounts, TopicEvent, TopicInfo
 
-SCHEMA_VERSION = 18
+SCHEMA_VERSION = 19
 
 #: A store's time of record. None: each caller's ``now`` (one host, or tests that move
 #: time by hand). "database": the database's clock (PostgreSQL's own; for SQLite the

@@ -1,0 +1,12 @@
+-- kirim schema version 19 (PostgreSQL): status checks a row's write pays nothing for,
+-- which on PostgreSQL changes nothing. Same tables, names and checks as SQLite.
+--
+-- upgrade: safe: it changes nothing on PostgreSQL
+--
+-- SQLite's 0019 spells its CHECKs and the predicate of the index of the active jobs
+-- without a list of three constants or more, which SQLite evaluated by building a
+-- temporary B-tree for every row a statement run per row wrote. PostgreSQL tests such
+-- a list as an array, once per row and without building anything, and each of its
+-- transitions is one statement per batch: its checks and its index stay as they are
+-- (the queries that read the active jobs by delivery name the three statuses, which
+-- its planner matches to the index's predicate).
