@@ -45,43 +45,37 @@ def _statements(sql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
+def _rounds(conn: Any, mark: str, stop: threading.Event, rounds: list[float]) -> None:
+    """Every 5 ms until ``stop``: an attempt inserted, a job updated and a delivery read
+    on ``conn`` (autocommit; ``mark``: the driver's placeholder), each round timed."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        started = time.perf_counter()
+        conn.execute(
+            "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id,"
+            f" worker_id, status, requested_at) VALUES (1, 1, 1, {mark}, 'probe', 'requested', 1)",
+            [f"probe-{n}"],
+        )
+        conn.execute("UPDATE kirim_jobs SET updated_at = updated_at + 1 WHERE id = 2")
+        conn.execute("SELECT * FROM kirim_deliveries WHERE id = 3").fetchall()
+        rounds.append(time.perf_counter() - started)
+        time.sleep(0.005)
+
+
 def _client(conninfo: str, stop: threading.Event, rounds: list[float]) -> None:
     import psycopg
 
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        n = 0
-        while not stop.is_set():
-            n += 1
-            started = time.perf_counter()
-            conn.execute(
-                "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id,"
-                " worker_id, status, requested_at) VALUES (1, 1, 1, %s, 'probe', 'requested', 1)",
-                [f"probe-{n}"],
-            )
-            conn.execute("UPDATE kirim_jobs SET updated_at = updated_at + 1 WHERE id = 2")
-            conn.execute("SELECT * FROM kirim_deliveries WHERE id = 3").fetchall()
-            rounds.append(time.perf_counter() - started)
-            time.sleep(0.005)
+        _rounds(conn, "%s", stop, rounds)
 
 
 def _sqlite_client(path: str, stop: threading.Event, rounds: list[float]) -> None:
     import sqlite3
 
     conn = sqlite3.connect(path, isolation_level=None, timeout=60.0)
-    n = 0
     try:
-        while not stop.is_set():
-            n += 1
-            started = time.perf_counter()
-            conn.execute(
-                "INSERT INTO kirim_attempts (delivery_id, job_id, number, provider_request_id,"
-                " worker_id, status, requested_at) VALUES (1, 1, 1, ?, 'probe', 'requested', 1)",
-                [f"probe-{n}"],
-            )
-            conn.execute("UPDATE kirim_jobs SET updated_at = updated_at + 1 WHERE id = 2")
-            conn.execute("SELECT * FROM kirim_deliveries WHERE id = 3").fetchall()
-            rounds.append(time.perf_counter() - started)
-            time.sleep(0.005)
+        _rounds(conn, "?", stop, rounds)
     finally:
         conn.close()
 
