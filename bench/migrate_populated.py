@@ -29,6 +29,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,32 @@ def _sqlite_client(path: str, stop: threading.Event, rounds: list[float]) -> Non
         conn.close()
 
 
+@contextmanager
+def _probing(client: Any, target: str) -> Iterator[list[float]]:
+    """``client`` (``_client`` or ``_sqlite_client``) on ``target`` in a thread from a
+    second before the block to a second after it; its rounds' times."""
+    rounds: list[float] = []
+    stop = threading.Event()
+    thread = threading.Thread(target=client, args=(target, stop, rounds))
+    thread.start()
+    time.sleep(1.0)
+    try:
+        yield rounds
+    finally:
+        time.sleep(1.0)
+        stop.set()
+        thread.join()
+
+
+def _figures(rounds: list[float]) -> dict[str, Any]:
+    """The client's rounds: how many, their median and their longest."""
+    return {
+        "client_rounds": len(rounds),
+        "client_round_median_seconds": round(statistics.median(rounds), 4) if rounds else None,
+        "client_round_max_seconds": round(max(rounds), 4) if rounds else None,
+    }
+
+
 def measure_sqlite(migration: int, deliveries: int) -> dict[str, Any]:
     """The SQLite twin of ``measure``: the migration through kirim's runner."""
     import asyncio
@@ -111,18 +139,11 @@ def measure_sqlite(migration: int, deliveries: int) -> dict[str, Any]:
         conn.close()
         fill_s = fill(f"sqlite:///{path}", deliveries)
         size = Path(path).stat().st_size
-        rounds: list[float] = []
-        stop = threading.Event()
-        client = threading.Thread(target=_sqlite_client, args=(path, stop, rounds))
-        client.start()
-        time.sleep(1.0)
-        driver = SQLiteDriver(f"sqlite:///{path}")
-        started = time.perf_counter()
-        reached = asyncio.run(_migrate_sqlite(driver))
-        total_s = time.perf_counter() - started
-        time.sleep(1.0)
-        stop.set()
-        client.join()
+        with _probing(_sqlite_client, path) as rounds:
+            driver = SQLiteDriver(f"sqlite:///{path}")
+            started = time.perf_counter()
+            reached = asyncio.run(_migrate_sqlite(driver))
+            total_s = time.perf_counter() - started
     return {
         "migration": name,
         "schema_version": reached,
@@ -130,9 +151,7 @@ def measure_sqlite(migration: int, deliveries: int) -> dict[str, Any]:
         "ledger_size": f"{size / 2**20:.0f} MB",
         "fill_seconds": round(fill_s, 1),
         "migration_seconds": round(total_s, 4),
-        "client_rounds": len(rounds),
-        "client_round_median_seconds": round(statistics.median(rounds), 4) if rounds else None,
-        "client_round_max_seconds": round(max(rounds), 4) if rounds else None,
+        **_figures(rounds),
     }
 
 
@@ -167,13 +186,8 @@ def measure(database: str, migration: int, deliveries: int) -> dict[str, Any]:
                 "SELECT pg_size_pretty(sum(pg_total_relation_size(c.oid))) FROM pg_class c"
                 " WHERE relname IN ('kirim_deliveries', 'kirim_jobs', 'kirim_attempts')"
             ).fetchone()
-        rounds: list[float] = []
-        stop = threading.Event()
-        client = threading.Thread(target=_client, args=(conninfo, stop, rounds))
-        client.start()
-        time.sleep(1.0)
         timed = []
-        with psycopg.connect(conninfo) as conn:
+        with _probing(_client, conninfo) as rounds, psycopg.connect(conninfo) as conn:
             started = time.perf_counter()
             for statement in _statements(sql):
                 t = time.perf_counter()
@@ -183,9 +197,6 @@ def measure(database: str, migration: int, deliveries: int) -> dict[str, Any]:
             conn.commit()
             commit_s = time.perf_counter() - t
             total_s = time.perf_counter() - started
-        time.sleep(1.0)
-        stop.set()
-        client.join()
     return {
         "migration": name,
         "deliveries": deliveries,
@@ -194,9 +205,7 @@ def measure(database: str, migration: int, deliveries: int) -> dict[str, Any]:
         "statements_seconds": timed,
         "commit_seconds": round(commit_s, 4),
         "migration_seconds": round(total_s, 4),
-        "client_rounds": len(rounds),
-        "client_round_median_seconds": round(statistics.median(rounds), 4) if rounds else None,
-        "client_round_max_seconds": round(max(rounds), 4) if rounds else None,
+        **_figures(rounds),
     }
 
 
