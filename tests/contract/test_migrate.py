@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
@@ -268,3 +269,18 @@ def test_the_upgrading_guide_names_this_kirims_schema_version() -> None:
     assert f"({SCHEMA_VERSION} for this one)" in doc
     assert f"knows only up to {SCHEMA_VERSION}:" in doc
     assert re.findall(r"knows up to version (\d+)", doc) == [str(SCHEMA_VERSION)]
+
+
+def test_the_upgrading_guides_check_example_is_what_the_command_prints(tmp_path: Path) -> None:
+    """docs/upgrading.md's `kirim migrate --check` on a database of schema 9 is the
+    command's output, line for line (it had drifted from the command's wrapping)."""
+    import re
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    found = re.search(r"```text\n(sqlite:///kirim\.db: schema version 9;.*?)```", doc, re.S)
+    assert found is not None
+    url = f"sqlite:///{tmp_path / 'kirim.db'}"
+    at_version(url, 9)
+    done = cli(url, "migrate", "--check")
+    assert done.exit_code == 1
+    assert done.output.replace(url, "sqlite:///kirim.db") == found.group(1)
