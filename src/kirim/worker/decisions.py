@@ -339,30 +339,54 @@ class Decisions:
         """Every earlier request went to a channel whose effect is written by its
         finish's own commit (the inbox) and that commit never came: nothing arrived,
         whatever the policy (a commit whose claim no longer holds writes nothing, so
-        none can come now). They are recorded as not written, and the delivery goes on
-        out of doubt: sent, or suppressed where the preferences now refuse it."""
+        none can come now). They are recorded as not written (``rules.UNWRITTEN``)."""
+        return self._none_arrived(
+            claim,
+            earlier,
+            send="unwritten_send",
+            withheld="unwritten_withheld",
+            why="no earlier request was written",
+            recorded_as=rules.UNWRITTEN,
+        )
+
+    def _none_arrived(
+        self,
+        claim: Claim,
+        earlier: list[str],
+        *,
+        send: InDoubtDecision,
+        withheld: InDoubtDecision,
+        why: str,
+        doubt: Doubt | None = None,
+        recorded_as: str | None = None,
+    ) -> InDoubt:
+        """None of the earlier requests arrived (``why``): they are recorded so
+        (``not_found``, as ``recorded_as``), and the delivery goes on out of doubt: sent
+        (``send``), or suppressed where the preferences now refuse it (``withheld``, its
+        record's doubt ``doubt``)."""
         said: dict[str, Any] = {"earlier_requests": earlier}
         if claim.withheld is None:
             return InDoubt(
-                decision="unwritten_send",
+                decision=send,
                 finish=None,
                 warn=False,
                 fields=said,
                 not_found=tuple(earlier),
-                recorded_as=rules.UNWRITTEN,
+                recorded_as=recorded_as,
             )
         return InDoubt(
-            decision="unwritten_withheld",
+            decision=withheld,
             finish=self.final(
                 claim,
                 DeliveryStatus.SUPPRESSED,
+                doubt=doubt,
                 reason=claim.withheld,
-                error=f"suppressed: {claim.withheld} (no earlier request was written)",
+                error=f"suppressed: {claim.withheld} ({why})",
             ),
             warn=False,
             fields={**said, "withheld": claim.withheld},
             not_found=tuple(earlier),
-            recorded_as=rules.UNWRITTEN,
+            recorded_as=recorded_as,
         )
 
     def _after_lookup(self, claim: Claim, lookup: Lookup, earlier: list[str]) -> InDoubt:
@@ -392,26 +416,14 @@ class Decisions:
                 warn=False,
                 fields={"earlier_requests": earlier, "until": round(claim.unsettled_until, 3)},
             )
-        if claim.withheld is not None:  # settled and not found: it never arrived
-            return InDoubt(
-                decision="lookup_not_found_withheld",
-                finish=self.final(
-                    claim,
-                    DeliveryStatus.SUPPRESSED,
-                    doubt=Doubt.RESOLVED,
-                    reason=claim.withheld,
-                    error=f"suppressed: {claim.withheld} (the provider has no earlier request)",
-                ),
-                warn=False,
-                fields={"earlier_requests": earlier, "withheld": claim.withheld},
-                not_found=tuple(earlier),
-            )
-        return InDoubt(
-            decision="lookup_not_found_send",
-            finish=None,
-            warn=False,
-            fields={"earlier_requests": earlier},
-            not_found=tuple(earlier),
+        # settled and not found: it never arrived
+        return self._none_arrived(
+            claim,
+            earlier,
+            send="lookup_not_found_send",
+            withheld="lookup_not_found_withheld",
+            why="the provider has no earlier request",
+            doubt=Doubt.RESOLVED,
         )
 
     def final(
