@@ -298,8 +298,7 @@ class PostgresDatabase:
         from psycopg.rows import dict_row
 
         with self.psycopg.connect(self.url, row_factory=dict_row) as conn:
-            rows = conn.execute(PRUNED_WITH_TOMBSTONES_SQL).fetchall()
-        return [dict(r) for r in rows]
+            return conn.execute(PRUNED_WITH_TOMBSTONES_SQL).fetchall()
 
     def dispose(self) -> None:
         for store in self.stores:  # a crashed host's pool is still open
