@@ -142,6 +142,11 @@ def main() -> int:
         [sys.executable, str(HERE / "pooler_bench.py"), "--database", args.database], check=True
     )
     print(
+        "\n== PostgreSQL: the server's time and WAL by statement (a private server, one worker) ==",
+        flush=True,
+    )
+    subprocess.run([sys.executable, str(HERE / "statement_costs.py")], check=True)
+    print(
         "\n== kirim analyze ==",
         flush=True,
     )

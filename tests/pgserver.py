@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import psycopg
@@ -91,7 +91,8 @@ class PrivateServer:
                 f"{(done.stderr or done.stdout).strip()}\n{tail}"
             )
 
-    def init(self) -> None:
+    def init(self, settings: Mapping[str, str] | None = None) -> None:
+        """``initdb``, and ``SETTINGS`` with ``settings`` over them in its config."""
         self._check(
             "initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
             "--no-sync", "--no-instructions",
@@ -99,7 +100,7 @@ class PrivateServer:
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n")
             conf.write(f"unix_socket_directories = '{self.root}'\n")
-            for key, value in SETTINGS.items():
+            for key, value in {**SETTINGS, **(settings or {})}.items():
                 conf.write(f"{key} = '{value}'\n")
 
     def start(self) -> None:

@@ -1,0 +1,58 @@
+"""bench/statement_costs.py: the server's time and WAL by statement, on a private server.
+
+A real run on a few hundred notifications (a private PostgreSQL server with
+``pg_stat_statements``, ``tests/pgserver.py``); no timing is asserted, only that the
+drain delivered everything and that its batch statements were found by their kirim
+names with the WAL they wrote (a name that no longer matches would show as raw text).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from pg import in_ci
+from pgserver import unavailable
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _costs() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "kirim_statement_costs", BENCH / "statement_costs.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_statement_costs_names_the_drains_statements() -> None:
+    why = unavailable()
+    if why is not None:
+        if in_ci():
+            pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
+        pytest.skip(f"no private PostgreSQL server: {why}")
+    result = _costs().measure(300)
+    assert result["sent"] == 300
+    by_name = {s["statement"]: s for s in result["statements"]}
+    for name in ("claim_fresh", "insert_intents", "finish_fenced"):
+        assert by_name[name]["calls"] >= 1, name
+        assert by_name[name]["wal_bytes"] > 0, name
+    assert result["wal_bytes_per_delivery"] > 0
+
+
+def test_shape_matches_the_servers_normalized_text() -> None:
+    """kirim's text and the server's record of it (constants and placeholders as $n)."""
+    shape = _costs().shape
+    ours = "SELECT a FROM t -- it's why\nWHERE x = %(x)s AND y = 'q' AND z IS true LIMIT 1"
+    theirs = "SELECT a FROM t -- it's why\nWHERE x = $1 AND y = $2 AND z IS $3 LIMIT $4"
+    assert shape(ours) == shape(theirs)
+    assert shape("SELECT a FROM t") != shape("SELECT b FROM t")
