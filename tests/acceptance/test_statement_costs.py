@@ -8,29 +8,11 @@ names with the WAL they wrote (a name that no longer matches would show as raw t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
+from bench_scripts import load
 from pg import in_ci
 from pgserver import unavailable
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _costs() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "kirim_statement_costs", BENCH / "statement_costs.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -40,7 +22,7 @@ def test_statement_costs_names_the_drains_statements() -> None:
         if in_ci():
             pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
         pytest.skip(f"no private PostgreSQL server: {why}")
-    result = _costs().measure(300)
+    result = load("statement_costs").measure(300)
     assert result["sent"] == 300
     by_name = {s["statement"]: s for s in result["statements"]}
     for name in ("claim_fresh", "insert_intents", "finish_fenced"):
@@ -51,7 +33,7 @@ def test_statement_costs_names_the_drains_statements() -> None:
 
 def test_shape_matches_the_servers_normalized_text() -> None:
     """kirim's text and the server's record of it (constants and placeholders as $n)."""
-    shape = _costs().shape
+    shape = load("statement_costs").shape
     ours = "SELECT a FROM t -- it's why\nWHERE x = %(x)s AND y = 'q' AND z IS true LIMIT 1"
     theirs = "SELECT a FROM t -- it's why\nWHERE x = $1 AND y = $2 AND z IS $3 LIMIT $4"
     assert shape(ours) == shape(theirs)

@@ -6,30 +6,16 @@ asserted, only what was delivered or completed and what the durability says.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from bench_scripts import BENCH, load
 from kirim.cli import main
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _raw() -> ModuleType:
-    """bench/raw.py, loaded from its file (bench/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("kirim_bench_raw", BENCH / "raw.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.slow
@@ -92,7 +78,7 @@ def test_with_sync_sets_the_query() -> None:
 def test_sqlite_raw_completes_every_job() -> None:
     """The raw one-by-one loop claims and completes all 200 jobs, and inserts 200
     delivery + job rows."""
-    out = _raw().sqlite_raw(200, "normal")
+    out = load("raw").sqlite_raw(200, "normal")
     assert out["completed"] == 200
     assert out["claimed"] == 200
     assert out["claims_per_s"] > 0
