@@ -4,8 +4,8 @@
 PostgreSQL server (``tests/pgserver.py``: ``initdb`` in a temporary folder, a free port
 of 127.0.0.1, stopped and removed at the end) with ``pg_stat_statements`` loaded and
 its planning time tracked, enqueues N notifications into a throw-away database there,
-clears the statistics, drains the queue with one worker in this process (as
-``bench/profile_worker.py`` does, to a zero-latency provider), and prints each
+clears the statistics, drains the queue with one worker in this process
+(``bench/profile_worker.py``'s drain, to a zero-latency provider), and prints each
 statement the drain ran: its kirim name (matched against ``store/postgres/sql``), its
 calls, its rows per call, the server's execution and planning time per delivery, and
 the WAL it wrote per delivery (the records of its rows: without commits, page headers
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -32,11 +31,14 @@ from typing import Any
 
 import psycopg
 
-from kirim.devtools.bench import _app, _enqueue, settings_for
+from kirim.devtools.bench import _enqueue
 from kirim.observe.logging import configure
 from kirim.store.sqlfiles import load_queries
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from profile_worker import _drain  # one worker until the queue is empty
 
 import pgserver  # tests/: the private server the fault tests use
 
@@ -68,16 +70,6 @@ def names() -> dict[str, str]:
     return {shape(sql): name for name, sql in load_queries("postgres").items()}
 
 
-async def _drain(url: str) -> int:
-    app = _app(url)
-    await app.open()
-    try:
-        stats = await app.worker(settings=settings_for(url)).run(burst=True)
-        return stats.sent
-    finally:
-        await app.close()
-
-
 def _statements(admin: str, database: str, n: int) -> list[dict[str, Any]]:
     """The drain's statements, costliest first (times in µs per delivery)."""
     known = names()
@@ -106,24 +98,15 @@ def _statements(admin: str, database: str, n: int) -> list[dict[str, Any]]:
 
 def measure(n: int) -> dict[str, Any]:
     """Start the private server, measure one drain of ``n`` notifications, stop it."""
-    bindir = pgserver.find_bindir()
-    assert bindir is not None
-    user = "postgres" if os.geteuid() == 0 else None  # pgserver.unavailable checked it
-    server = pgserver.PrivateServer(bindir, user=user)
-    try:
-        server.init(STATS)
-        server.start()
-        server.wait_ready()
+    with pgserver.running(STATS) as server:
         with psycopg.connect(server.url(), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION pg_stat_statements")
         url = server.create_database("kirim_costs")
         asyncio.run(_enqueue(url, n, 0))  # the schema made first (migrate=True)
         with psycopg.connect(server.url(), autocommit=True) as conn:
             conn.execute("SELECT pg_stat_statements_reset()")
-        sent = asyncio.run(_drain(url))
+        sent, _, _ = asyncio.run(_drain(url, None, None))  # no profiler
         statements = _statements(server.url(), "kirim_costs", sent)
-    finally:
-        server.destroy()
     return {
         "notifications": n,
         "sent": sent,

@@ -175,23 +175,38 @@ def _loud(config: pytest.Config, line: str) -> None:
 _said: set[str] = set()
 
 
-def private_server(request: pytest.FixtureRequest) -> Iterator[PrivateServer]:
-    """A started private server for one test; stopped and removed whatever happens."""
+def require(request: pytest.FixtureRequest) -> None:
+    """Skip the test (once said aloud) when no private server can be made here; fail it
+    when ``CI`` is set."""
     why = unavailable()
-    if why is not None:
-        if in_ci():
-            pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
-        if why not in _said:
-            _said.add(why)
-            _loud(request.config, f"PostgreSQL fault tests SKIPPED: {why}")
-        pytest.skip(f"no private PostgreSQL server: {why}")
+    if why is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
+    if why not in _said:
+        _said.add(why)
+        _loud(request.config, f"PostgreSQL fault tests SKIPPED: {why}")
+    pytest.skip(f"no private PostgreSQL server: {why}")
+
+
+@contextlib.contextmanager
+def running(settings: Mapping[str, str] | None = None) -> Iterator[PrivateServer]:
+    """A started private server (``settings`` over ``SETTINGS``); stopped and removed
+    whatever happens. ``unavailable()`` must have said it can be made."""
     bindir = find_bindir()
     assert bindir is not None
     server = PrivateServer(bindir, user="postgres" if os.geteuid() == 0 else None)
     try:
-        server.init()
+        server.init(settings)
         server.start()
         server.wait_ready()
         yield server
     finally:
         server.destroy()
+
+
+def private_server(request: pytest.FixtureRequest) -> Iterator[PrivateServer]:
+    """A started private server for one test; stopped and removed whatever happens."""
+    require(request)
+    with running() as server:
+        yield server

@@ -11,17 +11,12 @@ from __future__ import annotations
 import pytest
 
 from bench_scripts import load
-from pg import in_ci
-from pgserver import unavailable
+from pgserver import require
 
 
 @pytest.mark.slow
-def test_statement_costs_names_the_drains_statements() -> None:
-    why = unavailable()
-    if why is not None:
-        if in_ci():
-            pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
-        pytest.skip(f"no private PostgreSQL server: {why}")
+def test_statement_costs_names_the_drains_statements(request: pytest.FixtureRequest) -> None:
+    require(request)
     result = load("statement_costs").measure(300)
     assert result["sent"] == 300
     by_name = {s["statement"]: s for s in result["statements"]}

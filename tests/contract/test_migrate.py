@@ -9,6 +9,7 @@ by raising the recorded version past ``SCHEMA_VERSION``.
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,9 @@ from kirim.store.base import SCHEMA_VERSION
 from kirim.store.migrations import OlderWorkers, all_of
 from kirim.store.sqlfiles import load_queries, migrations
 from kirim.store.sqlite.driver import _statements
+
+#: docs/upgrading.md, which three tests below hold to the code
+UPGRADING = Path(__file__).resolve().parents[2] / "docs" / "upgrading.md"
 
 
 def _sql(url: str, statements: list[str]) -> None:
@@ -251,9 +255,7 @@ async def test_the_python_api_refuses_a_newer_schema(newer: str) -> None:
 def test_the_upgrading_guide_lists_every_migration_as_its_file_says() -> None:
     """docs/upgrading.md's table has one row per migration, with the safe or stop its SQL
     file gives."""
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    doc = UPGRADING.read_text()
     rows = [line.split("|")[1:4] for line in doc.splitlines() if line.startswith("| ")]
     table = {cells[1].strip().strip("`"): cells[2].strip() for cells in rows[1:]}
     assert table == {m.name: str(m.older_workers) for m in all_of("sqlite")}
@@ -262,10 +264,7 @@ def test_the_upgrading_guide_lists_every_migration_as_its_file_says() -> None:
 def test_the_upgrading_guide_names_this_kirims_schema_version() -> None:
     """docs/upgrading.md's "(N for this one)", its refusal example and its --check
     example name the schema version this kirim knows (they said 7 for two releases)."""
-    import re
-    from pathlib import Path
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    doc = UPGRADING.read_text()
     assert f"({SCHEMA_VERSION} for this one)" in doc
     assert f"knows only up to {SCHEMA_VERSION}:" in doc
     assert re.findall(r"knows up to version (\d+)", doc) == [str(SCHEMA_VERSION)]
@@ -274,9 +273,7 @@ def test_the_upgrading_guide_names_this_kirims_schema_version() -> None:
 def test_the_upgrading_guides_check_example_is_what_the_command_prints(tmp_path: Path) -> None:
     """docs/upgrading.md's `kirim migrate --check` on a database of schema 9 is the
     command's output, line for line (it had drifted from the command's wrapping)."""
-    import re
-
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "upgrading.md").read_text()
+    doc = UPGRADING.read_text()
     found = re.search(r"```text\n(sqlite:///kirim\.db: schema version 9;.*?)```", doc, re.S)
     assert found is not None
     url = f"sqlite:///{tmp_path / 'kirim.db'}"
