@@ -203,6 +203,25 @@ class _Session:
     factory: _Factory | None = None
 
 
+_said: set[tuple[str, str]] = set()
+
+
+def require_or_skip(
+    request: pytest.FixtureRequest, why: str | None, *, needs: str, tests: str, missing: str
+) -> None:
+    """Go on when ``why`` is None (what the test needs can be had here); else fail the
+    test when ``CI`` is set (``needs`` is required there), or skip it, saying aloud once
+    per reason that the ``tests`` tests are skipped."""
+    if why is None:
+        return
+    if in_ci():
+        pytest.fail(f"CI is set and {needs} is required: {why}")
+    if (tests, why) not in _said:
+        _said.add((tests, why))
+        _loud(request.config, f"{tests} tests SKIPPED: {why}")
+    pytest.skip(f"no {missing}: {why}")
+
+
 def _loud(config: pytest.Config, line: str) -> None:
     """One line on the terminal, even while output is captured."""
     capman = config.pluginmanager.getplugin("capturemanager")

@@ -36,8 +36,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from pg import ADMIN_URL, in_ci
-from pgserver import _loud, free_port
+from pg import ADMIN_URL, require_or_skip
+from pgserver import free_port
 
 #: the backends of a module whose tests also run through the pooler:
 #: ``pytestmark = pytest.mark.parametrize("database_url", POOLED, indirect=True)``
@@ -142,24 +142,11 @@ def pooled_url(url: str, bouncer: Bouncer) -> str:
     return urlunsplit(parts._replace(netloc=f"postgres@127.0.0.1:{bouncer.port}"))
 
 
-_said: set[str] = set()
-
-
-def _skip_unless_available(request: pytest.FixtureRequest) -> None:
-    why = unavailable()
-    if why is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI is set and PgBouncer is required: {why}")
-    if why not in _said:
-        _said.add(why)
-        _loud(request.config, f"PgBouncer tests SKIPPED: {why}")
-    pytest.skip(f"no PgBouncer: {why}")
-
-
 def bouncer(request: pytest.FixtureRequest, server_port: int, *, pool_size: int = 20) -> Bouncer:
     """A started PgBouncer of this test alone in front of 127.0.0.1:``server_port``."""
-    _skip_unless_available(request)
+    require_or_skip(
+        request, unavailable(), needs="PgBouncer", tests="PgBouncer", missing="PgBouncer"
+    )
     started = Bouncer(host="127.0.0.1", port=server_port, pool_size=pool_size)
     request.addfinalizer(started.stop)
     started.start()
@@ -172,7 +159,9 @@ class _Shared:
 
 def shared_bouncer(request: pytest.FixtureRequest) -> Bouncer:
     """One PgBouncer for the whole session, in front of the shared server of ``pg.py``."""
-    _skip_unless_available(request)
+    require_or_skip(
+        request, unavailable(), needs="PgBouncer", tests="PgBouncer", missing="PgBouncer"
+    )
     if _Shared.bouncer is None:
         parts = urlsplit(ADMIN_URL)
         started = Bouncer(host=parts.hostname or "127.0.0.1", port=parts.port or 5432, pool_size=2)

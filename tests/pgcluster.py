@@ -33,8 +33,8 @@ from typing import Literal
 import psycopg
 import pytest
 
-from pg import in_ci
-from pgserver import PrivateServer, _loud, find_bindir, unavailable
+from pg import require_or_skip
+from pgserver import PrivateServer, find_bindir, unavailable
 
 Replication = Literal["sync", "async", "async-off"]
 STANDBY = "standby1"
@@ -188,19 +188,15 @@ class Cluster:
             server.destroy()
 
 
-_said: set[str] = set()
-
-
 def cluster(request: pytest.FixtureRequest, replication: Replication) -> Cluster:
     """A started primary + standby for one test; both stopped and removed at the end."""
-    why = unavailable()
-    if why is not None:
-        if in_ci():
-            pytest.fail(f"CI is set and a primary with a standby is required: {why}")
-        if why not in _said:
-            _said.add(why)
-            _loud(request.config, f"PostgreSQL failover tests SKIPPED: {why}")
-        pytest.skip(f"no private PostgreSQL servers: {why}")
+    require_or_skip(
+        request,
+        unavailable(),
+        needs="a primary with a standby",
+        tests="PostgreSQL failover",
+        missing="private PostgreSQL servers",
+    )
     made = Cluster(replication)
     request.addfinalizer(made.destroy)
     try:

@@ -26,7 +26,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pg import in_ci
+from pg import require_or_skip
 
 # Durability is not under test (the OS does not crash): skip every fsync.
 SETTINGS = {
@@ -161,32 +161,16 @@ def unavailable() -> str | None:
     return None
 
 
-def _loud(config: pytest.Config, line: str) -> None:
-    capman = config.pluginmanager.getplugin("capturemanager")
-    reporter = config.pluginmanager.getplugin("terminalreporter")
-    if capman is None or reporter is None:
-        print(line)
-        return
-    with capman.global_and_fixture_disabled():
-        reporter.write_line("")
-        reporter.write_line(line, yellow=True, bold=True)
-
-
-_said: set[str] = set()
-
-
 def require(request: pytest.FixtureRequest) -> None:
-    """Skip the test (once said aloud) when no private server can be made here; fail it
+    """Skip the test (said aloud once) when no private server can be made here; fail it
     when ``CI`` is set."""
-    why = unavailable()
-    if why is None:
-        return
-    if in_ci():
-        pytest.fail(f"CI is set and a private PostgreSQL server is required: {why}")
-    if why not in _said:
-        _said.add(why)
-        _loud(request.config, f"PostgreSQL fault tests SKIPPED: {why}")
-    pytest.skip(f"no private PostgreSQL server: {why}")
+    require_or_skip(
+        request,
+        unavailable(),
+        needs="a private PostgreSQL server",
+        tests="PostgreSQL fault",
+        missing="private PostgreSQL server",
+    )
 
 
 @contextlib.contextmanager
